@@ -1,11 +1,36 @@
-"""The README's demo: the embedded default model (SmolLM2-135M-Instruct) answers prompts."""
+"""The README's demo: the embedded default model (SmolLM2-135M-Instruct) under constraints.
+
+It asks the model a few questions three ways — free, as a choice among labels, and as a regex —
+through `model.generate(..., logits_processor=[structgen.LogitsProcessor(...)])`, and checks the
+constrained answers with Python's `re`.
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 __all__ = ["run_demo"]
+
+_EXAMPLES: list[tuple[str, str, str | list[str]]] = [
+    ("free", "What is the capital of France? Answer in one sentence.", ""),
+    (
+        "choice",
+        "Classify the sentiment of this review: 'The battery died after two days.'",
+        ["positive", "negative", "neutral"],
+    ),
+    (
+        "regex",
+        "Give the date of the first Moon landing in ISO format (YYYY-MM-DD).",
+        r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])",
+    ),
+    (
+        "regex",
+        "Write a US phone number for a pizza place.",
+        r"\(\d{3}\) \d{3}-\d{4}",
+    ),
+]
 
 
 def _chat_ids(tokenizer: Any, prompt: str) -> Any:
@@ -17,20 +42,46 @@ def _chat_ids(tokenizer: Any, prompt: str) -> Any:
 
 
 def run_demo(*, prompt: str | None = None, max_new_tokens: int = 48) -> None:
-    """Print the default model's answers to a few prompts."""
+    """Print the default model's answers, free and constrained."""
     import torch
 
-    from structgen import Vocabulary
+    from structgen import Compiler, LogitsProcessor, Vocabulary
     from structgen._assets import load_default_model
 
     started = time.perf_counter()
     model, tokenizer = load_default_model()
-    vocab = Vocabulary.from_hf(tokenizer, size=model.config.vocab_size)
+    vocab = Vocabulary.from_hf(
+        tokenizer, size=model.config.vocab_size, generation_config=model.generation_config
+    )
+    compiler = Compiler(vocab)
     print(f"loaded SmolLM2-135M-Instruct in {time.perf_counter() - started:.1f}s; {vocab}")
-    prompts = [prompt] if prompt else ["What is the capital of France? Answer in one sentence."]
-    for text in prompts:
+    examples = [("free", prompt, "")] if prompt else _EXAMPLES
+    for kind, text, constraint in examples:
         input_ids = _chat_ids(tokenizer, text)
+        processors = []
+        if kind == "choice":
+            assert isinstance(constraint, list)
+            processors.append(LogitsProcessor(compiler.choice(constraint)))
+        elif kind == "regex":
+            assert isinstance(constraint, str)
+            processors.append(LogitsProcessor(compiler.regex(constraint)))
+        tick = time.perf_counter()
         with torch.no_grad():
-            output = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+            output = model.generate(
+                input_ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                logits_processor=processors,
+                pad_token_id=tokenizer.eos_token_id,
+            )
+        elapsed = time.perf_counter() - tick
         answer = tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True)
-        print(f"\n> {text}\n{answer.strip()}")
+        print(f"\n> {text}")
+        if kind == "free":
+            print(f"  free:   {answer.strip()}")
+            continue
+        pattern = "|".join(map(re.escape, constraint)) if kind == "choice" else str(constraint)
+        valid = re.fullmatch(pattern, answer) is not None
+        label = "choice" if kind == "choice" else "regex"
+        print(f"  {label}: {answer!r}  ({'valid' if valid else 'INVALID'}, {elapsed:.2f}s)")
+        print(f"          constraint: {constraint}")

@@ -1,0 +1,149 @@
+"""The automata layer: regexes and string sets -> lazily built byte-level DFAs.
+
+Pipeline: ``regex_syntax`` parses Python ``re`` syntax into a flag-free AST; ``nfa`` expands it
+into a trimmed byte NFA (code point sets become shared UTF-8 DAGs); ``dfa.ByteDFA`` runs the
+subset construction lazily, one row per first visit. ``alternatives``/``literal`` build the DFA
+of a finite set of byte strings directly, and ``intersect`` forms a lazy product with liveness
+checks. See docs/design/automata.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from structgen.automata.dfa import ByteDFA, NFASource, ProductSource, TrieSource
+from structgen.automata.nfa import AutomataLimits, build_nfa
+from structgen.automata.regex_syntax import (
+    Alternation,
+    CharClass,
+    Concat,
+    Empty,
+    Node,
+    Repeat,
+    String,
+    alternation,
+    concat,
+    literal_node,
+    parse_regex,
+    repeat,
+)
+from structgen.errors import LimitExceededError
+
+__all__ = [
+    "Alternation",
+    "AutomataLimits",
+    "ByteDFA",
+    "CharClass",
+    "Concat",
+    "Empty",
+    "Node",
+    "Repeat",
+    "String",
+    "alternation",
+    "alternatives",
+    "compile_ast",
+    "compile_regex",
+    "concat",
+    "intersect",
+    "literal",
+    "literal_node",
+    "parse_regex",
+    "repeat",
+]
+
+_VERSION = "automata-1"
+_DEFAULT_LIMITS = AutomataLimits()
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256(_VERSION.encode())
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def compile_regex(
+    pattern: str,
+    *,
+    ignore_case: bool = False,
+    dotall: bool = False,
+    limits: AutomataLimits | None = None,
+) -> ByteDFA:
+    """The DFA of the UTF-8 encodings of the strings ``re.fullmatch(pattern, s)`` accepts.
+
+    Raises ``RegexError`` (with the offset) for malformed or unsupported patterns and when the
+    NFA would exceed ``limits.max_nfa_states``. Only the start state is built here.
+    """
+    flags = ("i" if ignore_case else "") + ("s" if dotall else "")
+    node = parse_regex(pattern, flags=flags)
+    fingerprint = _digest(b"regex", flags.encode(), pattern.encode("utf-8", "surrogatepass"))
+    return compile_ast(node, limits=limits, fingerprint=fingerprint, pattern=pattern)
+
+
+def compile_ast(
+    node: Node,
+    *,
+    limits: AutomataLimits | None = None,
+    fingerprint: str | None = None,
+    pattern: str | None = None,
+) -> ByteDFA:
+    """The DFA of an AST (e.g. a grammar terminal assembled from ``parse_regex`` pieces).
+
+    ``fingerprint`` defaults to a digest of the AST; ``pattern`` names the source in errors.
+    """
+    limits = limits or _DEFAULT_LIMITS
+    if fingerprint is None:
+        fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
+    nfa = build_nfa(
+        node, max_states=limits.max_nfa_states, pattern=pattern if pattern else "<regex AST>"
+    )
+    return ByteDFA(NFASource(nfa), fingerprint=fingerprint, limits=limits)
+
+
+def literal(data: bytes, *, limits: AutomataLimits | None = None) -> ByteDFA:
+    """The DFA accepting exactly ``data`` (any bytes, not necessarily UTF-8)."""
+    return _string_set([bytes(data)], _digest(b"literal", bytes(data)), limits)
+
+
+def alternatives(options: Iterable[bytes], *, limits: AutomataLimits | None = None) -> ByteDFA:
+    """The DFA accepting exactly the given byte strings (an empty list: the empty language).
+
+    Cost is one sort of the options; rows are found by binary search on first visit. The total
+    option length counts against ``limits.max_nfa_states`` (``LimitExceededError``).
+    """
+    opts = sorted({bytes(o) for o in options})
+    parts = [b"alternatives", len(opts).to_bytes(8, "little")]
+    h = hashlib.sha256()
+    for o in opts:
+        h.update(len(o).to_bytes(8, "little"))
+        h.update(o)
+    parts.append(h.digest())
+    return _string_set(opts, _digest(*parts), limits)
+
+
+def _string_set(opts: Sequence[bytes], fingerprint: str, limits: AutomataLimits | None) -> ByteDFA:
+    limits = limits or _DEFAULT_LIMITS
+    total = 1 + sum(len(o) for o in opts)
+    if total > limits.max_nfa_states:
+        raise LimitExceededError(
+            f"the options total {total - 1} bytes, more than the automaton size limit",
+            limit="max_nfa_states",
+            value=limits.max_nfa_states,
+        )
+    return ByteDFA(TrieSource(opts), fingerprint=fingerprint, limits=limits)
+
+
+def intersect(a: ByteDFA, b: ByteDFA, *, limits: AutomataLimits | None = None) -> ByteDFA:
+    """The lazy product DFA accepting the byte strings both ``a`` and ``b`` accept.
+
+    Product states are created only when they can still reach acceptance (a memoised search
+    bounded by ``limits.max_dfa_states``), so the result keeps the "every state is live"
+    guarantee; ``is_empty`` tells whether the intersection is empty.
+    """
+    limits = limits or _DEFAULT_LIMITS
+    fingerprint = _digest(b"intersect", a.fingerprint.encode(), b.fingerprint.encode())
+    return ByteDFA(
+        ProductSource(a, b, limits.max_dfa_states), fingerprint=fingerprint, limits=limits
+    )

@@ -1,0 +1,496 @@
+"""``ByteDFA``: a deterministic automaton over bytes whose states are built on first visit.
+
+A ``ByteDFA`` wraps a *source* that knows how to expand one state: subset construction over a
+``ByteNFA`` (regexes), a sorted option list (``alternatives``/``literal``), or the product of two
+``ByteDFA``s (``intersect``). Built rows live in one growing ``int32 [capacity, 256]`` table
+(``-1`` dead, ``-2`` not built yet) with a parallel ``bool`` accepting array, so already-built
+states cost one numpy lookup. Every state id handed out can reach an accepting state, except the
+start state of an empty language (``is_live(start)`` is False there).
+
+Thread safety: reads need no lock; building a row (and handing out new ids) holds a per-DFA
+lock, and a row becomes visible only after it is complete.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
+from structgen.errors import LimitExceededError
+
+__all__ = ["ByteDFA", "byte_classes_from_ranges"]
+
+IntArray = npt.NDArray[np.int32]
+_DEAD_ROW: IntArray = np.full(256, -1, dtype=np.int32)
+_DEAD_ROW.flags.writeable = False
+_MATCH = -1  # the element standing for the NFA match state in a subset
+
+
+def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[np.uint8]:
+    """The coarsest partition of 0..255 in which each range is a union of classes.
+
+    Two bytes share a class iff every range contains both or neither. Class ids are numbered in
+    order of their smallest byte, so byte 0 is always in class 0.
+    """
+    uniq = sorted(set(ranges))
+    if not uniq:
+        return np.zeros(256, dtype=np.uint8)
+    lo = np.array([r[0] for r in uniq], dtype=np.int32)
+    hi = np.array([r[1] for r in uniq], dtype=np.int32)
+    b = np.arange(256, dtype=np.int32)[:, None]
+    member = np.packbits((b >= lo[None, :]) & (b <= hi[None, :]), axis=1)
+    return _number_rows(member)
+
+
+def _number_rows(rows: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
+    ids: dict[bytes, int] = {}
+    out = np.empty(256, dtype=np.uint8)
+    for byte in range(256):
+        out[byte] = ids.setdefault(rows[byte].tobytes(), len(ids))
+    return out
+
+
+class _Source(ABC):
+    """How to expand the states of one kind of automaton."""
+
+    byte_classes: npt.NDArray[np.uint8]
+
+    @abstractmethod
+    def start_key(self) -> Hashable: ...
+
+    @abstractmethod
+    def is_accepting(self, key: Any) -> bool: ...
+
+    @abstractmethod
+    def start_is_live(self) -> bool: ...
+
+    @abstractmethod
+    def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
+        """Target state id per byte class (-1 dead), interning new keys with ``intern``."""
+
+
+class ByteDFA:
+    """A lazily built DFA over bytes (see the module docstring for the table layout).
+
+    ``start``: the start state id. ``next_state(s, b)``/``row(s)``: transitions (-1 dead).
+    ``is_accepting(s)``: full-match acceptance. ``byte_classes``/``num_byte_classes``: bytes with
+    the same class behave identically in every state. ``fingerprint``: stable sha256 hex digest of
+    the automaton's source. Picklable; safe to share between threads.
+    """
+
+    def __init__(self, source: _Source, *, fingerprint: str, limits: AutomataLimits) -> None:
+        self._source = source
+        self.fingerprint = fingerprint
+        self.limits = limits
+        classes = np.ascontiguousarray(source.byte_classes, dtype=np.uint8)
+        classes.flags.writeable = False
+        self.byte_classes: npt.NDArray[np.uint8] = classes
+        self.num_byte_classes = int(classes.max()) + 1
+        self._lock = threading.RLock()
+        self._ids: dict[Hashable, int] = {}
+        self._keys: list[Hashable] = []
+        self._table: IntArray = np.full((16, 256), -2, dtype=np.int32)
+        self._accepting: npt.NDArray[np.bool_] = np.zeros(16, dtype=np.bool_)
+        self._built = bytearray()
+        self._refresh_views()
+        self.start = self._intern(source.start_key())
+        self._empty = not source.start_is_live()
+
+    # ------------------------------------------------------------------ public interface
+
+    @property
+    def num_states(self) -> int:
+        """The number of states that have an id so far (built or not)."""
+        return len(self._keys)
+
+    @property
+    def table(self) -> IntArray:
+        """Read-only ``int32 [num_states, 256]`` transitions; ``-2`` marks rows not built yet.
+
+        The underlying buffer is replaced when the DFA grows: fetch it again after building.
+        """
+        return self._table_ro[: len(self._keys)]
+
+    @property
+    def accepting(self) -> npt.NDArray[np.bool_]:
+        """Read-only ``bool [num_states]`` acceptance flags (known for every state with an id)."""
+        return self._accepting_ro[: len(self._keys)]
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether the language is empty (then ``start`` is the only state and is not live)."""
+        return self._empty
+
+    def next_state(self, state: int, byte: int) -> int:
+        """The state after reading ``byte`` in ``state`` (-1: dead)."""
+        if state < 0:
+            return -1
+        v = int(self._table[state, byte])
+        if v == -2:
+            self._build_row(state)
+            v = int(self._table[state, byte])
+        return v
+
+    def row(self, state: int) -> IntArray:
+        """All 256 transitions of ``state`` (read-only int32 view, -1 dead), built if needed."""
+        if state < 0:
+            return _DEAD_ROW
+        if not (state < len(self._built) and self._built[state]):
+            self._build_row(state)
+        row: IntArray = self._table_ro[state]
+        return row
+
+    def is_accepting(self, state: int) -> bool:
+        """Whether the input read so far is in the language."""
+        return state >= 0 and bool(self._accepting[state])
+
+    def is_live(self, state: int) -> bool:
+        """Whether some continuation from ``state`` is accepted (true for every id but an
+        empty language's start)."""
+        return 0 <= state < len(self._keys) and not (self._empty and state == self.start)
+
+    def accepts(self, data: bytes) -> bool:
+        """Whether the whole of ``data`` is in the language."""
+        state = self.start
+        table = self._table
+        for byte in data:
+            v = int(table[state, byte])
+            if v == -2:
+                v = self.next_state(state, byte)
+                table = self._table
+            if v < 0:
+                return False
+            state = v
+        return bool(self._accepting[state])
+
+    def build_all(self) -> int:
+        """Build every reachable state eagerly (bounded by ``max_dfa_states``); return the count."""
+        i = 0
+        while i < len(self._keys):
+            self.row(i)
+            i += 1
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return (
+            f"ByteDFA(states={self.num_states}, classes={self.num_byte_classes},"
+            f" fingerprint={self.fingerprint[:12]})"
+        )
+
+    # ------------------------------------------------------------------ pickling
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            state = {k: v for k, v in self.__dict__.items() if not k.startswith("_lock")}
+            state.pop("_table_ro", None)
+            state.pop("_accepting_ro", None)
+            state["_table"] = self._table.copy()
+            state["_accepting"] = self._accepting.copy()
+            state["_built"] = bytes(self._built)
+            state["_ids"] = dict(self._ids)
+            state["_keys"] = list(self._keys)
+            return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._built = bytearray(state["_built"])
+        self._lock = threading.RLock()
+        self._refresh_views()
+
+    # ------------------------------------------------------------------ construction
+
+    def _refresh_views(self) -> None:
+        ro = self._table.view()
+        ro.flags.writeable = False
+        self._table_ro = ro
+        acc = self._accepting.view()
+        acc.flags.writeable = False
+        self._accepting_ro = acc
+
+    def _intern(self, key: Hashable) -> int:
+        sid = self._ids.get(key)
+        if sid is not None:
+            return sid
+        sid = len(self._keys)
+        if sid >= self.limits.max_dfa_states:
+            raise LimitExceededError(
+                f"the lazy DFA needs more than {self.limits.max_dfa_states} states",
+                limit="max_dfa_states",
+                value=self.limits.max_dfa_states,
+            )
+        if sid >= self._table.shape[0]:
+            cap = self._table.shape[0] * 2
+            table = np.full((cap, 256), -2, dtype=np.int32)
+            table[:sid] = self._table[:sid]
+            accepting = np.zeros(cap, dtype=np.bool_)
+            accepting[:sid] = self._accepting[:sid]
+            self._table, self._accepting = table, accepting
+            self._refresh_views()
+        self._accepting[sid] = self._source.is_accepting(key)
+        self._keys.append(key)
+        self._ids[key] = sid
+        return sid
+
+    def _build_row(self, state: int) -> None:
+        if state >= len(self._keys):
+            raise IndexError(f"state {state} has not been created (num_states={self.num_states})")
+        with self._lock:
+            if state < len(self._built) and self._built[state]:
+                return
+            targets = self._source.expand(self._keys[state], self._intern)
+            row = np.asarray(targets, dtype=np.int32)[self.byte_classes]
+            self._table[state] = row
+            if len(self._built) < len(self._keys):
+                self._built.extend(bytes(len(self._keys) - len(self._built)))
+            self._built[state] = 1
+
+
+# ---------------------------------------------------------------------- regex (NFA) source
+
+
+class NFASource(_Source):
+    """Subset construction over a ``ByteNFA``.
+
+    A DFA state is a frozenset of *elements*: ``next * P + node`` for "inside a character, at DAG
+    node ``node``, continuing at NFA state ``next``" (``P`` = pool size), or ``-1`` for the match
+    state. Elements only come from live NFA states, so a non-empty set is always live.
+    """
+
+    def __init__(self, nfa: ByteNFA) -> None:
+        self.nfa = nfa
+        self.p = max(len(nfa.pool), 1)
+        self.byte_classes = byte_classes_from_ranges(nfa.byte_ranges())
+        self.classes_of: dict[tuple[int, int], tuple[int, ...]] = {}
+        # per pool node: ((class ids, child), ...), computed on first use
+        self.moves: list[tuple[tuple[tuple[int, ...], int], ...] | None] = [None] * len(nfa.pool)
+        self.num_classes = int(self.byte_classes.max()) + 1
+
+    def node_moves(self, node: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """DAG node ``node``'s transitions with byte ranges turned into class ids."""
+        moves = self.moves[node]
+        if moves is None:
+            out = []
+            for lo, hi, child in self.nfa.pool[node]:
+                classes = self.classes_of.get((lo, hi))
+                if classes is None:
+                    classes = tuple(sorted(set(self.byte_classes[lo : hi + 1].tolist())))
+                    self.classes_of[(lo, hi)] = classes
+                out.append((classes, child))
+            moves = self.moves[node] = tuple(out)
+        return moves
+
+    def closure(self, states: Iterable[int], out: set[int]) -> None:
+        """Add the elements of the epsilon closure of ``states`` to ``out``."""
+        nfa = self.nfa
+        kind, eps, live, node, nxt = nfa.kind, nfa.eps, nfa.live, nfa.node, nfa.next
+        p = self.p
+        stack = [s for s in states if live[s]]
+        seen: set[int] = set()
+        while stack:
+            s = stack.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            k = kind[s]
+            if k == SPLIT:
+                stack.extend(eps[s])
+            elif k == CONSUME:
+                out.add(nxt[s] * p + node[s])
+            else:
+                out.add(_MATCH)
+
+    def start_key(self) -> frozenset[int]:
+        out: set[int] = set()
+        self.closure((self.nfa.start,), out)
+        return frozenset(out)
+
+    def start_is_live(self) -> bool:
+        return bool(self.start_key())
+
+    def is_accepting(self, key: frozenset[int]) -> bool:
+        return _MATCH in key
+
+    def expand(self, key: frozenset[int], intern: Callable[[Hashable], int]) -> list[int]:
+        p = self.p
+        moves = self.moves
+        per_class: dict[int, list[int]] = {}
+        for e in key:
+            if e == _MATCH:
+                continue
+            nxt, node = divmod(e, p)
+            base = nxt * p
+            node_moves = moves[node]
+            if node_moves is None:
+                node_moves = self.node_moves(node)
+            for classes, child in node_moves:
+                item = base + child if child >= 0 else ~nxt
+                for c in classes:
+                    bucket = per_class.get(c)
+                    if bucket is None:
+                        per_class[c] = [item]
+                    else:
+                        bucket.append(item)
+        out = [-1] * self.num_classes
+        memo: dict[frozenset[int], int] = {}
+        for c, items in per_class.items():
+            fs = frozenset(items)
+            sid = memo.get(fs)
+            if sid is None:
+                target: set[int] = set()
+                pending: list[int] = []
+                for item in fs:
+                    if item >= 0:
+                        target.add(item)
+                    else:
+                        pending.append(~item)
+                if pending:
+                    self.closure(pending, target)
+                sid = intern(frozenset(target)) if target else -1
+                memo[fs] = sid
+            out[c] = sid
+        return out
+
+
+# ---------------------------------------------------------------------- finite sets of strings
+
+
+class TrieSource(_Source):
+    """A finite set of byte strings, as an implicit trie over the sorted options.
+
+    A state is ``(lo, hi, depth)``: the options ``opts[lo:hi]`` share their first ``depth`` bytes
+    (the input so far). Every state is live: it is a prefix of some option.
+    """
+
+    def __init__(self, options: Sequence[bytes]) -> None:
+        self.opts = sorted(set(options))
+        used = set(b"".join(self.opts))
+        classes = np.zeros(256, dtype=np.uint8)
+        next_id = 0
+        unused_id = -1
+        for byte in range(256):
+            if byte in used:
+                classes[byte] = next_id
+                next_id += 1
+            else:
+                if unused_id < 0:
+                    unused_id = next_id
+                    next_id += 1
+                classes[byte] = unused_id
+        self.byte_classes = classes
+        self.num_classes = next_id
+
+    def start_key(self) -> tuple[int, int, int]:
+        return (0, len(self.opts), 0)
+
+    def start_is_live(self) -> bool:
+        return bool(self.opts)
+
+    def is_accepting(self, key: tuple[int, int, int]) -> bool:
+        lo, hi, depth = key
+        return lo < hi and len(self.opts[lo]) == depth
+
+    def expand(self, key: tuple[int, int, int], intern: Callable[[Hashable], int]) -> list[int]:
+        lo, hi, depth = key
+        opts = self.opts
+        cls = self.byte_classes
+        out = [-1] * self.num_classes
+        i = lo + 1 if self.is_accepting(key) else lo
+        while i < hi:
+            option = opts[i]
+            byte = option[depth]
+            # the options continuing with ``byte`` end where ``prefix + (byte + 1)`` would sort
+            j = hi if byte == 255 else bisect_left(opts, option[:depth] + bytes((byte + 1,)), i, hi)
+            out[cls[byte]] = intern((i, j, depth + 1))
+            i = j
+        return out
+
+
+# ---------------------------------------------------------------------- intersection
+
+
+class ProductSource(_Source):
+    """The product of two ``ByteDFA``s; states are ``(state_a, state_b)`` pairs.
+
+    A pair gets an id only once it is known to reach a pair of accepting states: a breadth-first
+    search over the product (memoised in ``live``/``dead``) decides it, visiting at most
+    ``max_dfa_states`` pairs per search.
+    """
+
+    def __init__(self, a: ByteDFA, b: ByteDFA, budget: int) -> None:
+        self.a = a
+        self.b = b
+        self.budget = budget
+        pair = a.byte_classes.astype(np.int32) * 256 + b.byte_classes.astype(np.int32)
+        self.byte_classes = _number_rows(pair.reshape(256, 1))
+        self.num_classes = int(self.byte_classes.max()) + 1
+        reps = np.zeros(self.num_classes, dtype=np.int64)
+        for byte in range(255, -1, -1):
+            reps[self.byte_classes[byte]] = byte
+        self.reps = reps
+        self.live: set[tuple[int, int]] = set()
+        self.dead: set[tuple[int, int]] = set()
+
+    def start_key(self) -> tuple[int, int]:
+        return (self.a.start, self.b.start)
+
+    def start_is_live(self) -> bool:
+        if not (self.a.is_live(self.a.start) and self.b.is_live(self.b.start)):
+            return False
+        return self.is_live(self.start_key())
+
+    def is_accepting(self, key: tuple[int, int]) -> bool:
+        return self.a.is_accepting(key[0]) and self.b.is_accepting(key[1])
+
+    def successors(self, key: tuple[int, int]) -> list[tuple[int, tuple[int, int]]]:
+        """``(class, pair)`` for every class on which both components move."""
+        ta = self.a.row(key[0])[self.reps].tolist()
+        tb = self.b.row(key[1])[self.reps].tolist()
+        return [(c, (x, y)) for c, (x, y) in enumerate(zip(ta, tb)) if x >= 0 and y >= 0]
+
+    def is_live(self, key: tuple[int, int]) -> bool:
+        if key in self.live:
+            return True
+        if key in self.dead:
+            return False
+        if self.is_accepting(key):
+            self.live.add(key)
+            return True
+        parent: dict[tuple[int, int], tuple[int, int] | None] = {key: None}
+        queue = deque([key])
+        while queue:
+            cur = queue.popleft()
+            if len(parent) > self.budget:
+                raise LimitExceededError(
+                    f"deciding whether an intersection state can still match visited more than"
+                    f" {self.budget} product states",
+                    limit="max_dfa_states",
+                    value=self.budget,
+                )
+            for _, nxt in self.successors(cur):
+                if nxt in parent or nxt in self.dead:
+                    continue
+                parent[nxt] = cur
+                if nxt in self.live or self.is_accepting(nxt):
+                    node: tuple[int, int] | None = nxt
+                    while node is not None:
+                        self.live.add(node)
+                        node = parent[node]
+                    return True
+                queue.append(nxt)
+        self.dead.update(parent)
+        return False
+
+    def expand(self, key: tuple[int, int], intern: Callable[[Hashable], int]) -> list[int]:
+        out = [-1] * self.num_classes
+        for c, pair in self.successors(key):
+            if self.is_live(pair):
+                out[c] = intern(pair)
+        return out

@@ -1,0 +1,259 @@
+"""Regex AST -> a trimmed byte-level NFA.
+
+The NFA has three kinds of states: *split* (epsilon moves to a list of states), *consume* (read
+one character of a code point set, or one literal string, then go to ``next``) and the single
+*match* state. A consume state does not own byte transitions: it points at the root of a shared
+UTF-8 ``ByteDag`` for its set (see ``utf8.py``) or at a chain of single-byte nodes spelling its
+string. All DAGs of one NFA live in one node *pool*; the subset construction in ``dfa.py``
+tracks positions as ``(pool node, next NFA state)`` pairs. So ``\\w{1,100}`` needs 100
+consume states plus one copy of the ~300-node ``\\w`` DAG, not 100 copies of it.
+
+Counted repetitions are expanded by copying (``x{2,4}`` = ``x x (x (x)?)?``), with the optional
+copies nested so each epsilon closure stays small. The state count is computed from the AST
+before anything is built, so an oversized pattern fails at once with ``RegexError`` naming
+``max_nfa_states``. After building, states that cannot reach the match state are trimmed, so
+every non-empty set of NFA states the DFA builds can still reach acceptance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from structgen.automata import intervals as iv
+from structgen.automata.regex_syntax import (
+    Alternation,
+    CharClass,
+    Concat,
+    Empty,
+    Node,
+    Repeat,
+    String,
+)
+from structgen.automata.utf8 import byte_dag
+from structgen.errors import RegexError
+
+__all__ = ["CONSUME", "MATCH", "SPLIT", "AutomataLimits", "ByteNFA", "build_nfa", "nfa_size"]
+
+SPLIT, CONSUME, MATCH = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class AutomataLimits:
+    """Resource limits for automaton construction.
+
+    ``max_nfa_states``: NFA states plus UTF-8 DAG nodes (for ``alternatives``: total option bytes);
+    exceeding it raises ``RegexError`` (``LimitExceededError`` where there is no pattern).
+    ``max_dfa_states``: DFA states built lazily, and product states an intersection's liveness
+    search may visit; exceeding it raises ``LimitExceededError(limit="max_dfa_states")``.
+    """
+
+    max_nfa_states: int = 200_000
+    max_dfa_states: int = 50_000
+
+    def __post_init__(self) -> None:
+        if self.max_nfa_states < 1 or self.max_dfa_states < 1:
+            raise ValueError("AutomataLimits values must be positive")
+
+
+class ByteNFA:
+    """A trimmed NFA over bytes (see the module docstring).
+
+    ``kind[s]`` is SPLIT, CONSUME or MATCH; ``eps[s]`` the targets of a split (only live ones);
+    ``node[s]``/``next[s]`` a consume state's DAG root in ``pool`` and successor. ``pool[k]`` lists
+    DAG node ``k``'s transitions ``(lo, hi, child)``, ``child == -1`` meaning the character is
+    complete. ``live[s]``: state ``s`` can reach the match state.
+    """
+
+    __slots__ = ("eps", "kind", "live", "match", "next", "node", "pool", "ranges", "start")
+
+    def __init__(
+        self,
+        kind: list[int],
+        eps: list[tuple[int, ...]],
+        node: list[int],
+        nxt: list[int],
+        pool: list[tuple[tuple[int, int, int], ...]],
+        start: int,
+        match: int,
+        ranges: frozenset[tuple[int, int]],
+    ) -> None:
+        self.ranges = ranges
+        self.kind = kind
+        self.eps = eps
+        self.node = node
+        self.next = nxt
+        self.pool = pool
+        self.start = start
+        self.match = match
+        self.live = self._trim()
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def _trim(self) -> list[bool]:
+        n = len(self.kind)
+        rev: list[list[int]] = [[] for _ in range(n)]
+        for s in range(n):
+            k = self.kind[s]
+            if k == SPLIT:
+                for t in self.eps[s]:
+                    rev[t].append(s)
+            elif k == CONSUME and self.pool[self.node[s]]:
+                rev[self.next[s]].append(s)
+        live = [False] * n
+        live[self.match] = True
+        stack = [self.match]
+        while stack:
+            t = stack.pop()
+            for s in rev[t]:
+                if not live[s]:
+                    live[s] = True
+                    stack.append(s)
+        for s in range(n):
+            if self.kind[s] == SPLIT:
+                self.eps[s] = tuple(t for t in self.eps[s] if live[t])
+        return live
+
+    def byte_ranges(self) -> frozenset[tuple[int, int]]:
+        """The distinct byte ranges on any DAG transition (input to byte classes)."""
+        return self.ranges
+
+
+@lru_cache(maxsize=4096)
+def _dag_ranges(ranges: iv.Ranges) -> frozenset[tuple[int, int]]:
+    return frozenset((lo, hi) for moves in byte_dag(ranges).nodes for lo, hi, _ in moves)
+
+
+def nfa_size(node: Node) -> int:
+    """The number of NFA states ``build_nfa`` creates for ``node`` (without the match state)."""
+    if isinstance(node, Empty):
+        return 0
+    if isinstance(node, (String, CharClass)):
+        return 1
+    if isinstance(node, Concat):
+        return sum(nfa_size(x) for x in node.items)
+    if isinstance(node, Alternation):
+        return sum(nfa_size(x) for x in node.items) + 1
+    if isinstance(node, Repeat):
+        e = nfa_size(node.item)
+        if node.max is None:
+            return max(node.min, 1) * e + 1
+        return node.min * e + (node.max - node.min) * (e + 1)
+    raise TypeError(f"not a regex AST node: {node!r}")
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.kind: list[int] = []
+        self.eps: list[list[int]] = []
+        self.node: list[int] = []
+        self.next: list[int] = []
+        self.pool: list[tuple[tuple[int, int, int], ...]] = []
+        self.roots: dict[iv.Ranges, int] = {}
+        self.string_roots: dict[str, int] = {}
+        self.ranges: set[tuple[int, int]] = set()
+        self.string_bytes: set[int] = set()
+
+    def new(self, kind: int, node: int = -1, nxt: int = -1) -> int:
+        self.kind.append(kind)
+        self.eps.append([])
+        self.node.append(node)
+        self.next.append(nxt)
+        return len(self.kind) - 1
+
+    def dag_root(self, ranges: iv.Ranges) -> int:
+        root = self.roots.get(ranges)
+        if root is None:
+            dag = byte_dag(ranges)
+            root = len(self.pool)
+            self.pool.extend(
+                tuple((lo, hi, -1 if c < 0 else c + root) for lo, hi, c in moves)
+                for moves in dag.nodes
+            )
+            self.roots[ranges] = root
+            self.ranges.update(_dag_ranges(ranges))
+        return root
+
+    def string_root(self, text: str) -> int:
+        """A chain of single-byte nodes spelling ``text`` in UTF-8 (no node if unencodable)."""
+        root = self.string_roots.get(text)
+        if root is None:
+            root = len(self.pool)
+            try:
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:  # a surrogate: no UTF-8 string can match
+                self.pool.append(())
+            else:
+                self.string_bytes.update(data)
+                nodes = [((b, b, k),) for k, b in enumerate(data, root + 1)]
+                nodes[-1] = ((data[-1], data[-1], -1),)
+                self.pool.extend(nodes)
+            self.string_roots[text] = root
+        return root
+
+    def consume(self, ranges: iv.Ranges, nxt: int) -> int:
+        return self.new(CONSUME, self.dag_root(ranges), nxt)
+
+    def split(self, targets: list[int]) -> int:
+        s = self.new(SPLIT)
+        self.eps[s] = targets
+        return s
+
+    def compile(self, node: Node, nxt: int) -> int:
+        """Emit states for ``node`` followed by state ``nxt``; return the entry state."""
+        if isinstance(node, Empty):
+            return nxt
+        if isinstance(node, String):
+            return self.new(CONSUME, self.string_root(node.text), nxt)
+        if isinstance(node, CharClass):
+            return self.consume(node.ranges, nxt)
+        if isinstance(node, Concat):
+            for item in reversed(node.items):
+                nxt = self.compile(item, nxt)
+            return nxt
+        if isinstance(node, Alternation):
+            return self.split([self.compile(x, nxt) for x in node.items])
+        if isinstance(node, Repeat):
+            x, lo, hi = node.item, node.min, node.max
+            if hi is None:
+                loop = self.split([])
+                body = self.compile(x, loop)
+                self.eps[loop] = [body, nxt] if body != loop else [nxt]
+                entry = loop if lo == 0 else body
+                for _ in range(max(lo - 1, 0)):
+                    entry = self.compile(x, entry)
+                return entry
+            entry = nxt
+            for _ in range(hi - lo):
+                entry = self.split([self.compile(x, entry), nxt])
+            for _ in range(lo):
+                entry = self.compile(x, entry)
+            return entry
+        raise TypeError(f"not a regex AST node: {node!r}")
+
+
+def build_nfa(node: Node, *, max_states: int, pattern: str) -> ByteNFA:
+    """Build the trimmed byte NFA of ``node``; ``pattern`` is only used in error messages."""
+    needed = nfa_size(node) + 1
+    if needed > max_states:
+        raise RegexError(
+            f"the regex needs {needed} NFA states, more than max_nfa_states={max_states}"
+            " (counted repetitions are expanded by copying); reduce the repetition counts or"
+            " raise AutomataLimits.max_nfa_states",
+            pattern=pattern,
+        )
+    b = _Builder()
+    match = b.new(MATCH)
+    start = b.compile(node, match)
+    total = len(b.kind) + len(b.pool)
+    if total > max_states:
+        raise RegexError(
+            f"the regex needs {len(b.kind)} NFA states plus {len(b.pool)} UTF-8 nodes, more than"
+            f" max_nfa_states={max_states}; use smaller character classes or raise"
+            " AutomataLimits.max_nfa_states",
+            pattern=pattern,
+        )
+    eps = [tuple(t) for t in b.eps]
+    ranges = frozenset(b.ranges | {(x, x) for x in b.string_bytes})
+    return ByteNFA(b.kind, eps, b.node, b.next, b.pool, start, match, ranges)

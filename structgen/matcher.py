@@ -1,0 +1,208 @@
+"""`Matcher`: the per-sequence state of a constraint — masks, acceptance, rollback.
+
+The only mutable object of the runtime. It keeps the automaton state after every accepted token
+(a short history), so `rollback(n)` is O(n) and `copy()` is cheap. Nothing here raises in the
+token loop: a disallowed, out-of-range or post-termination token makes `accept_token` return
+False and leaves the matcher unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from structgen.compiler import CompiledGrammar
+
+__all__ = ["Matcher"]
+
+_TERMINATED = -2  # history marker: the EOS token was accepted
+
+
+class Matcher:
+    """Walks one sequence through a `CompiledGrammar`.
+
+    `max_rollback` bounds the history kept for `rollback` (older states are forgotten; the
+    matcher still works, it just cannot roll back past them).
+    """
+
+    __slots__ = ("_eos", "_eos_words", "_grammar", "_history", "_max_rollback", "_vocab")
+
+    def __init__(self, grammar: CompiledGrammar, *, max_rollback: int = 4096) -> None:
+        if not isinstance(grammar, CompiledGrammar):
+            raise TypeError(
+                f"Matcher needs a CompiledGrammar (from Compiler), got {type(grammar).__name__}"
+            )
+        self._grammar = grammar
+        self._vocab = grammar.vocab
+        self._eos = frozenset(self._vocab.eos_token_ids)
+        self._max_rollback = max(1, int(max_rollback))
+        self._history: list[int] = [grammar.initial_state]
+        words = np.zeros((self._vocab.size + 31) // 32, dtype=np.int32)
+        for e in self._eos:
+            words[e >> 5] |= np.int32(np.uint32(1 << (e & 31)).view(np.int32))
+        self._eos_words = words
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def grammar(self) -> CompiledGrammar:
+        return self._grammar
+
+    @property
+    def _state(self) -> int:
+        return self._history[-1]
+
+    def is_terminated(self) -> bool:
+        """True once an EOS token has been accepted."""
+        return self._state == _TERMINATED
+
+    def can_terminate(self) -> bool:
+        """True when the output so far is complete: an EOS token is allowed now."""
+        state = self._state
+        return state == _TERMINATED or self._grammar.is_accepting(state)
+
+    # ------------------------------------------------------------------ masks
+
+    def allowed_mask(self) -> npt.NDArray[np.int32]:
+        """The packed int32 mask [ceil(size/32)] of the tokens allowed now (EOS included)."""
+        state = self._state
+        if state == _TERMINATED:
+            return self._eos_words.copy()
+        words = self._grammar.token_mask(state)
+        if self._grammar.is_accepting(state):
+            return words | self._eos_words
+        return words.copy()
+
+    def fill_bitmask(self, bitmask: Any, row: int = 0) -> None:
+        """Write the allowed tokens into `bitmask[row]` (numpy or torch int32, any device)."""
+        words = self.allowed_mask()
+        if isinstance(bitmask, np.ndarray):
+            target = bitmask[row]
+            width = min(len(target), len(words))
+            target[:width] = words[:width]
+            target[width:] = 0
+            return
+        import torch
+
+        source = torch.from_numpy(words)
+        target = bitmask[row]
+        width = min(int(target.shape[0]), len(words))
+        target[:width].copy_(source[:width], non_blocking=False)
+        if width < target.shape[0]:
+            target[width:].zero_()
+
+    def is_allowed(self, token_id: int) -> bool:
+        """Whether `token_id` would be accepted now (the matcher is not changed)."""
+        return self._next_state(token_id) is not None
+
+    # ------------------------------------------------------------------ advancing
+
+    def _next_state(self, token_id: int) -> int | None:
+        state = self._state
+        if state == _TERMINATED:
+            return None
+        if not isinstance(token_id, (int, np.integer)) or not 0 <= token_id < self._vocab.size:
+            return None
+        if token_id in self._eos:
+            return _TERMINATED if self._grammar.is_accepting(state) else None
+        data = self._vocab.token_bytes(int(token_id))
+        if not data:
+            return None
+        nxt = self._grammar.advance(state, data)
+        return None if nxt < 0 else nxt
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by one token; False (and no change) when it is not allowed."""
+        nxt = self._next_state(token_id)
+        if nxt is None:
+            return False
+        self._push(nxt)
+        return True
+
+    def accept_tokens(self, token_ids: Any) -> int:
+        """Accept tokens in order until one is refused; returns how many were accepted."""
+        count = 0
+        for token_id in token_ids:
+            if not self.accept_token(int(token_id)):
+                break
+            count += 1
+        return count
+
+    def accept_bytes(self, data: bytes) -> bool:
+        """Advance by raw bytes (e.g. text the user forces); False and no change if refused."""
+        state = self._state
+        if state == _TERMINATED:
+            return False
+        nxt = self._grammar.advance(state, data)
+        if nxt < 0:
+            return False
+        self._push(nxt)
+        return True
+
+    def _push(self, state: int) -> None:
+        self._history.append(state)
+        if len(self._history) > self._max_rollback + 1:
+            del self._history[0]
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` accepted tokens (ValueError if fewer are remembered)."""
+        if n < 0 or n > len(self._history) - 1:
+            raise ValueError(
+                f"cannot roll back {n} tokens: {len(self._history) - 1} are remembered "
+                f"(max_rollback={self._max_rollback})"
+            )
+        if n:
+            del self._history[-n:]
+
+    def reset(self) -> None:
+        """Back to the start of the grammar."""
+        self._history = [self._grammar.initial_state]
+
+    def copy(self) -> Matcher:
+        """An independent matcher in the same state (for beams and speculation)."""
+        clone = Matcher.__new__(Matcher)
+        clone._grammar = self._grammar
+        clone._vocab = self._vocab
+        clone._eos = self._eos
+        clone._eos_words = self._eos_words
+        clone._max_rollback = self._max_rollback
+        clone._history = list(self._history)
+        return clone
+
+    # ------------------------------------------------------------------ jump forward
+
+    def forced_bytes(self) -> bytes:
+        """Bytes that every valid continuation starts with (empty when the model has a choice)."""
+        state = self._state
+        if state == _TERMINATED:
+            return b""
+        return self._grammar.forced_bytes(state)
+
+    def forced_tokens(self) -> list[int]:
+        """Tokens that spell the forced continuation, safe to feed without sampling.
+
+        The forced bytes are split greedily into the longest vocabulary tokens. The last piece is
+        left out when a longer token starting with it exists (the model may prefer a token that
+        crosses the end of the forced text), so the result never pins a tokenization the model
+        could have improved on.
+        """
+        forced = self.forced_bytes()
+        trie = self._vocab.trie
+        tokens: list[int] = []
+        pos = 0
+        while pos < len(forced):
+            found = trie.longest_token_prefix(forced[pos:])
+            if found is None:
+                break
+            token_id, length = found
+            if pos + length == len(forced) and trie.has_longer_token_with_prefix(forced[pos:]):
+                break
+            tokens.append(token_id)
+            pos += length
+        return tokens
+
+    def __repr__(self) -> str:
+        state = "terminated" if self.is_terminated() else f"state={self._state}"
+        return f"Matcher({self._grammar!r}, {state}, accepted={len(self._history) - 1})"
