@@ -20,6 +20,8 @@ import numpy.typing as npt
 from structgen import automata
 from structgen.automata import AutomataLimits
 from structgen.errors import StructgenError
+from structgen.grammar.engine import GrammarEngine
+from structgen.grammar.ir import Grammar
 from structgen.masks import TokenMaskWalker
 from structgen.vocab import Vocabulary
 
@@ -47,51 +49,33 @@ class CompileLimits:
         )
 
 
-class CompiledGrammar:
-    """A constraint compiled against one vocabulary: an automaton plus its token-mask cache.
+class _RegexEngine:
+    """A single lazy DFA: states are DFA state ids."""
 
-    Create `Matcher(compiled)` objects from it, one per sequence.
-    """
-
-    __slots__ = ("_dfa", "_walker", "fingerprint", "kind", "source", "vocab")
-
-    def __init__(
-        self, vocab: Vocabulary, dfa: Any, *, kind: str, source: str, limits: CompileLimits
-    ) -> None:
-        self.vocab = vocab
-        self.kind = kind
-        self.source = source
+    def __init__(self, vocab: Vocabulary, dfa: Any, *, max_cached_masks: int) -> None:
         self._dfa = dfa
-        self._walker = TokenMaskWalker(vocab, dfa, max_cached_masks=limits.max_cached_masks)
-        digest = hashlib.sha256(
-            f"{_COMPILER_VERSION}\0{kind}\0{dfa.fingerprint}\0{vocab.fingerprint}".encode()
-        )
-        self.fingerprint = digest.hexdigest()
-
-    # The engine interface the Matcher drives (states are DFA state ids).
+        self._walker = TokenMaskWalker(vocab, dfa, max_cached_masks=max_cached_masks)
+        self.fingerprint = dfa.fingerprint
 
     @property
     def initial_state(self) -> int:
         return int(self._dfa.start)
 
-    def advance(self, state: int, data: bytes) -> int:
-        """State after reading `data` from `state`; -1 when it dies."""
+    def advance(self, state: int, data: bytes) -> int | None:
         dfa = self._dfa
         for byte in data:
             state = int(dfa.next_state(state, byte))
             if state < 0:
-                return -1
+                return None
         return state
 
     def is_accepting(self, state: int) -> bool:
         return bool(self._dfa.is_accepting(state))
 
     def token_mask(self, state: int) -> npt.NDArray[np.int32]:
-        """Packed mask of the text tokens allowed in `state` (EOS not included)."""
         return self._walker.mask(state)
 
     def forced_bytes(self, state: int, limit: int = 4096) -> bytes:
-        """The bytes every continuation from `state` starts with (empty when there is a choice)."""
         out = bytearray()
         dfa = self._dfa
         while len(out) < limit and not dfa.is_accepting(state):
@@ -101,6 +85,48 @@ class CompiledGrammar:
             out.append(int(alive[0]))
             state = int(dfa.next_state(state, int(alive[0])))
         return bytes(out)
+
+
+class CompiledGrammar:
+    """A constraint compiled against one vocabulary: an engine plus its token-mask caches.
+
+    Create `Matcher(compiled)` objects from it, one per sequence. The engine is a lazy DFA for
+    regular constraints (regex, choice) or the Earley-based engine for context-free ones; both
+    expose the same small interface (states are opaque to the Matcher).
+    """
+
+    __slots__ = ("_engine", "fingerprint", "kind", "source", "vocab")
+
+    def __init__(self, vocab: Vocabulary, engine: Any, *, kind: str, source: str) -> None:
+        self.vocab = vocab
+        self.kind = kind
+        self.source = source
+        self._engine = engine
+        digest = hashlib.sha256(
+            f"{_COMPILER_VERSION}\0{kind}\0{engine.fingerprint}\0{vocab.fingerprint}".encode()
+        )
+        self.fingerprint = digest.hexdigest()
+
+    @property
+    def initial_state(self) -> Any:
+        return self._engine.initial_state
+
+    def advance(self, state: Any, data: bytes) -> Any:
+        """State after reading `data` from `state`; None when the constraint rejects it."""
+        return self._engine.advance(state, data)
+
+    def is_accepting(self, state: Any) -> bool:
+        return bool(self._engine.is_accepting(state))
+
+    def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
+        """Packed mask of the text tokens allowed in `state` (EOS not included)."""
+        mask: npt.NDArray[np.int32] = self._engine.token_mask(state)
+        return mask
+
+    def forced_bytes(self, state: Any, limit: int = 4096) -> bytes:
+        """The bytes every continuation from `state` starts with (empty when there is a choice)."""
+        forced: bytes = self._engine.forced_bytes(state, limit)
+        return forced
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CompiledGrammar) and other.fingerprint == self.fingerprint
@@ -136,8 +162,10 @@ class Compiler:
         key = ("regex", pattern, ignore_case, dotall)
         return self._cached(
             key,
-            lambda: automata.compile_regex(
-                pattern, ignore_case=ignore_case, dotall=dotall, limits=self.limits.automata()
+            lambda: self._dfa_engine(
+                automata.compile_regex(
+                    pattern, ignore_case=ignore_case, dotall=dotall, limits=self.limits.automata()
+                )
             ),
             kind="regex",
             source=pattern,
@@ -151,9 +179,41 @@ class Compiler:
         key = ("choice", encoded)
         return self._cached(
             key,
-            lambda: automata.alternatives(list(encoded), limits=self.limits.automata()),
+            lambda: self._dfa_engine(
+                automata.alternatives(list(encoded), limits=self.limits.automata())
+            ),
             kind="choice",
             source=repr(list(options)),
+        )
+
+    def grammar(self, lark_text: str, *, start: str = "start") -> CompiledGrammar:
+        """A context-free constraint written in Lark's grammar language."""
+        from structgen.grammar.lark_frontend import lark_to_ir
+
+        key = ("grammar", lark_text, start)
+        return self._cached(
+            key,
+            lambda: self._cfg_engine(lark_to_ir(lark_text, start)),
+            kind="grammar",
+            source=lark_text,
+        )
+
+    def grammar_ir(self, grammar: Grammar) -> CompiledGrammar:
+        """A context-free constraint from the IR (what the JSON Schema frontend builds)."""
+        key = ("ir", grammar.fingerprint())
+        return self._cached(
+            key, lambda: self._cfg_engine(grammar), kind="grammar", source=f"<IR {grammar.start}>"
+        )
+
+    def _dfa_engine(self, dfa: Any) -> _RegexEngine:
+        return _RegexEngine(self.vocab, dfa, max_cached_masks=self.limits.max_cached_masks)
+
+    def _cfg_engine(self, grammar: Grammar) -> GrammarEngine:
+        return GrammarEngine(
+            grammar,
+            self.vocab,
+            limits=self.limits.automata(),
+            max_cached_masks=self.limits.max_cached_masks,
         )
 
     def _cached(
@@ -165,9 +225,7 @@ class Compiler:
             if hit is not None:
                 _CACHE.move_to_end(full_key)
                 return hit
-        compiled = CompiledGrammar(
-            self.vocab, build(), kind=kind, source=source, limits=self.limits
-        )
+        compiled = CompiledGrammar(self.vocab, build(), kind=kind, source=source)
         with _CACHE_LOCK:
             compiled = _CACHE.setdefault(full_key, compiled)
             _CACHE.move_to_end(full_key)

@@ -17,7 +17,7 @@ from structgen.compiler import CompiledGrammar
 
 __all__ = ["Matcher"]
 
-_TERMINATED = -2  # history marker: the EOS token was accepted
+_TERMINATED: Any = object()  # history marker: the EOS token was accepted
 
 
 class Matcher:
@@ -38,7 +38,7 @@ class Matcher:
         self._vocab = grammar.vocab
         self._eos = frozenset(self._vocab.eos_token_ids)
         self._max_rollback = max(1, int(max_rollback))
-        self._history: list[int] = [grammar.initial_state]
+        self._history: list[Any] = [grammar.initial_state]
         words = np.zeros((self._vocab.size + 31) // 32, dtype=np.int32)
         for e in self._eos:
             words[e >> 5] |= np.int32(np.uint32(1 << (e & 31)).view(np.int32))
@@ -51,24 +51,24 @@ class Matcher:
         return self._grammar
 
     @property
-    def _state(self) -> int:
+    def _state(self) -> Any:
         return self._history[-1]
 
     def is_terminated(self) -> bool:
         """True once an EOS token has been accepted."""
-        return self._state == _TERMINATED
+        return self._state is _TERMINATED
 
     def can_terminate(self) -> bool:
         """True when the output so far is complete: an EOS token is allowed now."""
         state = self._state
-        return state == _TERMINATED or self._grammar.is_accepting(state)
+        return state is _TERMINATED or self._grammar.is_accepting(state)
 
     # ------------------------------------------------------------------ masks
 
     def allowed_mask(self) -> npt.NDArray[np.int32]:
         """The packed int32 mask [ceil(size/32)] of the tokens allowed now (EOS included)."""
         state = self._state
-        if state == _TERMINATED:
+        if state is _TERMINATED:
             return self._eos_words.copy()
         words = self._grammar.token_mask(state)
         if self._grammar.is_accepting(state):
@@ -99,9 +99,9 @@ class Matcher:
 
     # ------------------------------------------------------------------ advancing
 
-    def _next_state(self, token_id: int) -> int | None:
+    def _next_state(self, token_id: int) -> Any:
         state = self._state
-        if state == _TERMINATED:
+        if state is _TERMINATED:
             return None
         if not isinstance(token_id, (int, np.integer)) or not 0 <= token_id < self._vocab.size:
             return None
@@ -110,8 +110,7 @@ class Matcher:
         data = self._vocab.token_bytes(int(token_id))
         if not data:
             return None
-        nxt = self._grammar.advance(state, data)
-        return None if nxt < 0 else nxt
+        return self._grammar.advance(state, data)
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) when it is not allowed."""
@@ -133,15 +132,15 @@ class Matcher:
     def accept_bytes(self, data: bytes) -> bool:
         """Advance by raw bytes (e.g. text the user forces); False and no change if refused."""
         state = self._state
-        if state == _TERMINATED:
+        if state is _TERMINATED:
             return False
         nxt = self._grammar.advance(state, data)
-        if nxt < 0:
+        if nxt is None:
             return False
         self._push(nxt)
         return True
 
-    def _push(self, state: int) -> None:
+    def _push(self, state: Any) -> None:
         self._history.append(state)
         if len(self._history) > self._max_rollback + 1:
             del self._history[0]
@@ -176,7 +175,7 @@ class Matcher:
     def forced_bytes(self) -> bytes:
         """Bytes that every valid continuation starts with (empty when the model has a choice)."""
         state = self._state
-        if state == _TERMINATED:
+        if state is _TERMINATED:
             return b""
         return self._grammar.forced_bytes(state)
 

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
 from structgen.errors import LimitExceededError
 
-__all__ = ["ByteDFA", "byte_classes_from_ranges"]
+__all__ = ["ByteDFA", "UnionSource", "byte_classes_from_ranges"]
 
 IntArray = npt.NDArray[np.int32]
 _DEAD_ROW: IntArray = np.full(256, -1, dtype=np.int32)
@@ -151,6 +151,10 @@ class ByteDFA:
     def is_accepting(self, state: int) -> bool:
         """Whether the input read so far is in the language."""
         return state >= 0 and bool(self._accepting[state])
+
+    def key_of(self, state: int) -> Hashable:
+        """The source's key of ``state`` (e.g. the component states of a union or product)."""
+        return self._keys[state]
 
     def is_live(self, state: int) -> bool:
         """Whether some continuation from ``state`` is accepted (true for every id but an
@@ -493,4 +497,61 @@ class ProductSource(_Source):
         for c, pair in self.successors(key):
             if self.is_live(pair):
                 out[c] = intern(pair)
+        return out
+
+
+# ---------------------------------------------------------------------- tagged union source
+
+
+class UnionSource(_Source):
+    """The union of several ``ByteDFA``s run side by side; states are tuples of their states.
+
+    A grammar's lexer needs to know *which* terminals accept a lexeme, not only that one does,
+    so the key keeps every component's state (-1 once that component died). A tuple state is
+    live whenever one component is, because each component's live states can reach acceptance.
+    """
+
+    def __init__(self, parts: Sequence[ByteDFA]) -> None:
+        self.parts = list(parts)
+        if self.parts:
+            stacked = np.stack([p.byte_classes.astype(np.int64) for p in self.parts], axis=1)
+            _, inverse = np.unique(stacked, axis=0, return_inverse=True)
+            # renumber in order of smallest byte so byte 0 is class 0
+            order: dict[int, int] = {}
+            classes = np.empty(256, dtype=np.uint8)
+            for byte, cls in enumerate(np.asarray(inverse).reshape(-1).tolist()):
+                classes[byte] = order.setdefault(cls, len(order))
+            self.byte_classes = classes
+        else:
+            self.byte_classes = np.zeros(256, dtype=np.uint8)
+        self.num_classes = int(self.byte_classes.max()) + 1
+        reps = np.zeros(self.num_classes, dtype=np.int64)
+        for byte in range(255, -1, -1):
+            reps[self.byte_classes[byte]] = byte
+        self.reps = reps
+
+    def start_key(self) -> tuple[int, ...]:
+        return tuple(p.start if p.is_live(p.start) else -1 for p in self.parts)
+
+    def start_is_live(self) -> bool:
+        return any(s >= 0 for s in self.start_key())
+
+    def is_accepting(self, key: tuple[int, ...]) -> bool:
+        return any(s >= 0 and p.is_accepting(s) for p, s in zip(self.parts, key))
+
+    def accepted(self, key: tuple[int, ...]) -> tuple[int, ...]:
+        """Indices of the components that accept in ``key``."""
+        return tuple(
+            i for i, (p, s) in enumerate(zip(self.parts, key)) if s >= 0 and p.is_accepting(s)
+        )
+
+    def expand(self, key: tuple[int, ...], intern: Callable[[Hashable], int]) -> list[int]:
+        columns = [
+            p.row(s)[self.reps].tolist() if s >= 0 else None for p, s in zip(self.parts, key)
+        ]
+        out = [-1] * self.num_classes
+        for c in range(self.num_classes):
+            target = tuple(col[c] if col is not None else -1 for col in columns)
+            if any(t >= 0 for t in target):
+                out[c] = intern(target)
         return out

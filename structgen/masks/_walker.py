@@ -25,10 +25,15 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen.masks._bitmask import pack_bool_mask
+from structgen.masks._kernel import NativeWalk, native_available
 from structgen.vocab import Vocabulary
 
 __all__ = ["ByteAutomaton", "TokenClasses", "TokenMaskWalker", "token_classes"]
 
+_DEDUPE_AFTER = 2  # walks on identity classes before grouping tokens by byte classes
+_SCATTER_REPS = 512  # few allowed tokens: set their bits directly instead of packing all
+_SCATTER_TOKENS = 4096
+_FEW_FIRST_BYTES = 48
 _PYTHON_TAIL = 6  # below this many live tokens, a Python loop beats numpy call overhead
 _P1 = np.uint64(0x100000001B3)
 _P2 = np.uint64(0x9E3779B97F4A7C15)
@@ -47,37 +52,51 @@ class ByteAutomaton(Protocol):
 
 
 class TokenClasses:
-    """The vocabulary's tokens grouped by byte-class sequence for one class partition."""
+    """The vocabulary's tokens grouped into representatives for one byte-class partition.
 
-    __slots__ = ("columns", "counts", "inverse", "lengths", "num_reps", "rep_of_id", "token_ids")
+    `TokenClasses.identity(vocab)` makes every token its own representative (no set-up cost
+    beyond the trie); the constructor groups tokens by byte-class sequence.
+    """
 
-    def __init__(self, vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8]) -> None:
+    __slots__ = (
+        "_members",
+        "columns",
+        "counts",
+        "first_order",
+        "first_starts",
+        "inverse",
+        "lengths",
+        "num_reps",
+        "rep_of_id",
+        "token_ids",
+    )
+
+    def __init__(self, vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8] | None) -> None:
         trie = vocab.trie
         n = trie.num_tokens
         lengths = trie.lengths
-        classes = byte_classes.astype(np.uint64) + np.uint64(1)
-        h1 = np.zeros(n, dtype=np.uint64)
-        h2 = np.zeros(n, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for k in range(trie.max_length):
-                live = int(trie.counts[k])
-                c = classes[trie.columns[k, :live]]
-                h1[:live] = h1[:live] * _P1 + c
-                h2[:live] = h2[:live] * _P2 + c
-            h1 = h1 * _P1 + lengths.astype(np.uint64)
-        _, first, inverse = np.unique(h1, return_index=True, return_inverse=True)
-        if not np.array_equal(h2[first][inverse], h2):  # a 64-bit collision: walk every token
-            first = np.arange(n)
+        if byte_classes is None:
+            reps = np.arange(n)
             inverse = np.arange(n)
-        # Representatives ordered longest first, so live ones at column k are a prefix.
-        order = np.argsort(-lengths[first], kind="stable")
-        reps = first[order]
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        self.inverse: npt.NDArray[np.intp] = rank[inverse]
+            self.columns: npt.NDArray[np.uint8] = trie.columns
+            self._members: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = (
+                np.arange(n + 1, dtype=np.int64),
+                np.arange(n, dtype=np.int64),
+            )
+        else:
+            first, inverse = _dedupe(trie, byte_classes)
+            # Representatives ordered longest first, so live ones at column k are a prefix.
+            order = np.argsort(-lengths[first], kind="stable")
+            reps = first[order]
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            inverse = rank[inverse]
+            max_len = int(lengths[reps[0]]) if len(reps) else 0
+            self.columns = np.ascontiguousarray(trie.columns[:max_len, reps])
+            self._members = None
+        self.inverse: npt.NDArray[np.intp] = inverse
         self.lengths: npt.NDArray[np.int32] = lengths[reps]
-        max_len = int(self.lengths[0]) if len(reps) else 0
-        self.columns: npt.NDArray[np.uint8] = np.ascontiguousarray(trie.columns[:max_len, reps])
+        max_len = self.columns.shape[0]
         neg = -self.lengths.astype(np.int64)
         self.counts: npt.NDArray[np.int64] = np.searchsorted(
             neg, -np.arange(max_len + 1, dtype=np.int64), side="left"
@@ -88,6 +107,45 @@ class TokenClasses:
         #: special and padding ids, so a mask is one gather `ok[rep_of_id]`
         self.rep_of_id: npt.NDArray[np.int32] = np.full(vocab.size, len(reps), dtype=np.int32)
         self.rep_of_id[trie.ids] = self.inverse
+        # Representatives bucketed by first byte, for states that allow few first bytes.
+        first_bytes = self.columns[0] if max_len else np.zeros(0, dtype=np.uint8)
+        self.first_order: npt.NDArray[np.int64] = np.argsort(first_bytes, kind="stable")
+        self.first_starts: npt.NDArray[np.int64] = np.searchsorted(
+            first_bytes[self.first_order], np.arange(257)
+        ).astype(np.int64)
+
+    @classmethod
+    def identity(cls, vocab: Vocabulary) -> TokenClasses:
+        return cls(vocab, None)
+
+    def members(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """CSR of each representative's tokens `members[starts[r]:starts[r+1]]`."""
+        if self._members is None:
+            order = np.argsort(self.inverse, kind="stable")
+            starts = np.searchsorted(self.inverse[order], np.arange(self.num_reps + 1))
+            self._members = (starts.astype(np.int64), order.astype(np.int64))
+        return self._members
+
+
+def _dedupe(
+    trie: Any, byte_classes: npt.NDArray[np.uint8]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """(first token of each class sequence, sequence index of every token), verified."""
+    n = trie.num_tokens
+    classes = byte_classes.astype(np.uint64) + np.uint64(1)
+    h1 = np.zeros(n, dtype=np.uint64)
+    h2 = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(trie.max_length):
+            live = int(trie.counts[k])
+            c = classes[trie.columns[k, :live]]
+            h1[:live] = h1[:live] * _P1 + c
+            h2[:live] = h2[:live] * _P2 + c
+        h1 = h1 * _P1 + trie.lengths.astype(np.uint64)
+    _, first, inverse = np.unique(h1, return_index=True, return_inverse=True)
+    if not np.array_equal(h2[first][inverse], h2):  # a 64-bit collision: walk every token
+        return np.arange(n), np.arange(n)
+    return first, inverse
 
 
 _CLASS_CACHE: OrderedDict[tuple[str, bytes], TokenClasses] = OrderedDict()
@@ -95,9 +153,33 @@ _CLASS_CACHE_LOCK = threading.Lock()
 _CLASS_CACHE_SIZE = 64
 
 
-def token_classes(vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8]) -> TokenClasses:
+_NATIVE: dict[str, NativeWalk] = {}
+
+
+def native_walk(vocab: Vocabulary) -> NativeWalk | None:
+    """The C walk's token arrays for `vocab` (None when the extension is not available)."""
+    if not native_available():
+        return None
+    with _CLASS_CACHE_LOCK:
+        hit = _NATIVE.get(vocab.fingerprint)
+    if hit is None:
+        hit = NativeWalk(vocab.trie, vocab.size)
+        with _CLASS_CACHE_LOCK:
+            _NATIVE[vocab.fingerprint] = hit
+            while len(_NATIVE) > 8:
+                _NATIVE.pop(next(iter(_NATIVE)))
+    return hit
+
+
+def identity_classes(vocab: Vocabulary) -> TokenClasses:
+    """Every token its own representative (cached per vocabulary)."""
+    return token_classes(vocab, None)
+
+
+def token_classes(vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8] | None) -> TokenClasses:
     """`TokenClasses` for a partition, cached per (vocabulary, partition) across automata."""
-    key = (vocab.fingerprint, np.ascontiguousarray(byte_classes, dtype=np.uint8).tobytes())
+    raw = b"" if byte_classes is None else np.ascontiguousarray(byte_classes, np.uint8).tobytes()
+    key = (vocab.fingerprint, raw)
     with _CLASS_CACHE_LOCK:
         hit = _CLASS_CACHE.get(key)
         if hit is not None:
@@ -111,6 +193,11 @@ def token_classes(vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8]) -> Tok
     return built
 
 
+def _frozen(words: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    words.setflags(write=False)
+    return words
+
+
 class TokenMaskWalker:
     """Packed token masks of one automaton's states over one vocabulary, cached per state."""
 
@@ -118,13 +205,24 @@ class TokenMaskWalker:
         self.vocab = vocab
         self.dfa = dfa
         self._classes: TokenClasses | None = None
+        self._walks = 0
         self._cache: OrderedDict[int, npt.NDArray[np.int32]] = OrderedDict()
         self._max_cached = max_cached_masks
+        self._boundaries: dict[int, list[tuple[int, int, npt.NDArray[np.int64]]]] = {}
+        self._events: dict[int, tuple[npt.NDArray[np.uint32], list[tuple[int, int, int, int]]]] = {}
         self._lock = threading.Lock()
 
     @property
     def classes(self) -> TokenClasses:
+        """Identity classes for the first walks; byte-class groups once the automaton is reused.
+
+        Grouping costs a few milliseconds per partition, so an automaton that is walked once or
+        twice (a short regex, a one-off lexer state) never pays for it.
+        """
         if self._classes is None:
+            if self._walks < _DEDUPE_AFTER:
+                self._walks += 1
+                return identity_classes(self.vocab)
             self._classes = token_classes(self.vocab, self.dfa.byte_classes)
         return self._classes
 
@@ -135,8 +233,7 @@ class TokenMaskWalker:
             if hit is not None:
                 self._cache.move_to_end(state)
                 return hit
-            packed = pack_bool_mask(self.allowed(state))
-            packed.setflags(write=False)
+            packed = _frozen(self._packed(state))
             self._cache[state] = packed
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
@@ -147,17 +244,124 @@ class TokenMaskWalker:
         classes = self.classes
         return self._walk(state, classes)[classes.rep_of_id]
 
-    def _walk(self, state: int, classes: TokenClasses) -> npt.NDArray[np.bool_]:
-        """Bool per representative: its bytes keep `state` alive to the end."""
+    def _packed(self, state: int) -> npt.NDArray[np.int32]:
+        native = native_walk(self.vocab)
+        if native is not None:
+            words, _ = native.walk(self.dfa, state)
+            return words.view(np.int32)
+        classes = self.classes
+        ok = self._walk(state, classes)
+        reps = np.flatnonzero(ok)
+        if len(reps) <= _SCATTER_REPS:
+            starts, members = classes.members()
+            sizes = starts[reps + 1] - starts[reps]
+            total = int(sizes.sum())
+            if total <= _SCATTER_TOKENS:
+                offsets = np.repeat(starts[reps] - np.cumsum(sizes) + sizes, sizes)
+                ids = classes.token_ids[members[offsets + np.arange(total)]].astype(np.int64)
+                words = np.zeros((self.vocab.size + 31) // 32, dtype=np.uint32)
+                np.bitwise_or.at(words, ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
+                return words.view(np.int32)
+        return pack_bool_mask(ok[classes.rep_of_id])
+
+    def boundary_candidates(self, state: int) -> list[tuple[int, int, npt.NDArray[np.int64]]]:
+        """Tokens whose walk from `state` dies at a byte where the automaton accepts.
+
+        Grouped as `(bytes consumed k, state before the dying byte, trie positions)`: a grammar
+        lexer can end its lexeme after `k` bytes and continue each token in the next lexeme.
+        Cached per state.
+        """
+        with self._lock:
+            hit = self._boundaries.get(state)
+        if hit is not None:
+            return hit
+        out: list[tuple[int, int, npt.NDArray[np.int64]]] = []
+        classes = self.classes
+        found: list[tuple[npt.NDArray[np.int64], int, npt.NDArray[np.int32]]] = []
+        self._walk(state, classes, found)
+        if found:
+            starts, members = classes.members()
+            for reps, cut, befores in found:
+                for before in np.unique(befores).tolist():
+                    group = reps[befores == before]
+                    sizes = starts[group + 1] - starts[group]
+                    offsets = np.repeat(starts[group] - np.cumsum(sizes) + sizes, sizes)
+                    positions = members[offsets + np.arange(int(sizes.sum()))]
+                    out.append((cut, int(before), positions))
+        with self._lock:
+            self._boundaries[state] = out
+        return out
+
+    def mask_and_events(
+        self, state: int
+    ) -> tuple[npt.NDArray[np.uint32], list[tuple[int, int, int, int]]] | None:
+        """With the C walk: (inside mask, boundary events) of `state`, cached per state.
+
+        Events are `(lo, hi, cut, state before)` over the walk's lexicographic token order: the
+        tokens `[lo, hi)` die at byte `cut` where the automaton accepts. None without the C walk.
+        """
+        native = native_walk(self.vocab)
+        if native is None:
+            return None
+        with self._lock:
+            hit = self._events.get(state)
+        if hit is None:
+            words, events = native.walk(self.dfa, state, boundaries=True)
+            words.setflags(write=False)
+            hit = (words, events)
+            with self._lock:
+                self._events[state] = hit
+                while len(self._events) > self._max_cached:
+                    self._events.pop(next(iter(self._events)))
+        return hit
+
+    def first_byte_dead(self, state: int) -> npt.NDArray[np.int32]:
+        """Packed mask of the text tokens whose first byte has no transition from `state`."""
+        key = -1 - state
+        with self._lock:
+            hit = self._boundaries.get(key)
+        if hit is not None:
+            return hit  # type: ignore[return-value]
+        lut = np.zeros(257, dtype=bool)
+        lut[:256] = self.dfa.row(state) < 0
+        packed = pack_bool_mask(lut[self.vocab.trie.first_byte_of_id])
+        packed.setflags(write=False)
+        with self._lock:
+            self._boundaries[key] = packed  # type: ignore[assignment]
+        return packed
+
+    def _walk(
+        self,
+        state: int,
+        classes: TokenClasses,
+        boundaries: list[tuple[npt.NDArray[np.int64], int, npt.NDArray[np.int32]]] | None = None,
+    ) -> npt.NDArray[np.bool_]:
+        """Bool per representative: its bytes keep `state` alive to the end.
+
+        With `boundaries`, also collect `(reps, k, states before)` for representatives that die
+        at byte `k >= 1` in a state the automaton accepts in (dying at byte 0 is the caller's
+        business: it depends only on `state`).
+        """
         dfa = self.dfa
+        accepting = dfa.accepting if boundaries is not None else None
         ok = np.zeros(classes.num_reps + 1, dtype=bool)  # last slot: never allowed (specials)
         if classes.num_reps == 0:
             return ok
         columns = classes.columns
         counts = classes.counts
-        states = dfa.row(state)[columns[0]]
-        idx = np.flatnonzero(states >= 0)
-        states = states[idx]
+        row = dfa.row(state)
+        first_ok = np.flatnonzero(row >= 0)
+        if len(first_ok) <= _FEW_FIRST_BYTES:
+            # Few first bytes survive: take their buckets instead of gathering every token.
+            starts = classes.first_starts
+            order = classes.first_order
+            buckets = [order[starts[b] : starts[b + 1]] for b in first_ok.tolist()]
+            idx = np.sort(np.concatenate(buckets)) if buckets else np.zeros(0, dtype=np.int64)
+            states = row[columns[0, idx]]
+        else:
+            states = row[columns[0]]
+            idx = np.flatnonzero(states >= 0)
+            states = states[idx]
         k = 1
         # idx stays sorted and representatives are sorted longest first, so the ones that end
         # at column k are a suffix of idx: a searchsorted splits them off without a mask.
@@ -176,6 +380,12 @@ class TokenMaskWalker:
                 table = dfa.table
                 nxt = table[states, columns[k, idx]]
             alive = nxt >= 0
+            if boundaries is not None and not alive.all():
+                accepting = dfa.accepting
+                died = ~alive
+                from_accepting = accepting[states[died]]
+                if from_accepting.any():
+                    boundaries.append((idx[died][from_accepting], k, states[died][from_accepting]))
             idx = idx[alive]
             states = nxt[alive]
             k += 1
@@ -184,9 +394,14 @@ class TokenMaskWalker:
         for rep, current in zip(idx.tolist(), states.tolist()):
             s = current
             for pos in range(k, int(lengths[rep])):
-                s = int(dfa.next_state(s, int(columns[pos, rep])))
-                if s < 0:
+                nxt_s = int(dfa.next_state(s, int(columns[pos, rep])))
+                if nxt_s < 0:
+                    if boundaries is not None and dfa.is_accepting(s):
+                        boundaries.append(
+                            (np.array([rep], dtype=np.int64), pos, np.array([s], dtype=np.int32))
+                        )
                     break
+                s = nxt_s
             else:
                 ok[rep] = True
         return ok

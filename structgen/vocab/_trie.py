@@ -11,6 +11,7 @@ See docs/design/token-masks.md.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +22,20 @@ __all__ = ["TokenTrie"]
 class TokenTrie:
     """Column-major token bytes of every text-matching token, longest tokens first."""
 
-    __slots__ = ("ids", "lengths", "columns", "counts", "_sorted", "_sorted_ids")
+    __slots__ = (
+        "_blob",
+        "_data",
+        "_lex",
+        "_offsets",
+        "_sorted",
+        "_sorted_ids",
+        "columns",
+        "counts",
+        "first_byte_of_id",
+        "ids",
+        "lengths",
+        "position_of_id",
+    )
 
     def __init__(
         self,
@@ -44,6 +58,10 @@ class TokenTrie:
             neg, -np.arange(max_len, dtype=np.int64), side="left"
         ).astype(np.int64)
         data = np.frombuffer(blob, dtype=np.uint8)
+        self._data = data
+        self._blob = blob
+        self._offsets = offsets
+        self._lex: dict[str, npt.NDArray[Any]] | None = None
         starts = offsets[self.ids].astype(np.int64)
         columns = np.zeros((max_len, len(self.ids)), dtype=np.uint8)
         for k in range(max_len):
@@ -55,6 +73,16 @@ class TokenTrie:
             arr.setflags(write=False)
         self._sorted: list[bytes] | None = None
         self._sorted_ids: list[int] | None = None
+        #: position of every token id in `ids` (-1 for special and padding ids)
+        pos = np.full(len(special), -1, dtype=np.int64)
+        pos[self.ids] = np.arange(len(self.ids))
+        self.position_of_id: npt.NDArray[np.int64] = pos
+        #: first byte of every token id; 256 for special and padding ids
+        first = np.full(len(special), 256, dtype=np.int16)
+        if len(self.ids):
+            first[self.ids] = columns[0]
+        self.first_byte_of_id: npt.NDArray[np.int16] = first
+        self.first_byte_of_id.setflags(write=False)
 
     @property
     def num_tokens(self) -> int:
@@ -73,12 +101,63 @@ class TokenTrie:
 
     def _lexicographic(self) -> tuple[list[bytes], list[int]]:
         if self._sorted is None or self._sorted_ids is None:
+            blob = self._blob
+            starts = self._offsets[self.ids].tolist()
             pairs = sorted(
-                (self.token_bytes_at(i), int(self.ids[i])) for i in range(self.num_tokens)
+                (blob[start : start + length], token_id)
+                for start, length, token_id in zip(starts, self.lengths.tolist(), self.ids.tolist())
             )
             self._sorted_ids = [p[1] for p in pairs]
             self._sorted = [p[0] for p in pairs]
         return self._sorted, self._sorted_ids
+
+    def lexicographic_arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """Tokens in byte order with their common-prefix lengths: the flat trie of the C walk.
+
+        Keys: `ids`, `offsets` (into `blob`), `lengths`, `lcp` (prefix shared with the previous
+        token), `blob` (the token bytes in this order), `skip0` (end of each first-byte bucket).
+        """
+        if self._lex is None:
+            # Row-major padded bytes, sorted as fixed-width byte strings: lexicographic order
+            # (ties between "a" and "a\x00" are harmless: the walk only needs true lcps).
+            matrix = np.ascontiguousarray(self.columns.T)
+            width = max(matrix.shape[1], 1)
+            if matrix.shape[1] == 0:
+                matrix = np.zeros((len(self.ids), 1), dtype=np.uint8)
+            order = np.argsort(matrix.view(f"S{width}").ravel(), kind="stable")
+            rows = matrix[order]
+            ids = self.ids[order].astype(np.int32)
+            lengths = self.lengths[order].astype(np.int32)
+            lcp = np.zeros(len(ids), dtype=np.int32)
+            if len(ids) > 1:
+                active = np.arange(1, len(ids))  # tokens whose prefix still equals the previous
+                for k in range(rows.shape[1]):
+                    active = active[rows[active, k] == rows[active - 1, k]]
+                    if not len(active):
+                        break
+                    lcp[active] += 1
+                np.minimum(lcp[1:], np.minimum(lengths[1:], lengths[:-1]), out=lcp[1:])
+            # A copy of the bytes in walk order, so the walk reads memory sequentially.
+            offsets = np.zeros(len(ids), dtype=np.int64)
+            if len(ids):
+                offsets[1:] = np.cumsum(lengths[:-1], dtype=np.int64)
+            inside = np.arange(rows.shape[1])[None, :] < lengths[:, None]
+            blob = np.ascontiguousarray(rows[inside])
+            # skip0[i]: the first token after i whose first byte differs (end of i's bucket).
+            first = rows[:, 0] if len(ids) else np.zeros(0, dtype=np.uint8)
+            change = np.flatnonzero(np.diff(first.astype(np.int16)) != 0) + 1
+            ends = np.append(change, len(ids)).astype(np.int64)
+            sizes = np.diff(np.insert(ends, 0, 0)).astype(np.int64)
+            skip0 = np.repeat(ends, sizes).astype(np.int64)
+            self._lex = {
+                "ids": ids,
+                "offsets": offsets,
+                "lengths": lengths,
+                "lcp": lcp,
+                "blob": blob,
+                "skip0": skip0,
+            }
+        return self._lex
 
     def longest_token_prefix(self, data: bytes) -> tuple[int, int] | None:
         """(token id, length) of the longest token that is a prefix of `data`, if any."""

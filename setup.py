@@ -1,0 +1,14 @@
+"""Build the optional C trie walk; everything else is configured in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "structgen.masks._native",
+            sources=["structgen/masks/_native.c"],
+            extra_compile_args=["-O3"],
+            optional=True,  # without a C compiler structgen falls back to its numpy walker
+        )
+    ]
+)

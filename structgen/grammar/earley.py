@@ -1,0 +1,171 @@
+"""An incremental, persistent Earley recogniser over terminal symbols.
+
+Any context-free grammar works — ambiguous, left- or right-recursive, with empty rules — which
+is why structgen uses Earley rather than LR. Each `EarleySet` is immutable once built and points
+at the sets its items started in, so a parse state is just a reference to its latest set: copying
+a matcher or rolling it back costs nothing. Scanning the same terminals from the same set returns
+the same child set (memoised weakly), so sequences that share a prefix share their parse.
+
+Empty rules follow Aycock & Horspool: predicting a nullable nonterminal also advances over it.
+See docs/design/context-free.md.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from structgen.errors import GrammarError
+from structgen.grammar.ir import Grammar
+
+__all__ = ["EarleyGrammar", "EarleySet"]
+
+Item = tuple[int, int, "EarleySet"]  # (rule id, dot position, origin set)
+
+
+class EarleyGrammar:
+    """The IR grammar with symbols numbered: terminals `0..T-1`, nonterminals `T..`.
+
+    Unproductive rules (ones that can never derive a terminal string) are dropped so that every
+    item the parser predicts can still be completed.
+    """
+
+    def __init__(self, grammar: Grammar, *, usable_terminals: Iterable[str] | None = None) -> None:
+        names = [t.name for t in grammar.terminals]
+        if len(set(names)) != len(names):
+            raise GrammarError("terminal names must be unique")
+        self.terminal_names: list[str] = names
+        terminal_ids = {n: i for i, n in enumerate(names)}
+        usable = set(names if usable_terminals is None else usable_terminals)
+        lhs_names = sorted({r.lhs for r in grammar.rules})
+        clash = set(lhs_names) & set(names)
+        if clash:
+            raise GrammarError(f"{sorted(clash)[0]!r} is both a rule and a terminal")
+        start_name = "$start"
+        nonterminals = [start_name, *lhs_names]
+        nt_ids = {n: len(names) + i for i, n in enumerate(nonterminals)}
+        self.num_terminals = len(names)
+        self.nonterminal_names = nonterminals
+        if grammar.start not in nt_ids:
+            raise GrammarError(f"the start rule {grammar.start!r} is not defined")
+        raw: list[tuple[int, tuple[int, ...]]] = [(nt_ids[start_name], (nt_ids[grammar.start],))]
+        for rule in grammar.rules:
+            symbols: list[int] = []
+            for sym in rule.rhs:
+                if sym in terminal_ids:
+                    symbols.append(terminal_ids[sym])
+                elif sym in nt_ids:
+                    symbols.append(nt_ids[sym])
+                else:
+                    raise GrammarError(f"rule {rule.lhs!r} uses {sym!r}, which is not defined")
+            raw.append((nt_ids[rule.lhs], tuple(symbols)))
+        productive = {terminal_ids[n] for n in names if n in usable}
+        changed = True
+        while changed:
+            changed = False
+            for lhs, rhs in raw:
+                if lhs not in productive and all(s in productive for s in rhs):
+                    productive.add(lhs)
+                    changed = True
+        if nt_ids[start_name] not in productive:
+            raise GrammarError(
+                f"the grammar's language is empty: rule {grammar.start!r} derives no finite text"
+            )
+        self.rules: list[tuple[int, tuple[int, ...]]] = [
+            (lhs, rhs)
+            for lhs, rhs in raw
+            if lhs in productive and all(s in productive for s in rhs)
+        ]
+        self.start_rule = 0
+        self.by_lhs: dict[int, list[int]] = {}
+        for rid, (lhs, _) in enumerate(self.rules):
+            self.by_lhs.setdefault(lhs, []).append(rid)
+        nullable: set[int] = set()
+        changed = True
+        while changed:
+            changed = False
+            for lhs, rhs in self.rules:
+                if lhs not in nullable and all(s in nullable for s in rhs):
+                    nullable.add(lhs)
+                    changed = True
+        self.nullable = frozenset(nullable)
+
+    def is_terminal(self, symbol: int) -> bool:
+        return symbol < self.num_terminals
+
+    def initial_set(self) -> EarleySet:
+        """The parse state before any input."""
+        return EarleySet(self, [], seed=True)
+
+
+class EarleySet:
+    """One Earley item set: the parse after some terminals. Immutable once built."""
+
+    __slots__ = (
+        "__weakref__",
+        "by_next",
+        "complete",
+        "expected",
+        "grammar",
+        "memo",
+        "_children",
+    )
+
+    def __init__(
+        self, grammar: EarleyGrammar, kernel: Sequence[Item], *, seed: bool = False
+    ) -> None:
+        self.grammar = grammar
+        self.by_next: dict[int, list[Item]] = {}
+        #: per-set caches of the engine layered on top (lexer, masks); keyed freely
+        self.memo: dict[Any, Any] = {}
+        self._children: weakref.WeakValueDictionary[frozenset[int], EarleySet] = (
+            weakref.WeakValueDictionary()
+        )
+        rules = grammar.rules
+        by_lhs = grammar.by_lhs
+        nullable = grammar.nullable
+        num_terminals = grammar.num_terminals
+        seen: set[Item] = set()
+        work: list[Item] = list(kernel)
+        if seed:
+            work.append((grammar.start_rule, 0, self))
+        complete = False
+        while work:
+            item = work.pop()
+            if item in seen:
+                continue
+            seen.add(item)
+            rid, dot, origin = item
+            lhs, rhs = rules[rid]
+            if dot < len(rhs):
+                sym = rhs[dot]
+                self.by_next.setdefault(sym, []).append(item)
+                if sym >= num_terminals:
+                    for r2 in by_lhs.get(sym, ()):
+                        work.append((r2, 0, self))
+                    if sym in nullable:
+                        work.append((rid, dot + 1, origin))
+            else:
+                if rid == grammar.start_rule:
+                    complete = True
+                    continue
+                source = origin.by_next if origin is not self else self.by_next
+                for prid, pdot, porigin in list(source.get(lhs, ())):
+                    work.append((prid, pdot + 1, porigin))
+        self.complete = complete
+        self.expected = frozenset(s for s in self.by_next if s < num_terminals)
+
+    def scan(self, terminals: frozenset[int]) -> EarleySet | None:
+        """The set after reading one of `terminals` here (None if none is expected)."""
+        usable = terminals & self.expected
+        if not usable:
+            return None
+        child = self._children.get(usable)
+        if child is None:
+            kernel = [
+                (rid, dot + 1, origin) for t in usable for rid, dot, origin in self.by_next[t]
+            ]
+            child = EarleySet(self.grammar, kernel)
+            self._children[usable] = child
+        return child

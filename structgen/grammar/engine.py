@@ -1,0 +1,275 @@
+"""The context-free engine: Earley parser × terminal lexer × token masks.
+
+A parse state is `(earley_set, lexer_state, fresh)`. The lexer of an Earley set is the lazy union
+DFA of the terminals that set expects plus the `%ignore` terminals; its state says how far the
+current lexeme has got. Lexing is greedy (longest match, like Lark's standard and contextual
+lexers and llguidance): a lexeme ends only when the next byte cannot extend it.
+
+Masks split along the lexeme boundary (the lexer/parser split of DESIGN.md):
+* tokens whose bytes all stay inside the current lexeme depend on the lexer state alone: the
+  vectorised walker computes and caches them per lexer state;
+* tokens that end the lexeme part-way (the walk dies at a byte where the lexer accepts) are few;
+  each is finished in Python through the parser, and the result is cached on the Earley set.
+See docs/design/context-free.md.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from structgen.automata import AutomataLimits, ByteDFA, compile_ast
+from structgen.automata.dfa import UnionSource
+from structgen.grammar.earley import EarleyGrammar, EarleySet
+from structgen.grammar.ir import Grammar
+from structgen.masks import TokenMaskWalker, pack_bool_mask
+from structgen.masks._walker import native_walk
+from structgen.vocab import Vocabulary
+
+__all__ = ["GrammarEngine", "ParseState"]
+
+ParseState = tuple[EarleySet, int, bool]
+
+
+class _Lexer:
+    """The union DFA of one set of terminals, with its token-mask walker."""
+
+    __slots__ = ("dfa", "ignore", "source", "terminals", "walker")
+
+    def __init__(
+        self,
+        terminals: tuple[int, ...],
+        parts: list[ByteDFA],
+        ignore: frozenset[int],
+        vocab: Vocabulary,
+        limits: AutomataLimits,
+        max_cached_masks: int,
+    ) -> None:
+        self.terminals = terminals
+        self.source = UnionSource(parts)
+        self.dfa = ByteDFA(self.source, fingerprint=f"lexer:{terminals}", limits=limits)
+        self.ignore = ignore
+        self.walker = TokenMaskWalker(vocab, self.dfa, max_cached_masks=max_cached_masks)
+
+    def accepted(self, state: int) -> frozenset[int]:
+        key = self.dfa.key_of(state)
+        return frozenset(self.terminals[i] for i in self.source.accepted(key))  # type: ignore[arg-type]
+
+
+class GrammarEngine:
+    """Runs an IR `Grammar` against a vocabulary (the engine behind `Compiler.grammar`)."""
+
+    def __init__(
+        self,
+        grammar: Grammar,
+        vocab: Vocabulary,
+        *,
+        limits: AutomataLimits,
+        max_cached_masks: int = 4096,
+    ) -> None:
+        self.vocab = vocab
+        self.limits = limits
+        self.max_cached_masks = max_cached_masks
+        self.terminal_dfas = [
+            compile_ast(t.pattern, limits=limits, pattern=f"terminal {t.name}")
+            for t in grammar.terminals
+        ]
+        usable = [t.name for t, d in zip(grammar.terminals, self.terminal_dfas) if not d.is_empty]
+        self.parser = EarleyGrammar(grammar, usable_terminals=usable)
+        names = self.parser.terminal_names
+        self.ignore = frozenset(names.index(n) for n in grammar.ignore if n in usable)
+        self._lexers: dict[frozenset[int], _Lexer] = {}
+        self._lock = threading.RLock()
+        self._initial = self.parser.initial_set()
+        # Parse states are memoised weakly; the most recent ones are kept alive here so that the
+        # next steps of a generation find their masks and children still cached.
+        self._recent: deque[EarleySet] = deque(maxlen=2048)
+        self.fingerprint = f"{grammar.fingerprint()}"
+
+    # ------------------------------------------------------------------ lexers
+
+    def lexer(self, parse: EarleySet) -> _Lexer:
+        lexer = parse.memo.get("lexer")
+        if lexer is None:
+            wanted = parse.expected | self.ignore
+            with self._lock:
+                lexer = self._lexers.get(wanted)
+                if lexer is None:
+                    ids = tuple(sorted(wanted))
+                    lexer = _Lexer(
+                        ids,
+                        [self.terminal_dfas[i] for i in ids],
+                        self.ignore,
+                        self.vocab,
+                        self.limits,
+                        self.max_cached_masks,
+                    )
+                    self._lexers[wanted] = lexer
+            parse.memo["lexer"] = lexer
+        return lexer
+
+    # ------------------------------------------------------------------ the engine interface
+
+    @property
+    def initial_state(self) -> ParseState:
+        return (self._initial, self.lexer(self._initial).dfa.start, True)
+
+    def end_lexeme(self, parse: EarleySet, lexer_state: int) -> EarleySet | None:
+        """The parse after the current lexeme ends in `lexer_state` (None: it cannot end)."""
+        key = ("end", lexer_state)
+        accepted: frozenset[int] | None = parse.memo.get(key)
+        if accepted is None:
+            accepted = self.lexer(parse).accepted(lexer_state)
+            parse.memo[key] = accepted
+        # scan() memoises children weakly: states stay alive only while a matcher holds them.
+        result = parse.scan(accepted) if accepted else None
+        if result is None and accepted & self.ignore:
+            result = parse
+        elif result is not None:
+            self._recent.append(result)
+        return result
+
+    def advance(self, state: ParseState, data: bytes) -> ParseState | None:
+        parse, lex_state, fresh = state
+        lexer = self.lexer(parse)
+        dfa = lexer.dfa
+        for byte in data:
+            nxt = dfa.next_state(lex_state, byte)
+            if nxt < 0:
+                if fresh:
+                    return None
+                after = self.end_lexeme(parse, lex_state)
+                if after is None:
+                    return None
+                parse = after
+                lexer = self.lexer(parse)
+                dfa = lexer.dfa
+                nxt = dfa.next_state(dfa.start, byte)
+                if nxt < 0:
+                    return None
+            lex_state = nxt
+            fresh = False
+        return (parse, lex_state, fresh)
+
+    def is_accepting(self, state: ParseState) -> bool:
+        parse, lex_state, fresh = state
+        if fresh:
+            return parse.complete
+        after = self.end_lexeme(parse, lex_state)
+        return after is not None and after.complete
+
+    def token_mask(self, state: ParseState) -> npt.NDArray[np.int32]:
+        parse, lex_state, fresh = state
+        key = ("mask", lex_state, fresh)
+        cached: npt.NDArray[np.int32] | None = parse.memo.get(key)
+        if cached is not None:
+            return cached
+        walker = self.lexer(parse).walker
+        inside = walker.mask_and_events(lex_state)
+        if inside is not None:
+            mask = self._native_mask(state, inside)
+            parse.memo[key] = mask
+            return mask
+        mask = walker.mask(lex_state)
+        if not fresh:
+            after = self.end_lexeme(parse, lex_state)
+            if after is not None:
+                # The lexeme may end right here: a token whose first byte cannot extend it starts
+                # the next lexeme, so the next state's mask decides it.
+                fresh_mask = self.token_mask((after, self.lexer(after).dfa.start, True))
+                mask = mask | (fresh_mask & walker.first_byte_dead(lex_state))
+        extra: npt.NDArray[np.bool_] | None = None
+        for cut, before, positions in walker.boundary_candidates(lex_state):
+            after = self.end_lexeme(parse, before)
+            if after is None:
+                continue
+            ok = self._continue_tokens(after, positions, cut)
+            if ok:
+                if extra is None:
+                    extra = np.zeros(self.vocab.size, dtype=bool)
+                extra[self.vocab.trie.ids[ok]] = True
+        if extra is not None:
+            mask = mask | pack_bool_mask(extra)
+        mask.setflags(write=False)
+        parse.memo[key] = mask
+        return mask
+
+    def _native_mask(
+        self,
+        state: ParseState,
+        inside: tuple[npt.NDArray[np.uint32], list[tuple[int, int, int, int]]],
+    ) -> npt.NDArray[np.int32]:
+        """The mask with the C walk: inside tokens, then each boundary event's subtree walked
+        again with the next lexer (recursively), then tokens that start the next lexeme."""
+        parse, lex_state, fresh = state
+        walker = self.lexer(parse).walker
+        native = native_walk(self.vocab)
+        assert native is not None
+        words = inside[0].copy()
+        pending = [(parse, inside[1])]
+        while pending:
+            current, events = pending.pop()
+            # Events that end in the same lexer state lead to the same next parse state: walk
+            # all their subtrees with the next lexer in one call.
+            groups: dict[int, list[tuple[int, int, int]]] = {}
+            for lo, hi, cut, before in events:
+                groups.setdefault(before, []).append((lo, hi, cut))
+            for before, spans in groups.items():
+                after = self.end_lexeme(current, before)
+                if after is None:
+                    continue
+                dfa = self.lexer(after).dfa
+                _, more = native.walk(dfa, dfa.start, words=words, ranges=spans, boundaries=True)
+                if more:
+                    pending.append((after, more))
+        mask = words.view(np.int32)
+        if not fresh:
+            after = self.end_lexeme(parse, lex_state)
+            if after is not None:
+                fresh_mask = self.token_mask((after, self.lexer(after).dfa.start, True))
+                mask = mask | (fresh_mask & walker.first_byte_dead(lex_state))
+        mask.setflags(write=False)
+        return mask
+
+    def _continue_tokens(
+        self, parse: EarleySet, positions: npt.NDArray[np.int64], cut: int
+    ) -> list[int]:
+        """Trie positions whose bytes from `cut` on parse on from a fresh lexeme of `parse`.
+
+        Verdicts are memoised on the parse state per suffix: tokens that cross a boundary mostly
+        end in a few shapes (`,`, `}`, `": "`), so most lookups are hits.
+        """
+        trie = self.vocab.trie
+        memo: dict[bytes, bool] = parse.memo.setdefault("suffix", {})
+        start: ParseState = (parse, self.lexer(parse).dfa.start, True)
+        token_bytes = self.vocab.token_bytes
+        allowed: list[int] = []
+        for pos, token_id in zip(positions.tolist(), trie.ids[positions].tolist()):
+            suffix = token_bytes(token_id)[cut:]
+            verdict = memo.get(suffix)
+            if verdict is None:
+                verdict = self.advance(start, suffix) is not None
+                memo[suffix] = verdict
+            if verdict:
+                allowed.append(pos)
+        return allowed
+
+    def forced_bytes(self, state: ParseState, limit: int = 4096) -> bytes:
+        """Bytes every continuation starts with, within the current lexeme's automaton."""
+        parse, lex_state, _ = state
+        dfa = self.lexer(parse).dfa
+        out = bytearray()
+        while len(out) < limit and not dfa.is_accepting(lex_state):
+            alive = np.flatnonzero(dfa.row(lex_state) >= 0)
+            if len(alive) != 1:
+                break
+            out.append(int(alive[0]))
+            lex_state = dfa.next_state(lex_state, int(alive[0]))
+        return bytes(out)
+
+    def describe(self) -> dict[str, Any]:
+        return {"lexers": len(self._lexers), "terminals": len(self.terminal_dfas)}

@@ -1,0 +1,203 @@
+"""Random sentences of an IR grammar, for tests and fuzzing (not used at decode time).
+
+Derivations choose rule alternatives at random (near the root, alternatives with deeper minimal
+derivations are favoured so sentences are not mostly trivial); past ``max_depth`` (or once
+``max_terminals`` terminals are out) only alternatives of minimal derivation depth are taken,
+which always terminates. A terminal becomes a random string of its regular language (a walk
+over its regex AST with bounded repetition counts, preferring printable ASCII code points), and
+strings of the ``ignore`` terminals are sprinkled between terminals and around the sentence.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from structgen.automata import Alternation, CharClass, Concat, Empty, Node, Repeat, String
+from structgen.errors import GrammarError
+from structgen.grammar.ir import Grammar
+
+__all__ = ["random_string", "sample_sentences"]
+
+_INFINITE = 1 << 60
+_PRINTABLE = (0x20, 0x7E)
+_ASCII = (0x00, 0x7F)
+_BMP = (0x80, 0xFFFF)
+_SURROGATES = (0xD800, 0xDFFF)
+_MAX_CODE_POINT = 0x10FFFF
+
+
+@dataclass(frozen=True, slots=True)
+class _Alternative:
+    rhs: tuple[str, ...]
+    depth: int  # minimal depth of a derivation tree starting with this alternative
+
+
+def sample_sentences(
+    grammar: Grammar,
+    *,
+    count: int,
+    seed: int,
+    max_depth: int = 12,
+    max_terminals: int = 200,
+    ignore_rate: float = 0.25,
+) -> list[str]:
+    """``count`` random sentences of ``grammar`` (reproducible for a given ``seed``).
+
+    ``max_depth`` bounds the derivation depth of free choices and ``max_terminals`` the number
+    of terminals before the sampler only finishes what is open (both soft: the minimal
+    completion of an open derivation is still added). ``ignore_rate`` is the chance of an
+    ``ignore`` terminal's string in each gap between terminals (and before/after the sentence).
+    Raises ``GrammarError`` when a symbol is undefined or the start rule derives no sentence.
+    """
+    table = _alternatives(grammar)
+    terminals = {t.name: t.pattern for t in grammar.terminals}
+    ignores = [terminals[name] for name in grammar.ignore if name in terminals]
+    rng = random.Random(seed)
+    limits = (max_depth, max_terminals, ignore_rate)
+    return [_sentence(grammar.start, table, terminals, ignores, rng, *limits) for _ in range(count)]
+
+
+def random_string(node: Node, rng: random.Random, *, max_extra_repeats: int = 4) -> str:
+    """A random string of the regex AST's language (``re.fullmatch`` would accept it).
+
+    Unbounded or wide repetitions take their minimum plus a geometric number of extra rounds
+    (at most ``max_extra_repeats``); a character class yields printable ASCII when it can (most
+    of the time), otherwise other ASCII, BMP or any code point (never a surrogate).
+    """
+    out: list[str] = []
+    stack: list[Node] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, String):
+            out.append(item.text)
+        elif isinstance(item, CharClass):
+            out.append(chr(_random_code_point(item.ranges, rng)))
+        elif isinstance(item, Concat):
+            stack.extend(reversed(item.items))
+        elif isinstance(item, Alternation):
+            stack.append(rng.choice(item.items))
+        elif isinstance(item, Repeat):
+            times = item.min
+            extra = 0
+            while extra < max_extra_repeats and rng.random() < 0.5:
+                extra += 1
+            times += extra
+            if item.max is not None:
+                times = min(times, item.max)
+            stack.extend([item.item] * times)
+        elif not isinstance(item, Empty):
+            raise TypeError(f"unknown regex node {item!r}")
+    return "".join(out)
+
+
+# ----------------------------------------------------------------------------- derivations
+
+
+def _alternatives(grammar: Grammar) -> dict[str, list[_Alternative]]:
+    """Each rule's alternatives with their minimal derivation depth (a fixpoint)."""
+    by_lhs: dict[str, list[tuple[str, ...]]] = {}
+    for rule in grammar.rules:
+        by_lhs.setdefault(rule.lhs, []).append(rule.rhs)
+    terminal_names = {t.name for t in grammar.terminals}
+    for rule in grammar.rules:
+        for symbol in rule.rhs:
+            if symbol not in by_lhs and symbol not in terminal_names:
+                raise GrammarError(f"symbol {symbol!r} in rule {rule.lhs!r} is not defined")
+    if grammar.start not in by_lhs:
+        raise GrammarError(f"the start rule {grammar.start!r} is not defined")
+    depth = dict.fromkeys(by_lhs, _INFINITE)
+    changed = True
+    while changed:
+        changed = False
+        for lhs, options in by_lhs.items():
+            best = min(_alt_depth(rhs, depth) for rhs in options)
+            if best < depth[lhs]:
+                depth[lhs] = best
+                changed = True
+    if depth[grammar.start] >= _INFINITE:
+        raise GrammarError(f"the start rule {grammar.start!r} derives no finite sentence")
+    return {
+        lhs: [_Alternative(rhs, d) for rhs in options if (d := _alt_depth(rhs, depth)) < _INFINITE]
+        for lhs, options in by_lhs.items()
+    }
+
+
+def _alt_depth(rhs: tuple[str, ...], depth: dict[str, int]) -> int:
+    deepest = max((depth.get(symbol, 0) for symbol in rhs), default=0)
+    return _INFINITE if deepest >= _INFINITE else deepest + 1
+
+
+def _sentence(
+    start: str,
+    table: dict[str, list[_Alternative]],
+    terminals: dict[str, Node],
+    ignores: list[Node],
+    rng: random.Random,
+    max_depth: int,
+    max_terminals: int,
+    ignore_rate: float,
+) -> str:
+    pieces: list[str] = []
+    emitted = 0
+    stack: list[tuple[str, int]] = [(start, 0)]
+    while stack:
+        symbol, level = stack.pop()
+        options = table.get(symbol)
+        if options is None:  # a terminal
+            if ignores and rng.random() < ignore_rate:  # the gap before this terminal
+                pieces.append(random_string(rng.choice(ignores), rng))
+            pieces.append(random_string(terminals[symbol], rng))
+            emitted += 1
+            continue
+        least = min(option.depth for option in options)
+        if level >= max_depth or emitted >= max_terminals:
+            chosen = rng.choice([option for option in options if option.depth == least])
+        elif level < max_depth // 2:  # near the root, favour the richer (deeper) alternatives
+            weights = [1 + option.depth - least for option in options]
+            chosen = rng.choices(options, weights)[0]
+        else:
+            chosen = rng.choice(options)
+        stack.extend((child, level + 1) for child in reversed(chosen.rhs))
+    if emitted and ignores and rng.random() < ignore_rate:
+        pieces.append(random_string(rng.choice(ignores), rng))
+    return "".join(pieces)
+
+
+# ----------------------------------------------------------------------------- code points
+
+
+def _random_code_point(ranges: tuple[tuple[int, int], ...], rng: random.Random) -> int:
+    if not ranges:
+        raise ValueError("an empty character class has no strings")
+    roll = rng.random()
+    preferences = [_PRINTABLE, _ASCII, _BMP] if roll < 0.85 else [_ASCII, _BMP]
+    if roll >= 0.95:
+        preferences = [_BMP] if roll < 0.98 else []
+    for window in [*preferences, (0, _MAX_CODE_POINT)]:
+        clipped = _clip(ranges, window)
+        if clipped:
+            return _uniform(clipped, rng)
+    raise ValueError("the character class holds only surrogates")
+
+
+def _clip(ranges: tuple[tuple[int, int], ...], window: tuple[int, int]) -> list[tuple[int, int]]:
+    """``ranges ∩ window`` without the surrogates (which UTF-8 cannot encode)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        lo, hi = max(lo, window[0]), min(hi, window[1])
+        for a, b in ((lo, min(hi, _SURROGATES[0] - 1)), (max(lo, _SURROGATES[1] + 1), hi)):
+            if a <= b:
+                out.append((a, b))
+    return out
+
+
+def _uniform(ranges: list[tuple[int, int]], rng: random.Random) -> int:
+    total = sum(hi - lo + 1 for lo, hi in ranges)
+    pick = rng.randrange(total)
+    for lo, hi in ranges:
+        width = hi - lo + 1
+        if pick < width:
+            return lo + pick
+        pick -= width
+    raise AssertionError("unreachable")
