@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,21 @@ def shared_dir(name: str) -> Path:
     if not path.exists():
         missing(f"../shared/{name}")
     return path
+
+
+@pytest.fixture(params=["native", "numpy"])
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run a test with the C trie walk and again with the numpy fallback (caches cleared)."""
+    from structgen import compiler
+    from structgen.grammar import engine
+    from structgen.masks import _walker
+    from structgen.masks._kernel import native_available
+
+    if request.param == "native" and not native_available():
+        pytest.skip("the C trie walk is not built")
+    if request.param == "numpy":
+        monkeypatch.setattr(_walker, "native_walk", lambda vocab: None)
+        monkeypatch.setattr(engine, "native_walk", lambda vocab: None)
+    compiler._CACHE.clear()
+    yield request.param
+    compiler._CACHE.clear()

@@ -61,7 +61,7 @@ def allowed_ids(matcher: Matcher, vocab: Vocabulary) -> set[int]:
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_masks_equal_brute_force_oracle(pattern: str) -> None:
+def test_masks_equal_brute_force_oracle(pattern: str, kernel: str) -> None:
     compiled = Compiler(VOCAB).regex(pattern)
     start = Matcher(compiled)
     frontier = [(start, b"")]

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen.automata import AutomataLimits, ByteDFA, compile_ast
+from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
 from structgen.automata.dfa import UnionSource
 from structgen.grammar.earley import EarleyGrammar, EarleySet
-from structgen.grammar.ir import Grammar
+from structgen.grammar.ir import Grammar, TerminalDef
 from structgen.masks import TokenMaskWalker, pack_bool_mask
 from structgen.masks._walker import native_walk
 from structgen.vocab import Vocabulary
@@ -74,10 +74,7 @@ class GrammarEngine:
         self.vocab = vocab
         self.limits = limits
         self.max_cached_masks = max_cached_masks
-        self.terminal_dfas = [
-            compile_ast(t.pattern, limits=limits, pattern=f"terminal {t.name}")
-            for t in grammar.terminals
-        ]
+        self.terminal_dfas = [self._terminal_dfa(t, limits) for t in grammar.terminals]
         usable = [t.name for t, d in zip(grammar.terminals, self.terminal_dfas) if not d.is_empty]
         self.parser = EarleyGrammar(grammar, usable_terminals=usable)
         names = self.parser.terminal_names
@@ -89,6 +86,14 @@ class GrammarEngine:
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self.fingerprint = f"{grammar.fingerprint()}"
+
+    @staticmethod
+    def _terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
+        dfa = compile_ast(terminal.pattern, limits=limits, pattern=f"terminal {terminal.name}")
+        for extra in terminal.intersect:
+            other = compile_ast(extra, limits=limits, pattern=f"terminal {terminal.name}")
+            dfa = intersect(dfa, other, limits=limits)
+        return dfa
 
     # ------------------------------------------------------------------ lexers
 

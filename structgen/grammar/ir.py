@@ -17,10 +17,15 @@ __all__ = ["Grammar", "Rule", "TerminalDef"]
 
 @dataclass(frozen=True, slots=True)
 class TerminalDef:
-    """A named regular language over text; `pattern` is a regex AST."""
+    """A named regular language over text; `pattern` is a regex AST.
+
+    `intersect` lists more regex ASTs the text must match too (JSON Schema: `pattern` ∩ length
+    ∩ `format` on one string); the terminal's language is the intersection of all of them.
+    """
 
     name: str
     pattern: Node
+    intersect: tuple[Node, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,7 +146,7 @@ def _find_completion(grammar: str, data: bytes, budget: int) -> bytes | None:
 
 
 @pytest.mark.parametrize("name", sorted(SMALL_GRAMMARS))
-def test_masks_equal_brute_force_oracle(name: str) -> None:
+def test_masks_equal_brute_force_oracle(name: str, kernel: str) -> None:
     grammar = SMALL_GRAMMARS[name]
     compiled = Compiler(VOCAB).grammar(grammar)
     frontier = [(Matcher(compiled), b"")]
