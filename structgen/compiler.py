@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,12 +37,16 @@ class CompileLimits:
 
     `max_nfa_states` bounds a regex's expanded size (counted repetitions multiply it),
     `max_dfa_states` the lazily built automaton, `max_cached_masks` the per-grammar mask cache
-    (each mask costs vocab_size/8 bytes).
+    (each mask costs vocab_size/8 bytes). Up to `eager_dfa_states` DFA states, within
+    `eager_seconds`, are built at compile time (breadth first), so that the first steps of
+    generation do not pay for them.
     """
 
     max_nfa_states: int = 200_000
     max_dfa_states: int = 50_000
     max_cached_masks: int = 4096
+    eager_dfa_states: int = 256
+    eager_seconds: float = 0.0008
 
     def automata(self) -> AutomataLimits:
         return AutomataLimits(
@@ -49,11 +54,29 @@ class CompileLimits:
         )
 
 
+def build_eagerly(dfa: Any, budget: int, seconds: float) -> None:
+    """Build the rows of the first `budget` states, breadth first, within `seconds`."""
+    deadline = time.perf_counter() + seconds
+    state = 0
+    while state < min(dfa.num_states, budget) and time.perf_counter() < deadline:
+        dfa.row(state)
+        state += 1
+
+
 class _RegexEngine:
     """A single lazy DFA: states are DFA state ids."""
 
-    def __init__(self, vocab: Vocabulary, dfa: Any, *, max_cached_masks: int) -> None:
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        dfa: Any,
+        *,
+        max_cached_masks: int,
+        eager_states: int = 0,
+        eager_seconds: float = 0.0,
+    ) -> None:
         self._dfa = dfa
+        build_eagerly(dfa, eager_states, eager_seconds)
         self._walker = TokenMaskWalker(vocab, dfa, max_cached_masks=max_cached_masks)
         self.fingerprint = dfa.fingerprint
 
@@ -206,7 +229,13 @@ class Compiler:
         )
 
     def _dfa_engine(self, dfa: Any) -> _RegexEngine:
-        return _RegexEngine(self.vocab, dfa, max_cached_masks=self.limits.max_cached_masks)
+        return _RegexEngine(
+            self.vocab,
+            dfa,
+            max_cached_masks=self.limits.max_cached_masks,
+            eager_states=self.limits.eager_dfa_states,
+            eager_seconds=self.limits.eager_seconds,
+        )
 
     def _cfg_engine(self, grammar: Grammar) -> GrammarEngine:
         return GrammarEngine(

@@ -28,6 +28,29 @@ class _WalkState(ctypes.Structure):
     ]
 
 
+class _VocabView(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_void_p) for name in ("blob", "offsets", "lengths", "lcp", "ids", "skip0")
+    ]
+
+
+class _DfaView(ctypes.Structure):
+    _fields_ = [("table", ctypes.c_void_p), ("accepting", ctypes.c_void_p)]
+
+
+class _EventsOut(ctypes.Structure):
+    _fields_ = [
+        ("lo", ctypes.c_void_p),
+        ("hi", ctypes.c_void_p),
+        ("cut", ctypes.c_void_p),
+        ("state", ctypes.c_void_p),
+        ("cap", ctypes.c_int64),
+    ]
+
+
+_ROW_BUILDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32)
+
+
 def _load() -> Any:
     if os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
         return None
@@ -41,28 +64,18 @@ def _load() -> Any:
     fn = lib.sg_walk
     fn.restype = ctypes.c_int64
     fn.argtypes = [
-        ctypes.c_void_p,  # blob
-        ctypes.c_void_p,  # offsets
-        ctypes.c_void_p,  # lengths
-        ctypes.c_void_p,  # lcp
-        ctypes.c_void_p,  # ids
-        ctypes.c_void_p,  # skip0
+        ctypes.POINTER(_VocabView),
         ctypes.c_void_p,  # range lo
         ctypes.c_void_p,  # range hi
         ctypes.c_void_p,  # range base
-        ctypes.c_int64,  # ranges
+        ctypes.c_int64,  # number of ranges
         ctypes.c_int32,  # start state
-        ctypes.c_void_p,  # table
-        ctypes.c_void_p,  # accepting (nullable)
+        ctypes.POINTER(_DfaView),
+        _ROW_BUILDER,
         ctypes.c_void_p,  # stack
         ctypes.POINTER(_WalkState),
         ctypes.c_void_p,  # mask words
-        ctypes.c_void_p,  # event lo
-        ctypes.c_void_p,  # event hi
-        ctypes.c_void_p,  # event cut
-        ctypes.c_void_p,  # event state
-        ctypes.c_int64,  # event capacity
-        ctypes.POINTER(ctypes.c_int32),  # need
+        ctypes.POINTER(_EventsOut),
     ]
     return fn
 
@@ -89,7 +102,7 @@ class NativeWalk:
         self.n = len(self.ids)
         self.max_length = int(self.lengths.max()) if self.n else 0
         self.words = (vocab_size + 31) // 32
-        self._static = (
+        self._view = _VocabView(
             self.blob.ctypes.data,
             self.offsets.ctypes.data,
             self.lengths.ctypes.data,
@@ -98,9 +111,14 @@ class NativeWalk:
             self.skip0.ctypes.data,
         )
         self._scratch = threading.local()
+        self._whole = (
+            np.zeros(1, dtype=np.int64),
+            np.full(1, self.n, dtype=np.int64),
+            np.zeros(1, dtype=np.int32),
+        )
 
     def _buffers(self) -> tuple[Any, ...]:
-        """Per-thread scratch arrays (stack and event buffers) and their addresses."""
+        """Per-thread scratch: the stack, event buffers and the events descriptor."""
         bufs = getattr(self._scratch, "bufs", None)
         if bufs is None:
             size = max(self.n, 1)
@@ -109,8 +127,10 @@ class NativeWalk:
             ev_hi = np.empty(size, dtype=np.int64)
             ev_cut = np.empty(size, dtype=np.int32)
             ev_state = np.empty(size, dtype=np.int32)
-            arrays = (stack, ev_lo, ev_hi, ev_cut, ev_state)
-            bufs = (*arrays, *(a.ctypes.data for a in arrays))
+            out = _EventsOut(
+                ev_lo.ctypes.data, ev_hi.ctypes.data, ev_cut.ctypes.data, ev_state.ctypes.data, 0
+            )
+            bufs = (stack, ev_lo, ev_hi, ev_cut, ev_state, out, stack.ctypes.data)
             self._scratch.bufs = bufs
         return bufs  # type: ignore[no-any-return]
 
@@ -132,42 +152,47 @@ class NativeWalk:
         assert _FN is not None
         if words is None:
             words = np.zeros(self.words, dtype=np.uint32)
-        spans = ranges if ranges is not None else [(0, self.n, 0)]
-        r = np.array(spans, dtype=np.int64).reshape(-1, 3)
-        r_lo = np.ascontiguousarray(r[:, 0])
-        r_hi = np.ascontiguousarray(r[:, 1])
-        r_base = r[:, 2].astype(np.int32)
-        _, ev_lo, ev_hi, ev_cut, ev_state, p_stack, p_lo, p_hi, p_cut, p_state = self._buffers()
+        if ranges is None:
+            r_lo, r_hi, r_base = self._whole
+        else:
+            r = np.array(ranges, dtype=np.int64).reshape(-1, 3)
+            r_lo = np.ascontiguousarray(r[:, 0])
+            r_hi = np.ascontiguousarray(r[:, 1])
+            r_base = r[:, 2].astype(np.int32)
+        _, ev_lo, ev_hi, ev_cut, ev_state, out, p_stack = self._buffers()
+        out.cap = self.n if boundaries else 0
         ws = _WalkState(0, -1, 0, 0, -1)
-        need = ctypes.c_int32(0)
-        cap = self.n if boundaries else 0
-        words_ptr = words.ctypes.data
         dfa.row(state)
-        while True:
-            table = dfa.table
-            accepting = dfa.accepting if boundaries else None
-            result = _FN(
-                *self._static,
-                r_lo.ctypes.data,
-                r_hi.ctypes.data,
-                r_base.ctypes.data,
-                len(r),
-                state,
-                table.ctypes.data,
-                accepting.ctypes.data if accepting is not None else None,
-                p_stack,
-                ctypes.byref(ws),
-                words_ptr,
-                p_lo,
-                p_hi,
-                p_cut,
-                p_state,
-                cap,
-                ctypes.byref(need),
-            )
-            if result < 0:
-                break
-            dfa.row(int(need.value))
+        view = _DfaView(dfa.table.ctypes.data, dfa.accepting.ctypes.data)
+        failure: list[BaseException] = []
+
+        def build(need: int) -> int:
+            try:
+                dfa.row(int(need))
+                view.table = dfa.table.ctypes.data
+                view.accepting = dfa.accepting.ctypes.data
+                return 0
+            except BaseException as exc:  # re-raised below, outside the C frame
+                failure.append(exc)
+                return -1
+
+        callback = _ROW_BUILDER(build)
+        result = _FN(
+            ctypes.byref(self._view),
+            r_lo.ctypes.data,
+            r_hi.ctypes.data,
+            r_base.ctypes.data,
+            len(r_lo),
+            state,
+            ctypes.byref(view),
+            callback,
+            p_stack,
+            ctypes.byref(ws),
+            words.ctypes.data,
+            ctypes.byref(out),
+        )
+        if result != 0:
+            raise failure[0] if failure else RuntimeError("the C trie walk failed")
         k = ws.n_events
         events = list(
             zip(

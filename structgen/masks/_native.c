@@ -10,8 +10,8 @@
  * `accepting`, it also reports *boundary events*: a run of tokens [ev_lo, ev_hi) that die at
  * byte `cut` > base in an accepting state, i.e. where a grammar's lexeme can end and the rest of
  * those tokens continues in the next lexeme — Python then walks that subtree again with the next
- * lexer. The DFA is built lazily by Python: on a row that is not built yet (-2) the walk returns
- * the state it needs, Python builds it and calls again with the same `walk_state`, which resumes.
+ * lexer. The DFA is built lazily by Python: on a row that is not built yet (-2) the walk calls
+ * back into Python, which builds the row and refreshes the table pointers, and goes on.
  *
  * Loaded with ctypes (see _kernel.py); the module init only makes the file importable.
  */
@@ -26,26 +26,51 @@ typedef struct {
     int64_t dead_event;  /* event that a run of skipped tokens extends, or -1 */
 } walk_state;
 
+typedef struct {        /* the vocabulary in walk order (fixed per vocabulary) */
+    const uint8_t *blob;
+    const int64_t *offsets;
+    const int32_t *lengths;
+    const int32_t *lcp;
+    const int32_t *ids;
+    const int64_t *skip0;
+} vocab_view;
+
+typedef struct {        /* the DFA's current arrays; the row builder refreshes them */
+    const int32_t *table;
+    const uint8_t *accepting;
+} dfa_view;
+
+typedef int (*row_builder)(int32_t state);  /* builds a row (0) or fails (-1) */
+
+typedef struct {        /* boundary event output */
+    int64_t *lo;
+    int64_t *hi;
+    int32_t *cut;
+    int32_t *state;
+    int64_t cap;        /* 0: do not collect events */
+} events_out;
+
 /* Walks every range [r_lo[r], r_hi[r]) (tokens sharing their first r_base[r] bytes) from
- * `start`. Returns -1 when done, or the token index that needs the row of `*need` built. */
+ * `start`, setting the mask bits of tokens that stay alive. Returns 0, or -1 when building a
+ * row failed (Python holds the exception). */
 int64_t sg_walk(
-    const uint8_t *blob, const int64_t *offsets, const int32_t *lengths, const int32_t *lcp,
-    const int32_t *ids, const int64_t *skip0,
+    const vocab_view *v,
     const int64_t *r_lo, const int64_t *r_hi, const int32_t *r_base, int64_t n_ranges,
-    int32_t start, const int32_t *table, const uint8_t *accepting,
-    int32_t *stack, walk_state *ws,
-    uint32_t *mask_words,
-    int64_t *ev_lo, int64_t *ev_hi, int32_t *ev_cut, int32_t *ev_state, int64_t ev_cap,
-    int32_t *need)
+    int32_t start, dfa_view *dfa, row_builder build,
+    int32_t *stack, walk_state *ws, uint32_t *mask_words, events_out *ev)
 {
-    for (; ws->range < n_ranges; ws->range++, ws->next = -1) {
+    const uint8_t *blob = v->blob;
+    const int64_t *offsets = v->offsets;
+    const int32_t *lengths = v->lengths;
+    const int32_t *lcp = v->lcp;
+    const int64_t *skip0 = v->skip0;
+    int collect = ev->cap > 0;
+    for (ws->range = 0; ws->range < n_ranges; ws->range++) {
         int64_t lo = r_lo[ws->range], hi = r_hi[ws->range], base = r_base[ws->range];
-        if (ws->next < 0) {
-            ws->next = lo; ws->valid = base; ws->dead_event = -1;
-            stack[base] = start;
-        }
-        int64_t valid = ws->valid;
-        for (int64_t i = ws->next; i < hi; i++) {
+        int64_t valid = base;
+        ws->dead_event = -1;
+        stack[base] = start;
+        for (int64_t i = lo; i < hi; i++) {
             int64_t len = lengths[i];
             int64_t shared = (i == lo) ? base : lcp[i];
             const uint8_t *bytes = blob + offsets[i];
@@ -57,7 +82,7 @@ int64_t sg_walk(
             }
             if (shared > valid) {
                 /* The prefix this token shares with the previous one died at depth `valid`. */
-                if (ws->dead_event >= 0) ev_hi[ws->dead_event] = i + 1;
+                if (ws->dead_event >= 0) ev->hi[ws->dead_event] = i + 1;
                 continue;
             }
             int64_t d = shared;
@@ -65,15 +90,16 @@ int64_t sg_walk(
             int alive = 1;
             ws->dead_event = -1;
             while (d < len) {
-                int32_t t = table[(int64_t)s * 256 + bytes[d]];
+                int32_t t = dfa->table[(int64_t)s * 256 + bytes[d]];
                 if (t == -2) {
-                    ws->next = i; ws->valid = d; *need = s;
-                    return i;
+                    if (build(s) != 0) return -1;
+                    t = dfa->table[(int64_t)s * 256 + bytes[d]];
                 }
                 if (t < 0) {
-                    if (accepting && d > base && accepting[s] && ws->n_events < ev_cap) {
+                    if (collect && d > base && dfa->accepting[s] && ws->n_events < ev->cap) {
                         int64_t k = ws->n_events++;
-                        ev_lo[k] = i; ev_hi[k] = i + 1; ev_cut[k] = (int32_t)d; ev_state[k] = s;
+                        ev->lo[k] = i; ev->hi[k] = i + 1; ev->cut[k] = (int32_t)d;
+                        ev->state[k] = s;
                         ws->dead_event = k;
                     }
                     alive = 0;
@@ -85,12 +111,12 @@ int64_t sg_walk(
             }
             valid = d;
             if (alive) {
-                int32_t id = ids[i];
+                int32_t id = v->ids[i];
                 mask_words[id >> 5] |= (uint32_t)1u << (id & 31);
             }
         }
     }
-    return -1;
+    return 0;
 }
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, NULL};
