@@ -17,6 +17,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def script_dir_last(script: str) -> None:
+    """Move the folder of `script` to the end of sys.path.
+
+    `benchmarks/regex.py` is named like the PyPI `regex` package that `transformers` (and Lark,
+    optionally) import; with the benchmarks folder first on sys.path that import would load the
+    benchmark instead. Call this before anything imports `transformers`.
+    """
+    here = str(Path(script).resolve().parent)
+    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here] + [here]
+
+
+# Every script here imports this module first, before anything imports `transformers`.
+script_dir_last(__file__)
+
+
 def load_tokenizer(name: str) -> Any:
     from transformers import AutoTokenizer
 
@@ -65,3 +80,17 @@ def peer(name: str) -> Any | None:
     except ImportError:
         print(f"(peer {name} is not installed: pip install -e '.[bench]')")
         return None
+
+
+def mask_allows(bitmask: Any, token: int, row: int = 0) -> bool:
+    """Whether `token` is set in row `row` of a packed int32 bitmask (numpy array)."""
+    return bool((int(bitmask[row, token >> 5]) >> (token & 31)) & 1)
+
+
+def fmt(value: float) -> str:
+    """A number for a table cell: 3 significant-ish digits, '-' for nan."""
+    if value != value:  # nan
+        return "-"
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"

@@ -530,28 +530,34 @@ class UnionSource(_Source):
             reps[self.byte_classes[byte]] = byte
         self.reps = reps
 
-    def start_key(self) -> tuple[int, ...]:
-        return tuple(p.start if p.is_live(p.start) else -1 for p in self.parts)
+    # Keys are sparse: ((component index, component state), ...) for the live components only,
+    # so a lexer over 40 terminals of which 3 are still alive hashes 3 pairs, not 40 states.
+
+    def start_key(self) -> tuple[tuple[int, int], ...]:
+        return tuple((i, p.start) for i, p in enumerate(self.parts) if p.is_live(p.start))
 
     def start_is_live(self) -> bool:
-        return any(s >= 0 for s in self.start_key())
+        return bool(self.start_key())
 
-    def is_accepting(self, key: tuple[int, ...]) -> bool:
-        return any(s >= 0 and p.is_accepting(s) for p, s in zip(self.parts, key))
+    def is_accepting(self, key: tuple[tuple[int, int], ...]) -> bool:
+        parts = self.parts
+        return any(parts[i].is_accepting(s) for i, s in key)
 
-    def accepted(self, key: tuple[int, ...]) -> tuple[int, ...]:
+    def accepted(self, key: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
         """Indices of the components that accept in ``key``."""
-        return tuple(
-            i for i, (p, s) in enumerate(zip(self.parts, key)) if s >= 0 and p.is_accepting(s)
-        )
+        parts = self.parts
+        return tuple(i for i, s in key if parts[i].is_accepting(s))
 
-    def expand(self, key: tuple[int, ...], intern: Callable[[Hashable], int]) -> list[int]:
-        columns = [
-            p.row(s)[self.reps].tolist() if s >= 0 else None for p, s in zip(self.parts, key)
-        ]
+    def expand(
+        self, key: tuple[tuple[int, int], ...], intern: Callable[[Hashable], int]
+    ) -> list[int]:
+        if not key:
+            return [-1] * self.num_classes
+        index = [i for i, _ in key]
+        moves = np.stack([self.parts[i].row(s)[self.reps] for i, s in key])  # [alive, classes]
         out = [-1] * self.num_classes
-        for c in range(self.num_classes):
-            target = tuple(col[c] if col is not None else -1 for col in columns)
-            if any(t >= 0 for t in target):
+        for c, column in enumerate(moves.T.tolist()):
+            target = tuple((i, t) for i, t in zip(index, column) if t >= 0)
+            if target:
                 out[c] = intern(target)
         return out

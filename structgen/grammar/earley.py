@@ -90,6 +90,10 @@ class EarleyGrammar:
                     nullable.add(lhs)
                     changed = True
         self.nullable = frozenset(nullable)
+        #: Earley sets by kernel (weak): structurally equal parse states are one object
+        self.interned: weakref.WeakValueDictionary[frozenset[Item], EarleySet] = (
+            weakref.WeakValueDictionary()
+        )
 
     def is_terminal(self, symbol: int) -> bool:
         return symbol < self.num_terminals
@@ -163,9 +167,16 @@ class EarleySet:
             return None
         child = self._children.get(usable)
         if child is None:
-            kernel = [
+            kernel = frozenset(
                 (rid, dot + 1, origin) for t in usable for rid, dot, origin in self.by_next[t]
-            ]
-            child = EarleySet(self.grammar, kernel)
+            )
+            # Hash-consing: a set is determined by its kernel, and origins are themselves
+            # interned, so equal kernels mean equal parse futures. Reusing the object shares
+            # its cached masks, e.g. after every element of one JSON array.
+            interned = self.grammar.interned
+            child = interned.get(kernel)
+            if child is None:
+                child = EarleySet(self.grammar, list(kernel))
+                interned[kernel] = child
             self._children[usable] = child
         return child

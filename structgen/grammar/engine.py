@@ -264,16 +264,31 @@ class GrammarEngine:
         return allowed
 
     def forced_bytes(self, state: ParseState, limit: int = 4096) -> bytes:
-        """Bytes every continuation starts with, within the current lexeme's automaton."""
-        parse, lex_state, _ = state
-        dfa = self.lexer(parse).dfa
+        """Bytes every continuation starts with, across lexeme boundaries that cannot be avoided.
+
+        Follows the lexer while exactly one byte is possible; a lexeme that is complete and cannot
+        grow ends (the parser moves on) and the next one continues. It stops at any choice,
+        including "end here or go on" and "stop (EOS) or go on".
+        """
+        parse, lex_state, fresh = state
         out = bytearray()
-        while len(out) < limit and not dfa.is_accepting(lex_state):
+        while len(out) < limit:
+            dfa = self.lexer(parse).dfa
             alive = np.flatnonzero(dfa.row(lex_state) >= 0)
+            if not fresh and dfa.is_accepting(lex_state):
+                if len(alive):
+                    break  # the lexeme may end here or grow: a choice
+                after = self.end_lexeme(parse, lex_state)
+                if after is None or after.complete:
+                    break
+                parse, lex_state, fresh = after, self.lexer(after).dfa.start, True
+                continue
             if len(alive) != 1:
                 break
-            out.append(int(alive[0]))
-            lex_state = dfa.next_state(lex_state, int(alive[0]))
+            byte = int(alive[0])
+            out.append(byte)
+            lex_state = dfa.next_state(lex_state, byte)
+            fresh = False
         return bytes(out)
 
     def describe(self) -> dict[str, Any]:
