@@ -27,6 +27,7 @@ from structgen.automata.dfa import UnionSource
 from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar, TerminalDef
 from structgen.masks import TokenMaskWalker, pack_bool_mask
+from structgen.masks._kernel import Events
 from structgen.masks._walker import native_walk
 from structgen.vocab import Vocabulary
 
@@ -204,9 +205,7 @@ class GrammarEngine:
         return mask
 
     def _native_mask(
-        self,
-        state: ParseState,
-        inside: tuple[npt.NDArray[np.uint32], list[tuple[int, int, int, int]]],
+        self, state: ParseState, inside: tuple[npt.NDArray[np.uint32], Events]
     ) -> npt.NDArray[np.int32]:
         """The mask with the C walk: inside tokens, then each boundary event's subtree walked
         again with the next lexer (recursively), then tokens that start the next lexeme."""
@@ -220,16 +219,13 @@ class GrammarEngine:
             current, events = pending.pop()
             # Events that end in the same lexer state lead to the same next parse state: walk
             # all their subtrees with the next lexer in one call.
-            groups: dict[int, list[tuple[int, int, int]]] = {}
-            for lo, hi, cut, before in events:
-                groups.setdefault(before, []).append((lo, hi, cut))
-            for before, spans in groups.items():
+            for before, spans in events.groups():
                 after = self.end_lexeme(current, before)
                 if after is None:
                     continue
                 dfa = self.lexer(after).dfa
                 _, more = native.walk(dfa, dfa.start, words=words, ranges=spans, boundaries=True)
-                if more:
+                if len(more):
                     pending.append((after, more))
         mask = words.view(np.int32)
         if not fresh:

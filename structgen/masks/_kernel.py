@@ -10,12 +10,12 @@ import ctypes
 import importlib.util
 import os
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["NativeWalk", "native_available"]
+__all__ = ["Events", "NativeWalk", "native_available"]
 
 
 class _WalkState(ctypes.Structure):
@@ -83,6 +83,36 @@ def _load() -> Any:
 _FN = _load()
 
 
+class Events(NamedTuple):
+    """Boundary events of a walk, as arrays: tokens `[lo, hi)` (walk order) die at byte `cut`
+    in DFA state `state`, where the automaton accepts. Also used as walk ranges."""
+
+    lo: npt.NDArray[np.int64]
+    hi: npt.NDArray[np.int64]
+    cut: npt.NDArray[np.int32]
+    state: npt.NDArray[np.int32]
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return len(self.lo)
+
+    def groups(self) -> list[tuple[int, Events]]:
+        """The events split by `state`: `(state, events)` pairs."""
+        if not len(self.lo):
+            return []
+        order = np.argsort(self.state, kind="stable")
+        states = self.state[order]
+        cuts = np.flatnonzero(np.diff(states)) + 1
+        out = []
+        for part in np.split(order, cuts):
+            out.append(
+                (
+                    int(self.state[part[0]]),
+                    Events(self.lo[part], self.hi[part], self.cut[part], self.state[part]),
+                )
+            )
+        return out
+
+
 def native_available() -> bool:
     """Whether the compiled trie walk is in use."""
     return _FN is not None
@@ -140,14 +170,14 @@ class NativeWalk:
         state: int,
         *,
         words: npt.NDArray[np.uint32] | None = None,
-        ranges: list[tuple[int, int, int]] | None = None,
+        ranges: Events | None = None,
         boundaries: bool = False,
-    ) -> tuple[npt.NDArray[np.uint32], list[tuple[int, int, int, int]]]:
+    ) -> tuple[npt.NDArray[np.uint32], Events]:
         """Set in `words` the bits of the tokens that stay alive from `state`.
 
-        `ranges` lists `(lo, hi, base)`: walk the tokens `[lo, hi)` (which share their first
-        `base` bytes) reading from byte `base`; default: the whole vocabulary from byte 0.
-        Returns `words` and the boundary events `(lo, hi, cut, state before)`.
+        `ranges` is `Events` whose `lo`, `hi`, `cut` say: walk the tokens `[lo, hi)` (which
+        share their first `cut` bytes) reading from byte `cut`; default: the whole vocabulary
+        from byte 0. Returns `words` and the boundary events.
         """
         assert _FN is not None
         if words is None:
@@ -155,10 +185,9 @@ class NativeWalk:
         if ranges is None:
             r_lo, r_hi, r_base = self._whole
         else:
-            r = np.array(ranges, dtype=np.int64).reshape(-1, 3)
-            r_lo = np.ascontiguousarray(r[:, 0])
-            r_hi = np.ascontiguousarray(r[:, 1])
-            r_base = r[:, 2].astype(np.int32)
+            r_lo = np.ascontiguousarray(ranges.lo, dtype=np.int64)
+            r_hi = np.ascontiguousarray(ranges.hi, dtype=np.int64)
+            r_base = np.ascontiguousarray(ranges.cut, dtype=np.int32)
         _, ev_lo, ev_hi, ev_cut, ev_state, out, p_stack = self._buffers()
         out.cap = self.n if boundaries else 0
         ws = _WalkState(0, -1, 0, 0, -1)
@@ -194,12 +223,5 @@ class NativeWalk:
         if result != 0:
             raise failure[0] if failure else RuntimeError("the C trie walk failed")
         k = ws.n_events
-        events = list(
-            zip(
-                ev_lo[:k].tolist(),
-                ev_hi[:k].tolist(),
-                ev_cut[:k].tolist(),
-                ev_state[:k].tolist(),
-            )
-        )
+        events = Events(ev_lo[:k].copy(), ev_hi[:k].copy(), ev_cut[:k].copy(), ev_state[:k].copy())
         return words, events

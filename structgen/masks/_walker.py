@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen.masks._bitmask import pack_bool_mask
-from structgen.masks._kernel import NativeWalk, native_available
+from structgen.masks._kernel import Events, NativeWalk, native_available
 from structgen.vocab import Vocabulary
 
 __all__ = ["ByteAutomaton", "TokenClasses", "TokenMaskWalker", "token_classes"]
@@ -209,7 +209,7 @@ class TokenMaskWalker:
         self._cache: OrderedDict[int, npt.NDArray[np.int32]] = OrderedDict()
         self._max_cached = max_cached_masks
         self._boundaries: dict[int, list[tuple[int, int, npt.NDArray[np.int64]]]] = {}
-        self._events: dict[int, tuple[npt.NDArray[np.uint32], list[tuple[int, int, int, int]]]] = {}
+        self._events: dict[int, tuple[npt.NDArray[np.uint32], Events]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -292,13 +292,11 @@ class TokenMaskWalker:
             self._boundaries[state] = out
         return out
 
-    def mask_and_events(
-        self, state: int
-    ) -> tuple[npt.NDArray[np.uint32], list[tuple[int, int, int, int]]] | None:
+    def mask_and_events(self, state: int) -> tuple[npt.NDArray[np.uint32], Events] | None:
         """With the C walk: (inside mask, boundary events) of `state`, cached per state.
 
-        Events are `(lo, hi, cut, state before)` over the walk's lexicographic token order: the
-        tokens `[lo, hi)` die at byte `cut` where the automaton accepts. None without the C walk.
+        Events say which runs of tokens (in the walk's lexicographic order) die at which byte in
+        which accepting state. None without the C walk.
         """
         native = native_walk(self.vocab)
         if native is None:
