@@ -7,11 +7,13 @@ cache only grow, under locks), shareable across threads and sequences, and cache
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +163,23 @@ class CompiledGrammar:
         return f"CompiledGrammar(kind={self.kind!r}, source={self.source[:60]!r})"
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while compiling.
+
+    Compiling allocates many small objects, which triggers full collections; in a process that
+    also holds a tokenizer and a model those scan millions of objects and can cost more than the
+    compile itself. Nothing compiled is garbage, so collecting can wait.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 _CACHE: OrderedDict[tuple[Any, ...], CompiledGrammar] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 128
@@ -254,7 +273,8 @@ class Compiler:
             if hit is not None:
                 _CACHE.move_to_end(full_key)
                 return hit
-        compiled = CompiledGrammar(self.vocab, build(), kind=kind, source=source)
+        with _no_gc():
+            compiled = CompiledGrammar(self.vocab, build(), kind=kind, source=source)
         with _CACHE_LOCK:
             compiled = _CACHE.setdefault(full_key, compiled)
             _CACHE.move_to_end(full_key)

@@ -16,7 +16,7 @@ See docs/design/context-free.md.
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy.typing as npt
 from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
 from structgen.automata.dfa import UnionSource
 from structgen.grammar.earley import EarleyGrammar, EarleySet
-from structgen.grammar.ir import Grammar, TerminalDef
+from structgen.grammar.ir import Grammar, TerminalDef, node_digest
 from structgen.masks import TokenMaskWalker, pack_bool_mask
 from structgen.masks._kernel import Events
 from structgen.masks._walker import native_walk
@@ -34,6 +34,10 @@ from structgen.vocab import Vocabulary
 __all__ = ["GrammarEngine", "ParseState"]
 
 ParseState = tuple[EarleySet, int, bool]
+
+_TERMINAL_DFAS: OrderedDict[tuple[Any, ...], tuple[TerminalDef, ByteDFA]] = OrderedDict()
+_TERMINAL_LOCK = threading.Lock()
+_TERMINAL_CACHE_SIZE = 1024
 
 
 class _Lexer:
@@ -90,10 +94,41 @@ class GrammarEngine:
 
     @staticmethod
     def _terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
-        dfa = compile_ast(terminal.pattern, limits=limits, pattern=f"terminal {terminal.name}")
+        """The terminal's lazy DFA, shared by every grammar that has the same terminal.
+
+        Terminals repeat across grammars (JSON strings, numbers, whitespace runs), and a shared
+        DFA keeps the rows already built.
+        """
+        # Keyed by the AST objects' identity (hashing a deep frozen AST costs more than it saves);
+        # the entry keeps the objects alive, so an id cannot be reused while it is cached.
+        key = (id(terminal.pattern), tuple(map(id, terminal.intersect)), limits)
+        with _TERMINAL_LOCK:
+            hit = _TERMINAL_DFAS.get(key)
+            if (
+                hit is not None
+                and hit[0].pattern is terminal.pattern
+                and len(hit[0].intersect) == len(terminal.intersect)
+                and all(a is b for a, b in zip(hit[0].intersect, terminal.intersect))
+            ):
+                _TERMINAL_DFAS.move_to_end(key)
+                return hit[1]
+        where = f"terminal {terminal.name}"
+        memo: dict[int, bytes] = {}
+        dfa = compile_ast(
+            terminal.pattern,
+            limits=limits,
+            pattern=where,
+            fingerprint=node_digest(terminal.pattern, memo).hex(),
+        )
         for extra in terminal.intersect:
-            other = compile_ast(extra, limits=limits, pattern=f"terminal {terminal.name}")
+            other = compile_ast(
+                extra, limits=limits, pattern=where, fingerprint=node_digest(extra, memo).hex()
+            )
             dfa = intersect(dfa, other, limits=limits)
+        with _TERMINAL_LOCK:
+            _TERMINAL_DFAS[key] = (terminal, dfa)
+            while len(_TERMINAL_DFAS) > _TERMINAL_CACHE_SIZE:
+                _TERMINAL_DFAS.popitem(last=False)
         return dfa
 
     # ------------------------------------------------------------------ lexers

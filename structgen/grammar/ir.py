@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from structgen.automata import Node
+from structgen.automata import CharClass, Node, Repeat, String
 
-__all__ = ["Grammar", "Rule", "TerminalDef"]
+__all__ = ["Grammar", "Rule", "TerminalDef", "node_digest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,46 @@ class Grammar:
     ignore: tuple[str, ...] = ()
 
     def fingerprint(self) -> str:
-        """Stable sha256 of the whole grammar (cache key)."""
-        digest = hashlib.sha256(b"structgen-grammar-1\0")
-        digest.update(repr((self.start, self.rules, self.terminals, self.ignore)).encode())
+        """Stable sha256 of the whole grammar (cache key).
+
+        Terminal ASTs share sub-trees heavily (every JSON string repeats one character node), so
+        each distinct node object is serialised once and then referred to by its digest.
+        """
+        digest = hashlib.sha256(b"structgen-grammar-2\0")
+        digest.update(repr((self.start, self.rules, self.ignore)).encode())
+        memo: dict[int, bytes] = {}
+        for terminal in self.terminals:
+            digest.update(terminal.name.encode() + b"\0")
+            digest.update(_node_digest(terminal.pattern, memo))
+            for extra in terminal.intersect:
+                digest.update(b"&" + _node_digest(extra, memo))
         return digest.hexdigest()
+
+
+def node_digest(node: Node, memo: dict[int, bytes] | None = None) -> bytes:
+    """A 16-byte digest of a regex AST (stable across processes)."""
+    return _node_digest(node, {} if memo is None else memo)
+
+
+def _node_digest(node: Node, memo: dict[int, bytes]) -> bytes:
+    """A 16-byte digest of a regex AST, memoised per node object."""
+    key = id(node)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    h = hashlib.blake2b(type(node).__name__.encode(), digest_size=16)
+    items = getattr(node, "items", None)
+    if items is not None:  # Concat, Alternation
+        for child in items:
+            h.update(_node_digest(child, memo))
+    elif isinstance(node, Repeat):
+        h.update(f"{node.min},{node.max}".encode())
+        h.update(_node_digest(node.item, memo))
+    elif isinstance(node, String):
+        h.update(node.text.encode("utf-8", "surrogatepass"))
+    elif isinstance(node, CharClass):
+        h.update(repr(node.ranges).encode())
+    # Empty: the type name says it all
+    out = h.digest()
+    memo[key] = out
+    return out
