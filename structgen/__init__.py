@@ -17,21 +17,50 @@ from structgen.errors import (
 from structgen.integrations import LogitsProcessor
 from structgen.masks import allocate_bitmask, apply_bitmask
 from structgen.matcher import Matcher
+from structgen.schema import SchemaOptions
 from structgen.vocab import Vocabulary
 
 __version__ = "0.1.0.dev0"
 
+# The generation loop needs torch: imported on first use, so `import structgen` stays light.
+_GENERATE_NAMES = frozenset(
+    {
+        "BeamParams",
+        "GenerationResult",
+        "Generator",
+        "PrefixCache",
+        "RequestMetrics",
+        "SamplingParams",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _GENERATE_NAMES:
+        from structgen import generate
+
+        return getattr(generate, name)
+    raise AttributeError(f"module 'structgen' has no attribute {name!r}")
+
+
 __all__ = [
+    "BeamParams",
     "CompileLimits",
     "CompiledGrammar",
     "Compiler",
     "GenerationError",
+    "GenerationResult",
+    "Generator",
     "GrammarError",
     "LimitExceededError",
     "LogitsProcessor",
     "Matcher",
+    "PrefixCache",
     "RegexError",
+    "RequestMetrics",
+    "SamplingParams",
     "SchemaError",
+    "SchemaOptions",
     "StructgenError",
     "TokenizerError",
     "UnsupportedSchemaError",

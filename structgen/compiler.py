@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,9 @@ from structgen.grammar.engine import GrammarEngine
 from structgen.grammar.ir import Grammar
 from structgen.masks import TokenMaskWalker
 from structgen.vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from structgen.schema import SchemaOptions
 
 __all__ = ["CompileLimits", "CompiledGrammar", "Compiler"]
 
@@ -239,6 +242,24 @@ class Compiler:
             kind="grammar",
             source=lark_text,
         )
+
+    def json_schema(self, schema: Any, *, options: SchemaOptions | None = None) -> CompiledGrammar:
+        """JSON text valid against `schema` (a dict, JSON text, or a Pydantic model class)."""
+        from structgen.schema import SchemaOptions as _Options
+        from structgen.schema import compile_schema, schema_fingerprint
+
+        opts = options or _Options()
+        key = ("json_schema", schema_fingerprint(schema), opts)
+        return self._cached(
+            key,
+            lambda: self._cfg_engine(compile_schema(schema, options=opts)),
+            kind="json_schema",
+            source=str(schema)[:200],
+        )
+
+    def json(self, *, options: SchemaOptions | None = None) -> CompiledGrammar:
+        """JSON mode: any valid JSON value."""
+        return self.json_schema({}, options=options)
 
     def grammar_ir(self, grammar: Grammar) -> CompiledGrammar:
         """A context-free constraint from the IR (what the JSON Schema frontend builds)."""

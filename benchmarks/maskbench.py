@@ -1,0 +1,451 @@
+"""MaskBench: JSON Schema compile time, mask time and correctness, structgen vs peers.
+
+Protocol (../shared/README.md): compile the schema and fill the first mask (TTFM); for each test
+instance serialise `data` with `json.dumps(data, ensure_ascii=False)`, tokenize it with the
+Llama-3.1 tokenizer, and for every token fill the mask (TBM), check the token is allowed and
+commit it. A valid instance must be accepted to its end (and the engine able to stop); an invalid
+one must be rejected at some token (or be unable to stop). A schema passes when it compiles and
+every instance gets the right verdict. Accepting an invalid instance is an *invalidation error*.
+
+Every engine runs in its own worker process (one core each) and each schema has a time limit
+(compile plus all instances); a schema over it counts as a timeout and the worker is restarted.
+outlines-core builds its whole index eagerly, so its time limit matters most.
+
+Run: `python benchmarks/maskbench.py [--limit N] [--engines structgen,llguidance]
+[--timeout S] [--sample]`. Writes `benchmarks/results/maskbench.{json,png}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import RESULTS, percentile, print_table
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "maskbench-dev"
+ENGINES = ("structgen", "llguidance", "xgrammar", "outlines-core")
+MEMORY = 8 << 30
+
+
+# ---------------------------------------------------------------------------------- engines
+
+
+class CompileError(Exception):
+    """The engine refused the schema."""
+
+
+def _allows(bitmask: np.ndarray, token: int) -> bool:
+    return bool((int(bitmask[0, token >> 5]) >> (token & 31)) & 1)
+
+
+class _Structgen:
+    def __init__(self, tokenizer: Any) -> None:
+        from structgen import Vocabulary, allocate_bitmask
+
+        self.vocab = Vocabulary.from_hf(tokenizer)
+        self.vocab.trie  # noqa: B018  (built once, like the peers' token tables)
+        self.bitmask = allocate_bitmask(1, self.vocab.size, backend="numpy")
+
+    def compile(self, schema: Any) -> None:
+        import structgen.compiler
+        from structgen import Compiler, StructgenError
+
+        structgen.compiler._CACHE.clear()
+        try:
+            self.compiled = Compiler(self.vocab).json_schema(schema)
+        except StructgenError as exc:
+            raise CompileError(f"{type(exc).__name__}: {exc}") from exc
+
+    def start(self) -> None:
+        from structgen import Matcher
+
+        self.matcher = Matcher(self.compiled)
+
+    def fill(self) -> None:
+        self.matcher.fill_bitmask(self.bitmask, 0)
+
+    def accept(self, token: int) -> bool:
+        return self.matcher.accept_token(token)
+
+    def can_terminate(self) -> bool:
+        return self.matcher.can_terminate()
+
+
+class _LLGuidance:
+    def __init__(self, tokenizer: Any) -> None:
+        import llguidance
+        import llguidance.hf
+        import llguidance.numpy
+
+        self.llg = llguidance
+        self.tokenizer = llguidance.hf.from_tokenizer(tokenizer)
+        self.bitmask = llguidance.numpy.allocate_token_bitmask(1, self.tokenizer.vocab_size)
+
+    def compile(self, schema: Any) -> None:
+        self.grammar = self.llg.LLMatcher.grammar_from_json_schema(
+            schema, defaults={"whitespace_flexible": True}
+        )
+        self.start()
+
+    def start(self) -> None:
+        self.matcher = self.llg.LLMatcher(self.tokenizer, self.grammar, log_level=0)
+        if self.matcher.is_error():
+            raise CompileError(self.matcher.get_error()[:300])
+
+    def fill(self) -> None:
+        self.llg.numpy.fill_next_token_bitmask(self.matcher, self.bitmask, 0)
+
+    def accept(self, token: int) -> bool:
+        return bool(self.matcher.consume_token(token)) and not self.matcher.is_error()
+
+    def can_terminate(self) -> bool:
+        return bool(self.matcher.is_accepting())
+
+
+class _XGrammar:
+    def __init__(self, tokenizer: Any) -> None:
+        import xgrammar
+
+        self.xgr = xgrammar
+        self.info = xgrammar.TokenizerInfo.from_huggingface(tokenizer)
+        self.bitmask = np.zeros((1, (self.info.vocab_size + 31) // 32), dtype=np.int32)
+
+    def compile(self, schema: Any) -> None:
+        compiler = self.xgr.GrammarCompiler(self.info, cache_enabled=False, max_threads=1)
+        try:
+            self.compiled = compiler.compile_json_schema(
+                json.dumps(schema), any_whitespace=True, strict_mode=False
+            )
+        except Exception as exc:
+            raise CompileError(str(exc).splitlines()[0][:300]) from exc
+
+    def start(self) -> None:
+        self.matcher = self.xgr.GrammarMatcher(self.compiled)
+
+    def fill(self) -> None:
+        self.matcher.fill_next_token_bitmask(self.bitmask, 0)
+
+    def accept(self, token: int) -> bool:
+        return bool(self.matcher.accept_token(token))
+
+    def can_terminate(self) -> bool:
+        return bool(self.matcher.is_terminated() or self.matcher.accept_token(self.eos()))
+
+    def eos(self) -> int:
+        return int(self.info.stop_token_ids[0])
+
+
+class _OutlinesCore:
+    def __init__(self, tokenizer: Any) -> None:
+        import outlines_core
+
+        from structgen import Vocabulary
+
+        vocab = Vocabulary.from_hf(tokenizer)
+        table: dict[bytes, list[int]] = {}
+        for i in range(vocab.size):
+            data = vocab.token_bytes(i)
+            if data:
+                table.setdefault(data, []).append(i)
+        self.oc = outlines_core
+        self.vocabulary = outlines_core.Vocabulary(vocab.eos_token_ids[0], table)
+        self.bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
+
+    def compile(self, schema: Any) -> None:
+        from outlines_core.json_schema import build_regex_from_schema
+
+        try:
+            regex = build_regex_from_schema(json.dumps(schema))
+            self.index = self.oc.Index(regex, self.vocabulary)
+        except Exception as exc:
+            raise CompileError(str(exc).splitlines()[0][:300] if str(exc) else repr(exc)) from exc
+        self.start()
+
+    def start(self) -> None:
+        self.guide = self.oc.Guide(self.index)
+
+    def fill(self) -> None:
+        self.guide.write_mask_into(self.bitmask.ctypes.data, self.bitmask.shape[1], 4)
+
+    def accept(self, token: int) -> bool:
+        try:
+            self.guide.advance(token, return_tokens=False)
+        except ValueError:
+            return False
+        return True
+
+    def can_terminate(self) -> bool:
+        return bool(self.guide.is_finished())
+
+
+_ADAPTERS = {
+    "structgen": _Structgen,
+    "llguidance": _LLGuidance,
+    "xgrammar": _XGrammar,
+    "outlines-core": _OutlinesCore,
+}
+
+
+def installed(name: str) -> bool:
+    module = {"outlines-core": "outlines_core"}.get(name, name)
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------- worker
+
+
+def run_schema(engine: Any, schema: Any, tests: list[tuple[list[int], bool]]) -> dict[str, Any]:
+    """Compile + first mask (TTFM), then every instance token by token (TBM per fill)."""
+    out: dict[str, Any] = {"tbm_us": [], "verdicts": []}
+    t0 = time.perf_counter()
+    try:
+        engine.compile(schema)
+        engine.start()
+        engine.fill()
+    except CompileError as exc:
+        return {"status": "compile_error", "error": str(exc)[:300]}
+    except Exception as exc:  # a crash inside a peer is a compile error too
+        return {"status": "compile_error", "error": f"{type(exc).__name__}: {exc}"[:300]}
+    out["ttfm_ms"] = (time.perf_counter() - t0) * 1e3
+    for n, (tokens, valid) in enumerate(tests):
+        if n:
+            engine.start()
+        accepted = True
+        for k, token in enumerate(tokens):
+            if n or k:
+                t = time.perf_counter()
+                engine.fill()
+                out["tbm_us"].append((time.perf_counter() - t) * 1e6)
+            if not _allows(engine.bitmask, token) or not engine.accept(token):
+                accepted = False
+                break
+        if accepted:
+            accepted = engine.can_terminate()
+        out["verdicts"].append((valid, accepted))
+    out["status"] = "ok"
+    return out
+
+
+def _worker(conn: Any, name: str) -> None:
+    import os
+    import resource
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from _common import load_tokenizer
+
+    engine = _ADAPTERS[name](load_tokenizer("llama3_1"))
+    conn.send("ready")
+    while (request := conn.recv()) is not None:
+        conn.send(run_schema(engine, *request))
+
+
+class Runner:
+    """One engine in a worker process; a schema over the time limit restarts the worker."""
+
+    def __init__(self, name: str, timeout_s: float) -> None:
+        self.name = name
+        self.timeout_s = timeout_s
+        self.process: Any = None
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_worker, args=(child, self.name), daemon=True)
+        self.process.start()
+        if not self.conn.poll(300) or self.conn.recv() != "ready":
+            raise RuntimeError(f"{self.name} worker did not start")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.is_alive():
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.conn.send(None)
+            self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.process = None
+
+    def run(self, schema: Any, tests: list[tuple[list[int], bool]]) -> dict[str, Any]:
+        if self.process is None:
+            self._start()
+        self.conn.send((schema, tests))
+        if self.conn.poll(self.timeout_s):
+            try:
+                return self.conn.recv()  # type: ignore[no-any-return]
+            except EOFError:
+                self.stop()
+                return {"status": "compile_error", "error": "worker died (memory limit?)"}
+        self.process.kill()
+        self.stop()
+        return {"status": "timeout"}
+
+
+# ---------------------------------------------------------------------------------- driver
+
+
+def load_cases(limit: int | None, sample: bool) -> list[tuple[str, Any, list[tuple[str, bool]]]]:
+    files = sorted(SCHEMAS.glob("*.json"))
+    if limit is not None and limit < len(files):
+        files = sorted(random.Random(0).sample(files, limit)) if sample else files[:limit]
+    cases = []
+    for path in files:
+        data = json.loads(path.read_text())
+        tests = [
+            (json.dumps(t["data"], ensure_ascii=False), bool(t["valid"])) for t in data["tests"]
+        ]
+        cases.append((path.stem, data["schema"], tests))
+    return cases
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        "schemas": len(results), "passing": 0, "compile_errors": 0, "validation_errors": 0,
+        "invalidation_errors": 0, "timeouts": 0, "tbm_us": [], "ttfm_ms": [],
+    }  # fmt: skip
+    for r in results:
+        if r["status"] == "timeout":
+            s["timeouts"] += 1
+            continue
+        if r["status"] == "compile_error":
+            s["compile_errors"] += 1
+            continue
+        s["ttfm_ms"].append(r["ttfm_ms"])
+        s["tbm_us"].extend(r["tbm_us"])
+        rejected_valid = sum(1 for valid, ok in r["verdicts"] if valid and not ok)
+        accepted_invalid = sum(1 for valid, ok in r["verdicts"] if not valid and ok)
+        s["validation_errors"] += rejected_valid
+        s["invalidation_errors"] += accepted_invalid
+        if not rejected_valid and not accepted_invalid:
+            s["passing"] += 1
+    return s
+
+
+def report(summaries: dict[str, dict[str, Any]]) -> None:
+    headers = ["engine", "pass", "pass %", "compile err", "valid. err", "invalid. err",
+               "timeouts", "TBM p50", "p90", "p99 (us)", "TTFM p50", "p90", "p99 (ms)"]  # fmt: skip
+    rows = []
+    for name, s in summaries.items():
+        tbm, ttfm = s["tbm_us"], s["ttfm_ms"]
+        rows.append(
+            [
+                name, s["passing"], f"{100 * s['passing'] / max(1, s['schemas']):.1f}",
+                s["compile_errors"], s["validation_errors"], s["invalidation_errors"],
+                s["timeouts"],
+                *(f"{percentile(tbm, q):.0f}" for q in (50, 90, 99)),
+                *(f"{percentile(ttfm, q):.1f}" for q in (50, 90, 99)),
+            ]
+        )  # fmt: skip
+    print_table(headers, rows)
+
+
+def plot(summaries: dict[str, dict[str, Any]], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib is not installed: no plot)")
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    names = list(summaries)
+    passing = [100 * summaries[n]["passing"] / max(1, summaries[n]["schemas"]) for n in names]
+    axes[0].bar(names, passing, color="tab:green")
+    axes[0].set_ylabel("schemas passing (%)")
+    axes[0].set_ylim(0, 100)
+    for name in names:
+        for ax, key, label in ((axes[1], "tbm_us", "TBM (µs)"), (axes[2], "ttfm_ms", "TTFM (ms)")):
+            values = sorted(summaries[name][key])
+            if values:
+                ax.plot(values, np.linspace(0, 1, len(values)), label=name)
+            ax.set_xscale("log")
+            ax.set_xlabel(label)
+            ax.set_ylabel("fraction ≤ x")
+    axes[1].legend()
+    axes[2].legend()
+    fig.suptitle("MaskBench-dev, Llama-3.1 tokenizer")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, default=None, help="number of schemas")
+    parser.add_argument(
+        "--sample", action="store_true", help="a seeded sample instead of the first N"
+    )
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per schema")
+    parser.add_argument("--failures", action="store_true", help="list structgen's failing schemas")
+    args = parser.parse_args()
+    from _common import load_tokenizer
+
+    tokenizer = load_tokenizer("llama3_1")
+    cases = load_cases(args.limit, args.sample)
+    encoded = [
+        (stem, schema, [(tokenizer.encode(text, add_special_tokens=False), v) for text, v in tests])
+        for stem, schema, tests in cases
+    ]
+    engines = [e for e in args.engines.split(",") if e]
+    summaries: dict[str, dict[str, Any]] = {}
+    details: dict[str, dict[str, Any]] = {}
+    for name in engines:
+        if not installed(name):
+            print(f"(peer {name} is not installed: pip install -e '.[bench]')")
+            continue
+        runner = Runner(name, args.timeout)
+        results = []
+        started = time.perf_counter()
+        try:
+            for stem, schema, tests in encoded:
+                result = runner.run(schema, tests)
+                results.append(result)
+                details.setdefault(name, {})[stem] = {
+                    k: v for k, v in result.items() if k not in ("tbm_us",)
+                }
+        finally:
+            runner.stop()
+        summaries[name] = summarize(results)
+        print(
+            f"{name}: {len(results)} schemas in {time.perf_counter() - started:.0f} s", flush=True
+        )
+    report(summaries)
+    if args.failures and "structgen" in details:
+        for stem, r in details["structgen"].items():
+            bad = r["status"] != "ok" or any(v != ok for v, ok in r.get("verdicts", []))
+            if bad:
+                print(stem, r["status"], r.get("error", ""), r.get("verdicts", ""))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    compact = {
+        n: {k: v for k, v in s.items() if k not in ("tbm_us", "ttfm_ms")}
+        | {
+            "tbm_us": {q: percentile(s["tbm_us"], q) for q in (50, 90, 99)},
+            "ttfm_ms": {q: percentile(s["ttfm_ms"], q) for q in (50, 90, 99)},
+        }
+        for n, s in summaries.items()
+    }
+    (RESULTS / "maskbench.json").write_text(json.dumps({"summary": compact}, indent=1))
+    plot(summaries, RESULTS / "maskbench.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""`format` values as regular languages over decoded strings.
+
+Each language is a subset of what jsonschema's `FORMAT_CHECKER` accepts (so an accepted string
+always validates), and equal to it where the checker is itself regular: `date` (with real month
+lengths and leap years), `time`/`date-time` (RFC 3339 as `rfc3339-validator` reads it, `T`/`Z` in
+either case), `ipv4` (no leading zeros, as `ipaddress`), `ipv6`, `uuid`. Formats the installed
+checker does not judge (`uri`, `hostname`, `duration`, `email` beyond "has an @") get the RFC
+grammar. See docs/design/json-schema.md (formats) for the gaps.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from structgen.automata import CharClass, Node, Repeat, parse_regex
+
+__all__ = ["KNOWN_UNSUPPORTED", "format_nodes"]
+
+_YEAR = r"(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
+_LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_MD = (
+    r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    r"|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+)
+DATE = rf"(?:{_YEAR}-{_MD}|{_LEAP}-02-29)"
+_TIME = (
+    r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
+    r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+)
+DATE_TIME = rf"{DATE}[Tt]{_TIME}"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]|[0-9])"
+IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_H = r"[0-9A-Fa-f]{1,4}"
+_LS32 = rf"(?:{_H}:{_H}|{IPV4})"
+IPV6 = (
+    rf"(?:(?:{_H}:){{6}}{_LS32}"
+    rf"|::(?:{_H}:){{5}}{_LS32}"
+    rf"|(?:{_H})?::(?:{_H}:){{4}}{_LS32}"
+    rf"|(?:(?:{_H}:){{0,1}}{_H})?::(?:{_H}:){{3}}{_LS32}"
+    rf"|(?:(?:{_H}:){{0,2}}{_H})?::(?:{_H}:){{2}}{_LS32}"
+    rf"|(?:(?:{_H}:){{0,3}}{_H})?::{_H}:{_LS32}"
+    rf"|(?:(?:{_H}:){{0,4}}{_H})?::{_LS32}"
+    rf"|(?:(?:{_H}:){{0,5}}{_H})?::{_H}"
+    rf"|(?:(?:{_H}:){{0,6}}{_H})?::)"
+)
+UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME = rf"{_LABEL}(?:\.{_LABEL})*"
+# RFC 5321 dot-atom local part @ hostname or address literal
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@(?:{HOSTNAME}|\[{IPV4}\]|\[IPv6:{IPV6}\])"
+# RFC 3339 appendix A
+_DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
+_DUR_DATE = r"(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
+DURATION = rf"P(?:{_DUR_DATE}(?:{_DUR_TIME})?|{_DUR_TIME}|[0-9]+W)"
+# RFC 3986
+_UNRES = r"A-Za-z0-9\-._~"
+_SUB = r"!$&'()*+,;="
+_PCT = r"%[0-9A-Fa-f]{2}"
+_PCHAR = rf"(?:[{_UNRES}{_SUB}:@]|{_PCT})"
+_USERINFO = rf"(?:[{_UNRES}{_SUB}:]|{_PCT})*"
+_REGNAME = rf"(?:[{_UNRES}{_SUB}]|{_PCT})*"
+_IPLIT = rf"\[(?:{IPV6}|v[0-9A-Fa-f]+\.[{_UNRES}{_SUB}:]+)\]"
+_HOST = rf"(?:{_IPLIT}|{IPV4}|{_REGNAME})"
+_AUTHORITY = rf"(?:{_USERINFO}@)?{_HOST}(?::[0-9]*)?"
+_SEGMENT = rf"{_PCHAR}*"
+_SEGMENT_NZ = rf"{_PCHAR}+"
+_SEGMENT_NZ_NC = rf"(?:[{_UNRES}{_SUB}@]|{_PCT})+"
+_PATH_ABEMPTY = rf"(?:/{_SEGMENT})*"
+_PATH_ABSOLUTE = rf"/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?"
+_PATH_ROOTLESS = rf"{_SEGMENT_NZ}(?:/{_SEGMENT})*"
+_PATH_NOSCHEME = rf"{_SEGMENT_NZ_NC}(?:/{_SEGMENT})*"
+_QUERY = rf"(?:{_PCHAR}|[/?])*"
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*"
+_HIER = rf"(?://{_AUTHORITY}{_PATH_ABEMPTY}|{_PATH_ABSOLUTE}|{_PATH_ROOTLESS}|)"
+URI = rf"{_SCHEME}:{_HIER}(?:\?{_QUERY})?(?:#{_QUERY})?"
+_RELATIVE = (
+    rf"(?://{_AUTHORITY}{_PATH_ABEMPTY}|{_PATH_ABSOLUTE}|{_PATH_NOSCHEME}|)"
+    rf"(?:\?{_QUERY})?(?:#{_QUERY})?"
+)
+URI_REFERENCE = rf"(?:{URI}|{_RELATIVE})"
+JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
+RELATIVE_JSON_POINTER = rf"(?:0|[1-9][0-9]*)(?:#|{JSON_POINTER})"
+
+_FORMATS: dict[str, str] = {
+    "date": DATE,
+    "time": _TIME,
+    "date-time": DATE_TIME,
+    "ipv4": IPV4,
+    "ipv6": IPV6,
+    "uuid": UUID,
+    "hostname": HOSTNAME,
+    "email": EMAIL,
+    "duration": DURATION,
+    "uri": URI,
+    "uri-reference": URI_REFERENCE,
+    "json-pointer": JSON_POINTER,
+    "relative-json-pointer": RELATIVE_JSON_POINTER,
+}
+# Formats that jsonschema's checker may judge but that have no regular language here.
+KNOWN_UNSUPPORTED = frozenset(
+    {"regex", "idn-email", "idn-hostname", "iri", "iri-reference", "uri-template"}
+)
+
+
+@lru_cache(maxsize=64)
+def format_nodes(name: str) -> tuple[Node, ...] | None:
+    """The decoded-string languages whose intersection is `format: name` (None: unknown)."""
+    pattern = _FORMATS.get(name)
+    if pattern is None:
+        return None
+    node = parse_regex(pattern, flags="s")
+    if name == "hostname":  # at most 253 characters in all
+        return (node, Repeat(CharClass(((0, 0x10FFFF),)), 1, 253))
+    return (node,)

@@ -1,0 +1,305 @@
+"""JSON string syntax as regex ASTs: decoded-text languages mapped onto their encodings.
+
+JSON Schema judges the *decoded* string (`minLength`, `pattern`, `format`, `enum` compare code
+points), but the model emits the *encoded* text, where one code point may be written raw, as a
+short escape (`\\n`), as `\\uXXXX` (either hex case) or, beyond the BMP, as a surrogate pair.
+`encode(node)` substitutes every character set of a decoded-language AST by the alternation of
+its encodings, so a regex over decoded strings becomes the exact regex over encoded bodies.
+See docs/design/json-schema.md (strings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from functools import cache, lru_cache
+from typing import Any
+
+from structgen.automata import (
+    Alternation,
+    CharClass,
+    Concat,
+    Empty,
+    Node,
+    Repeat,
+    String,
+    alternation,
+    concat,
+    repeat,
+)
+from structgen.automata import intervals as iv
+
+__all__ = [
+    "ANY_CHAR",
+    "any_string_body",
+    "encode",
+    "fixed_width_range",
+    "hex_range",
+    "length_body",
+    "literal_body",
+    "not_in_set",
+]
+
+ANY_CHAR = CharClass(((0, iv.MAX_CODE_POINT),))
+ANY_STAR = Repeat(ANY_CHAR, 0, None)
+_CONTROL: iv.Ranges = ((0, 0x1F),)
+_RAW_FORBIDDEN: iv.Ranges = iv.normalize([(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
+_RAW_OK: iv.Ranges = iv.complement(_RAW_FORBIDDEN)
+_SURROGATES: iv.Ranges = ((0xD800, 0xDFFF),)
+_BMP_CHARS: iv.Ranges = iv.difference(((0, 0xFFFF),), _SURROGATES)
+_SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 8: "b", 12: "f", 10: "n", 13: "r", 9: "t"}
+# Above this many ranges, a class's `\uXXXX` forms are limited to U+0000-U+00FF and its
+# surrogate-pair forms dropped: the exact alternation would be large and such forms are rare.
+_MAX_ESCAPE_RANGES = 64
+
+
+def _hex_digit(lo: int, hi: int) -> Node:
+    """One hex digit whose value is in [lo, hi], either letter case."""
+    ranges: list[tuple[int, int]] = []
+    if lo <= 9:
+        ranges.append((0x30 + lo, 0x30 + min(hi, 9)))
+    if hi >= 10:
+        a, b = max(lo, 10) - 10, hi - 10
+        ranges += [(0x61 + a, 0x61 + b), (0x41 + a, 0x41 + b)]
+    return CharClass(iv.normalize(ranges))
+
+
+def _dec_digit(lo: int, hi: int) -> Node:
+    return CharClass(((0x30 + lo, 0x30 + hi),))
+
+
+def fixed_width_range(
+    lo: int, hi: int, width: int, base: int, digit: Callable[[int, int], Node]
+) -> Node:
+    """Strings of exactly `width` base-`base` digits (leading zeros kept) with value in [lo, hi]."""
+    if lo > hi:
+        return CharClass(())
+
+    def digits(value: int) -> list[int]:
+        out = []
+        for _ in range(width):
+            out.append(value % base)
+            value //= base
+        return out[::-1]
+
+    @cache
+    def build(pos: int, tight_lo: bool, tight_hi: bool) -> Node:
+        if pos == width:
+            return Empty()
+        a = lo_d[pos] if tight_lo else 0
+        b = hi_d[pos] if tight_hi else base - 1
+        if not tight_lo and not tight_hi:
+            return repeat(digit(0, base - 1), width - pos, width - pos)
+        parts: list[Node] = []
+        if a == b:
+            return concat([digit(a, a), build(pos + 1, tight_lo, tight_hi)])
+        parts.append(concat([digit(a, a), build(pos + 1, tight_lo, False)]))
+        if b - a >= 2:
+            parts.append(concat([digit(a + 1, b - 1), build(pos + 1, False, False)]))
+        parts.append(concat([digit(b, b), build(pos + 1, False, tight_hi)]))
+        return alternation(parts)
+
+    lo_d, hi_d = digits(lo), digits(hi)
+    return build(0, True, True)
+
+
+def hex_range(lo: int, hi: int) -> Node:
+    """Four hex digits (any case) for the values [lo, hi]."""
+    return fixed_width_range(lo, hi, 4, 16, _hex_digit)
+
+
+def dec_fixed(lo: int, hi: int, width: int) -> Node:
+    """`width` decimal digits, leading zeros kept, value in [lo, hi] (dates, times)."""
+    return fixed_width_range(lo, hi, width, 10, _dec_digit)
+
+
+def _unicode_escapes(ranges: iv.Ranges) -> list[Node]:
+    """`\\uXXXX` forms of the BMP code points in `ranges`, and surrogate pairs beyond it."""
+    out: list[Node] = []
+    many = len(ranges) > _MAX_ESCAPE_RANGES
+    bmp = iv.intersect(ranges, ((0, 0xFF),) if many else _BMP_CHARS)
+    hexes = [hex_range(a, b) for a, b in bmp]
+    if hexes:
+        out.append(concat([String("\\u"), alternation(hexes)]))
+    if not many:
+        astral = iv.intersect(ranges, ((0x10000, iv.MAX_CODE_POINT),))
+        for a, b in astral:
+            out.append(_pair_range(a, b))
+    return out
+
+
+def _surrogates(cp: int) -> tuple[int, int]:
+    v = cp - 0x10000
+    return 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF)
+
+
+def _pair_range(lo: int, hi: int) -> Node:
+    (h1, l1), (h2, l2) = _surrogates(lo), _surrogates(hi)
+    u = String("\\u")
+
+    def pair(ha: int, hb: int, la: int, lb: int) -> Node:
+        return concat([u, hex_range(ha, hb), u, hex_range(la, lb)])
+
+    if h1 == h2:
+        return pair(h1, h1, l1, l2)
+    parts = [pair(h1, h1, l1, 0xDFFF)]
+    if h2 - h1 >= 2:
+        parts.append(pair(h1 + 1, h2 - 1, 0xDC00, 0xDFFF))
+    parts.append(pair(h2, h2, 0xDC00, l2))
+    return alternation(parts)
+
+
+@lru_cache(maxsize=4096)
+def encode_class(ranges: iv.Ranges) -> Node:
+    """All encodings of one code point from `ranges` inside a JSON string body."""
+    parts: list[Node] = []
+    raw = iv.intersect(ranges, _RAW_OK)
+    if raw:
+        parts.append(CharClass(raw))
+    shorts = sorted(esc for cp, esc in _SHORT_ESCAPES.items() if iv.contains(ranges, cp))
+    if shorts:
+        parts.append(concat([String("\\"), alternation(String(s) for s in shorts)]))
+    parts.extend(_unicode_escapes(ranges))
+    return alternation(parts)
+
+
+def encode(node: Node) -> Node:
+    """The encoded-body language of a decoded-text language (every character substituted)."""
+    if isinstance(node, Empty):
+        return node
+    if isinstance(node, String):
+        return concat(encode_class(((ord(c), ord(c)),)) for c in node.text)
+    if isinstance(node, CharClass):
+        return encode_class(node.ranges)
+    if isinstance(node, Concat):
+        return concat(encode(item) for item in node.items)
+    if isinstance(node, Alternation):
+        return alternation(encode(item) for item in node.items)
+    if isinstance(node, Repeat):
+        return repeat(encode(node.item), node.min, node.max)
+    raise TypeError(f"unknown regex node {node!r}")
+
+
+# A body with no constraint: what any JSON parser accepts (lone surrogates included).
+_ANY_BODY = Repeat(
+    alternation(
+        [
+            CharClass(_RAW_OK),
+            concat([String("\\"), CharClass(iv.from_points(map(ord, '"\\/bfnrt')))]),
+            concat([String("\\u"), repeat(_hex_digit(0, 15), 4, 4)]),
+        ]
+    ),
+    0,
+    None,
+)
+
+
+def any_string_body() -> Node:
+    """Any JSON string body (between the quotes)."""
+    return _ANY_BODY
+
+
+_HEX = _hex_digit(0, 15)
+_SHORT_CLASS = CharClass(iv.from_points(map(ord, '"\\/bfnrt')))
+# `\uXXXX` of a non-surrogate code point: first digit not d/D, or d/D then 0-7
+_U_NONSURROGATE = concat(
+    [
+        String("\\u"),
+        alternation(
+            [
+                concat([CharClass(iv.normalize([(0x30, 0x39), (0x61, 0x63), (0x65, 0x66),
+                                                (0x41, 0x43), (0x45, 0x46)])),
+                        repeat(_HEX, 3, 3)]),
+                concat([CharClass(((0x44, 0x44), (0x64, 0x64))), CharClass(((0x30, 0x37),)),
+                        repeat(_HEX, 2, 2)]),
+            ]
+        ),
+    ]
+)  # fmt: skip
+_SIMPLE_UNIT = alternation([CharClass(_RAW_OK), concat([String("\\"), _SHORT_CLASS])])
+# Above these counts, cheaper units keep the automaton within the size limits: no surrogate
+# pairs, then no `\uXXXX`, then raw characters only; beyond `MAX_COUNTED` the bound itself is
+# lowered (strings that long are never generated; nothing invalid is ever accepted).
+_PAIRS_UP_TO = 512
+_UNICODE_UP_TO = 4096
+_SHORT_UP_TO = 20_000
+MAX_COUNTED = 60_000
+
+
+def _unit(bound: int) -> Node:
+    """One decoded code point, in as many encodings as the count `bound` affords."""
+    if bound > _SHORT_UP_TO:
+        return CharClass(_RAW_OK)
+    if bound > _UNICODE_UP_TO:
+        return _SIMPLE_UNIT
+    parts: list[Node] = [_SIMPLE_UNIT, _U_NONSURROGATE]
+    if bound <= _PAIRS_UP_TO:
+        parts.append(_pair_range(0x10000, iv.MAX_CODE_POINT))
+    return alternation(parts)
+
+
+def length_body(min_len: int, max_len: int | None) -> Node:
+    """Bodies decoding to between `min_len` and `max_len` code points.
+
+    An escape counts as the one code point it decodes to. For large counts only cheaper
+    encodings are allowed (see `_unit`); raw characters, astral ones included, always are.
+    """
+    min_len = min(min_len, MAX_COUNTED)
+    if max_len is not None:
+        max_len = max(min(max_len, MAX_COUNTED), min_len)
+    bound = max_len if max_len is not None else min_len
+    unit = _unit(bound)
+    if max_len is None:
+        return concat([repeat(unit, min_len, min_len), Repeat(_unit(0), 0, None)])
+    return repeat(unit, min_len, max_len)
+
+
+def literal_body(text: str) -> Node:
+    """Every encoding of exactly `text`."""
+    return encode(String(text)) if text else Empty()
+
+
+def not_in_set(words: Iterable[str]) -> Node:
+    """Encoded bodies whose decoded string is none of `words` (a trie walked in encoded form).
+
+    Only raw characters and short escapes are used (no `\\uXXXX`), which keeps the automaton
+    linear in the words' length; leaving the trie at any node, or ending before a word's end,
+    yields a string that is not a word.
+    """
+    trie: dict[str, Any] = {}
+    ends = ""
+    for word in set(words):
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[ends] = {}
+    tail = Repeat(_SIMPLE_UNIT, 0, None)
+    short_of = {chr(cp): esc for cp, esc in _SHORT_ESCAPES.items()}
+
+    def build(node: dict[str, Any]) -> Node:
+        children = [k for k in node if k != ends]
+        parts: list[Node] = []
+        if ends not in node:
+            parts.append(Empty())
+        raw = iv.difference(_RAW_OK, iv.from_points(ord(c) for c in children))
+        if raw:
+            parts.append(Concat((CharClass(raw), tail)))
+        shorts = sorted(e for c, e in short_of.items() if c not in node)
+        if shorts:
+            letters = CharClass(iv.from_points(ord(e) for e in shorts))
+            parts.append(Concat((String("\\"), letters, tail)))
+        for ch in sorted(children):
+            if iv.contains(_RAW_OK, ord(ch)):
+                first: Node = String(ch)
+            elif ch in short_of:
+                first = String("\\" + short_of[ch])
+            else:
+                continue  # no raw or short form: strings through it are left out
+            parts.append(Concat((first, build(node[ch]))))
+        return Alternation(tuple(parts)) if len(parts) > 1 else parts[0]
+
+    return build(trie)
+
+
+def any_of_literals(words: Sequence[str]) -> Node:
+    """Encoded bodies of a finite set of decoded strings."""
+    return alternation(literal_body(w) for w in sorted(set(words)))

@@ -1,0 +1,56 @@
+"""The same constraints through `LogitsProcessor` in `model.generate` (greedy, sampled)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import lark
+import pytest
+import torch
+
+from structgen import Compiler, LogitsProcessor, StructgenError
+from tests.generate.test_generator import PAIR_GRAMMAR, PERSON, chat_ids, generator
+
+pytestmark = pytest.mark.slow
+
+
+def run(grammar: object, question: str) -> list[str]:
+    gen = generator()
+    prompt = torch.tensor([chat_ids(question, None)])
+    texts = []
+    for sample in (False, True):
+        torch.manual_seed(3)
+        with torch.no_grad():
+            out = gen.model.generate(
+                prompt,
+                logits_processor=[LogitsProcessor(grammar)],  # type: ignore[arg-type]
+                max_new_tokens=30,
+                do_sample=sample,
+                temperature=1.0 if sample else None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=gen.tokenizer.pad_token_id,
+            )
+        ids = [t for t in out[0, prompt.shape[1] :].tolist() if t not in gen.eos_token_ids]
+        texts.append(gen.vocab.decode(ids).decode())
+    return texts
+
+
+def test_lark_grammar() -> None:
+    grammar = Compiler(generator().vocab).grammar(PAIR_GRAMMAR)
+    parser = lark.Lark(PAIR_GRAMMAR)
+    for text in run(grammar, "Write a key=value pair in parentheses."):
+        parser.parse(text)
+
+
+def test_json_schema() -> None:
+    compiler = Compiler(generator().vocab)
+    if not hasattr(compiler, "json_schema"):
+        pytest.skip("Compiler.json_schema is not implemented yet")
+    try:
+        grammar = compiler.json_schema(PERSON)
+    except (StructgenError, ImportError, NotImplementedError) as exc:
+        pytest.skip(f"Compiler.json_schema does not compile the test schema yet: {exc}")
+    for text in run(grammar, "Describe a person as JSON with name and age."):
+        jsonschema.validate(json.loads(text), PERSON)

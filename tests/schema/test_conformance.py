@@ -1,0 +1,36 @@
+"""The official JSON Schema Test Suite (draft 2020-12), token by token with Llama-3.1.
+
+Every valid instance (`json.dumps`) must be accepted and able to stop, every invalid one
+rejected. Results per `file/group` are compared with `conformance_baseline.json`: they may only
+improve, and an accepted invalid instance fails the test outright. Regenerate the baseline with
+`STRUCTGEN_UPDATE_BASELINE=1 pytest tests/schema/test_conformance.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.conftest import load_tokenizer, load_vocab, shared_dir
+from tests.schema._runner import run_suite
+
+BASELINE = Path(__file__).with_name("conformance_baseline.json")
+
+
+def test_suite_never_accepts_invalid_and_does_not_regress() -> None:
+    folder = shared_dir("json-schema-test-suite") / "tests" / "draft2020-12"
+    results = run_suite(folder, load_vocab("llama3_1"), load_tokenizer("llama3_1"))
+    invalidated = {k: v["invalidated"] for k, v in results.items() if v["invalidated"]}
+    assert not invalidated, f"invalid instances accepted: {invalidated}"
+    if os.environ.get("STRUCTGEN_UPDATE_BASELINE"):
+        BASELINE.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    baseline = json.loads(BASELINE.read_text())
+    regressions = [
+        f"{key}: passed {got['passed']} < {want['passed']}"
+        for key, want in baseline.items()
+        if (got := results.get(key, {"passed": 0}))["passed"] < want["passed"]
+    ]
+    assert not regressions, "\n".join(regressions)
+    total = sum(v["passed"] for v in results.values())
+    assert total >= sum(v["passed"] for v in baseline.values())

@@ -1,0 +1,140 @@
+"""Bad schemas: every failure is a typed error with the JSON pointer of the culprit."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from structgen.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
+from structgen.schema import SchemaOptions, compile_schema, schema_fingerprint
+
+STRICT = SchemaOptions()
+
+INVALID = [
+    ({"type": "strnig"}, "/type"),
+    ({"type": []}, "/type"),
+    ({"properties": {"a": {"minLength": -1}}}, "/properties/a/minLength"),
+    ({"maxItems": "3"}, "/maxItems"),
+    ({"required": "a"}, "/required"),
+    ({"enum": 3}, "/enum"),
+    ({"multipleOf": 0}, "/multipleOf"),
+    ({"pattern": 5}, "/pattern"),
+    ({"anyOf": []}, "/anyOf"),
+    ({"items": 3}, "/items"),
+    ({"properties": []}, "/properties"),
+    ({"$ref": "#/$defs/missing"}, "/$ref"),
+    ({"properties": {"a": {"$ref": "#/nope"}}}, "/properties/a/$ref"),
+    ({"$ref": "#missing-anchor"}, "/$ref"),
+    ({"$ref": 3}, "/$ref"),
+    ({"properties": {"a": 3}}, "/properties/a"),
+]
+
+UNSATISFIABLE = [
+    (False, "/"),
+    ({"enum": []}, "/enum"),
+    ({"type": "string", "minLength": 3, "maxLength": 2}, ""),
+    ({"type": "integer", "minimum": 5, "maximum": 4}, ""),
+    ({"type": "array", "minItems": 3, "maxItems": 1}, ""),
+    ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "/required"),
+    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "/allOf/0"),
+    ({"type": "integer", "const": "x"}, "/const"),
+    ({"type": "array", "prefixItems": [True, False], "minItems": 2}, ""),
+    ({"not": {}}, "/not"),
+    (
+        {
+            "$defs": {
+                "n": {
+                    "type": "object",
+                    "properties": {"n": {"$ref": "#/$defs/n"}},
+                    "required": ["n"],
+                }
+            },
+            "$ref": "#/$defs/n",
+        },
+        None,
+    ),
+]
+
+UNSUPPORTED = [
+    ({"type": "array", "uniqueItems": True}, "/uniqueItems"),
+    ({"type": "string", "pattern": "(?=a)b"}, "/pattern"),
+    ({"type": "string", "pattern": "a\\1"}, "/pattern"),
+    ({"properties": {"a": {"type": "string", "format": "regex"}}}, "/properties/a/format"),
+    ({"multipleOf": 0.1}, "/multipleOf"),
+    ({"$ref": "https://example.com/schema.json"}, "/$ref"),
+    ({"unevaluatedProperties": False}, "/unevaluatedProperties"),
+    ({"oneOf": [{"type": "array", "uniqueItems": True}, {"type": "array"}]}, "/oneOf"),
+    ({"not": {"type": "string", "format": "email"}}, "/not/format"),
+    ({"not": {"propertyNames": {"maxLength": 3}}}, "/not/propertyNames"),
+]
+
+
+@pytest.mark.parametrize(("schema", "pointer"), INVALID)
+def test_invalid_schema_names_its_pointer(schema: object, pointer: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        compile_schema(schema, options=STRICT)  # type: ignore[arg-type]
+    assert not isinstance(info.value, UnsupportedSchemaError)
+    assert info.value.pointer == pointer
+
+
+@pytest.mark.parametrize(("schema", "pointer"), UNSATISFIABLE)
+def test_unsatisfiable_schema_is_a_schema_error(schema: object, pointer: str | None) -> None:
+    with pytest.raises(SchemaError) as info:
+        compile_schema(schema, options=STRICT)  # type: ignore[arg-type]
+    assert "unsatisfiable" in str(info.value)
+    if pointer is not None:
+        assert info.value.pointer in (pointer, "" if pointer == "/" else pointer)
+
+
+@pytest.mark.parametrize(("schema", "pointer"), UNSUPPORTED)
+def test_unsupported_keyword_raises_with_pointer(schema: object, pointer: str) -> None:
+    with pytest.raises(UnsupportedSchemaError) as info:
+        compile_schema(schema, options=STRICT)  # type: ignore[arg-type]
+    assert info.value.pointer == pointer
+
+
+def test_lenient_mode_warns_and_names_the_keyword() -> None:
+    with pytest.warns(UserWarning, match="/uniqueItems"):
+        compile_schema({"type": "array", "uniqueItems": True}, options=SchemaOptions(lenient=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile_schema({"type": "array"}, options=SchemaOptions(lenient=True))
+
+
+def test_limits_end_in_a_clear_error() -> None:
+    with pytest.raises(LimitExceededError) as info:
+        compile_schema(
+            {
+                "type": "array",
+                "maxItems": 10**6,
+                "contains": {"type": "integer"},
+                "maxContains": 10**6,
+            },
+            options=SchemaOptions(max_rules=1000),
+        )
+    assert "max_rules" in str(info.value)
+    many = {
+        "allOf": [
+            {"anyOf": [{"type": "integer", "minimum": i}, {"type": "string"}]} for i in range(30)
+        ]
+    }
+    with pytest.raises(LimitExceededError):
+        compile_schema(many, options=SchemaOptions(max_branches=100))
+
+
+def test_bad_inputs_and_options() -> None:
+    with pytest.raises(SchemaError):
+        compile_schema("{not json", options=STRICT)
+    with pytest.raises(SchemaError):
+        compile_schema([1, 2], options=STRICT)  # type: ignore[arg-type]
+    with pytest.raises(SchemaError):
+        compile_schema(int, options=STRICT)
+    with pytest.raises(ValueError):
+        SchemaOptions(whitespace="loose")  # type: ignore[arg-type]
+
+
+def test_fingerprint_is_canonical() -> None:
+    a = schema_fingerprint({"type": "object", "required": ["a"]})
+    assert a == schema_fingerprint('{"required": ["a"], "type": "object"}')
+    assert a != schema_fingerprint({"type": "object"})
