@@ -85,3 +85,50 @@ def run_demo(*, prompt: str | None = None, max_new_tokens: int = 48) -> None:
         label = "choice" if kind == "choice" else "regex"
         print(f"  {label}: {answer!r}  ({'valid' if valid else 'INVALID'}, {elapsed:.2f}s)")
         print(f"          constraint: {constraint}")
+    if prompt is None:
+        _json_schema_demo(model, tokenizer, compiler, max_new_tokens=max(max_new_tokens, 160))
+
+
+_PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "languages": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 16},
+            "maxItems": 3,
+        },
+    },
+    "required": ["name", "age", "languages"],
+    "additionalProperties": False,
+}
+
+
+def _json_schema_demo(model: Any, tokenizer: Any, compiler: Any, *, max_new_tokens: int) -> None:
+    """A JSON Schema constraint in structgen's own KV-cached loop, checked with jsonschema."""
+    import json
+
+    import jsonschema
+
+    from structgen.generate import Generator, SamplingParams
+
+    generator = Generator(model, tokenizer)
+    grammar = compiler.json_schema(_PERSON)
+    question = "Describe Ada Lovelace as a JSON object with her name, age and languages."
+    result = generator.generate(
+        question, SamplingParams(max_new_tokens=max_new_tokens), grammar=grammar, chat=True
+    )
+    try:
+        jsonschema.validate(json.loads(result.text), _PERSON)
+        verdict = "valid"
+    except (ValueError, jsonschema.ValidationError) as exc:
+        verdict = f"INVALID ({exc.__class__.__name__})"
+    metrics = result.metrics
+    print(f"\n> {question}")
+    print(f"  json schema (own loop): {result.text}")
+    print(
+        f"          {verdict}; {metrics.output_tokens} tokens, "
+        f"time to first token {metrics.time_to_first_token * 1e3:.0f} ms, "
+        f"{metrics.time_per_output_token * 1e3:.1f} ms per token"
+    )
