@@ -31,13 +31,52 @@ from structgen.masks._kernel import Events
 from structgen.masks._walker import native_walk
 from structgen.vocab import Vocabulary
 
-__all__ = ["GrammarEngine", "ParseState"]
+__all__ = ["GrammarEngine", "ParseState", "terminal_dfa"]
 
 ParseState = tuple[EarleySet, int, bool]
 
 _TERMINAL_DFAS: OrderedDict[tuple[Any, ...], tuple[TerminalDef, ByteDFA]] = OrderedDict()
 _TERMINAL_LOCK = threading.Lock()
 _TERMINAL_CACHE_SIZE = 1024
+
+
+def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
+    """The terminal's lazy DFA, shared by every grammar that has the same terminal.
+
+    Terminals repeat across grammars (JSON strings, numbers, whitespace runs), and a shared
+    DFA keeps the rows already built.
+    """
+    # Keyed by the AST objects' identity (hashing a deep frozen AST costs more than it saves);
+    # the entry keeps the objects alive, so an id cannot be reused while it is cached.
+    key = (id(terminal.pattern), tuple(map(id, terminal.intersect)), limits)
+    with _TERMINAL_LOCK:
+        hit = _TERMINAL_DFAS.get(key)
+        if (
+            hit is not None
+            and hit[0].pattern is terminal.pattern
+            and len(hit[0].intersect) == len(terminal.intersect)
+            and all(a is b for a, b in zip(hit[0].intersect, terminal.intersect))
+        ):
+            _TERMINAL_DFAS.move_to_end(key)
+            return hit[1]
+    where = f"terminal {terminal.name}"
+    memo: dict[int, bytes] = {}
+    dfa = compile_ast(
+        terminal.pattern,
+        limits=limits,
+        pattern=where,
+        fingerprint=node_digest(terminal.pattern, memo).hex(),
+    )
+    for extra in terminal.intersect:
+        other = compile_ast(
+            extra, limits=limits, pattern=where, fingerprint=node_digest(extra, memo).hex()
+        )
+        dfa = intersect(dfa, other, limits=limits)
+    with _TERMINAL_LOCK:
+        _TERMINAL_DFAS[key] = (terminal, dfa)
+        while len(_TERMINAL_DFAS) > _TERMINAL_CACHE_SIZE:
+            _TERMINAL_DFAS.popitem(last=False)
+    return dfa
 
 
 class _Lexer:
@@ -79,7 +118,7 @@ class GrammarEngine:
         self.vocab = vocab
         self.limits = limits
         self.max_cached_masks = max_cached_masks
-        self.terminal_dfas = [self._terminal_dfa(t, limits) for t in grammar.terminals]
+        self.terminal_dfas = [terminal_dfa(t, limits) for t in grammar.terminals]
         usable = [t.name for t, d in zip(grammar.terminals, self.terminal_dfas) if not d.is_empty]
         self.parser = EarleyGrammar(grammar, usable_terminals=usable)
         names = self.parser.terminal_names
@@ -91,45 +130,6 @@ class GrammarEngine:
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self.fingerprint = f"{grammar.fingerprint()}"
-
-    @staticmethod
-    def _terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
-        """The terminal's lazy DFA, shared by every grammar that has the same terminal.
-
-        Terminals repeat across grammars (JSON strings, numbers, whitespace runs), and a shared
-        DFA keeps the rows already built.
-        """
-        # Keyed by the AST objects' identity (hashing a deep frozen AST costs more than it saves);
-        # the entry keeps the objects alive, so an id cannot be reused while it is cached.
-        key = (id(terminal.pattern), tuple(map(id, terminal.intersect)), limits)
-        with _TERMINAL_LOCK:
-            hit = _TERMINAL_DFAS.get(key)
-            if (
-                hit is not None
-                and hit[0].pattern is terminal.pattern
-                and len(hit[0].intersect) == len(terminal.intersect)
-                and all(a is b for a, b in zip(hit[0].intersect, terminal.intersect))
-            ):
-                _TERMINAL_DFAS.move_to_end(key)
-                return hit[1]
-        where = f"terminal {terminal.name}"
-        memo: dict[int, bytes] = {}
-        dfa = compile_ast(
-            terminal.pattern,
-            limits=limits,
-            pattern=where,
-            fingerprint=node_digest(terminal.pattern, memo).hex(),
-        )
-        for extra in terminal.intersect:
-            other = compile_ast(
-                extra, limits=limits, pattern=where, fingerprint=node_digest(extra, memo).hex()
-            )
-            dfa = intersect(dfa, other, limits=limits)
-        with _TERMINAL_LOCK:
-            _TERMINAL_DFAS[key] = (terminal, dfa)
-            while len(_TERMINAL_DFAS) > _TERMINAL_CACHE_SIZE:
-                _TERMINAL_DFAS.popitem(last=False)
-        return dfa
 
     # ------------------------------------------------------------------ lexers
 

@@ -42,6 +42,7 @@ from structgen.errors import (
     StructgenError,
     UnsupportedSchemaError,
 )
+from structgen.grammar.engine import terminal_dfa
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 from structgen.schema._complement import complement
 from structgen.schema._formats import KNOWN_UNSUPPORTED, format_nodes
@@ -329,10 +330,8 @@ class SchemaCompiler:
                 usable.add(t.name)
                 continue
             try:
-                dfa = compile_ast(t.pattern, limits=limits)
-                for extra in t.intersect:
-                    dfa = intersect(dfa, compile_ast(extra, limits=limits), limits=limits)
-                if not dfa.is_empty:
+                # The same cached automaton the engine will use: built once, not twice.
+                if not terminal_dfa(t, limits).is_empty:
                     usable.add(t.name)
             except StructgenError:
                 usable.add(t.name)  # let the engine report the limit with its own context
