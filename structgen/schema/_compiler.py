@@ -152,6 +152,7 @@ class SchemaCompiler:
         self.rules: list[Rule] = []
         self.terminals: dict[tuple[Node, tuple[Node, ...]], str] = {}
         self.term_defs: list[TerminalDef] = []
+        self.key_rules: dict[str, str] = {}
         self.memo: dict[tuple[Any, ...], str] = {}
         self.ref_memo: dict[str, str] = {}
         self.keep: list[Any] = []
@@ -214,10 +215,19 @@ class SchemaCompiler:
         return self.terminal(concat([ws, String(text), ws]))
 
     def key_terminal(self, body: Node, extra: tuple[Node, ...] = ()) -> str:
-        def wrap(n: Node) -> Node:
-            return concat([String('"'), n, String('"'), self.ws, String(":"), self.ws])
+        """A rule `key: "name" COLON` — the quoted key, then the shared `ws : ws` terminal.
 
-        return self.terminal(wrap(body), tuple(wrap(e) for e in extra))
+        Keeping the colon and its whitespace out of the key terminal keeps the union lexer of
+        the keys expected at one position a small trie, and the colon lexer is one automaton
+        shared by every key: new lexer states (built in Python) are what masks cost most.
+        """
+        term = self.string_terminal(body, extra)
+        rule = self.key_rules.get(term)
+        if rule is None:
+            rule = self.new_rule("key")
+            self.add(rule, term, self.punct(":"))
+            self.key_rules[term] = rule
+        return rule
 
     def string_terminal(self, body: Node, extra: tuple[Node, ...] = ()) -> str:
         def wrap(n: Node) -> Node:
