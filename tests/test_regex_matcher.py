@@ -226,6 +226,14 @@ class TestMatcherContract:
         m.rollback(1)
         assert not m.is_terminated() and m.accept_token(_id(b"9"))
 
+    def test_accept_bytes(self) -> None:
+        m = Matcher(self.compiled)
+        assert m.accept_bytes(b"ab") and not m.can_terminate()
+        assert not m.accept_bytes(b"q")  # refused: nothing changes
+        assert m.accept_bytes(b"z9") and m.can_terminate()
+        m.rollback(1)
+        assert not m.can_terminate() and m.accept_token(_id(b"a"))
+
     def test_forced_tokens(self) -> None:
         vocab = load_vocab("llama3_1")
         m = Matcher(Compiler(vocab).regex(r'\{"name": "[a-z]+"\}'))

@@ -321,6 +321,3 @@ class GrammarEngine:
             lex_state = dfa.next_state(lex_state, byte)
             fresh = False
         return bytes(out)
-
-    def describe(self) -> dict[str, Any]:
-        return {"lexers": len(self._lexers), "terminals": len(self.terminal_dfas)}
