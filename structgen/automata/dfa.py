@@ -556,8 +556,15 @@ class UnionSource(_Source):
         index = [i for i, _ in key]
         moves = np.stack([self.parts[i].row(s)[self.reps] for i, s in key])  # [alive, classes]
         out = [-1] * self.num_classes
+        # Many classes move every component the same way (most often: all dead), so build each
+        # distinct column's target once.
+        seen: dict[tuple[int, ...], int] = {}
         for c, column in enumerate(moves.T.tolist()):
-            target = tuple((i, t) for i, t in zip(index, column) if t >= 0)
-            if target:
-                out[c] = intern(target)
+            col = tuple(column)
+            sid = seen.get(col)
+            if sid is None:
+                target = tuple((i, t) for i, t in zip(index, col) if t >= 0)
+                sid = intern(target) if target else -1
+                seen[col] = sid
+            out[c] = sid
         return out
