@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import RESULTS, percentile, print_table
+from _common import RESULTS, mask_allows, percentile, print_table
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "maskbench-dev"
 ENGINES = ("structgen", "llguidance", "xgrammar", "outlines-core")
@@ -40,10 +40,6 @@ MEMORY = 8 << 30
 
 class CompileError(Exception):
     """The engine refused the schema."""
-
-
-def _allows(bitmask: np.ndarray, token: int) -> bool:
-    return bool((int(bitmask[0, token >> 5]) >> (token & 31)) & 1)
 
 
 class _Structgen:
@@ -228,7 +224,7 @@ def run_schema(engine: Any, schema: Any, tests: list[tuple[list[int], bool]]) ->
                 t = time.perf_counter()
                 engine.fill()
                 out["tbm_us"].append((time.perf_counter() - t) * 1e6)
-            if not _allows(engine.bitmask, token) or not engine.accept(token):
+            if not mask_allows(engine.bitmask, token) or not engine.accept(token):
                 accepted = False
                 break
         if accepted:

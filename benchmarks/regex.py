@@ -32,7 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import RESULTS, load_tokenizer, median, peer, percentile, print_table
+from _common import (
+    RESULTS,
+    fmt,
+    load_tokenizer,
+    mask_allows,
+    median,
+    peer,
+    percentile,
+    print_table,
+)
 
 import structgen.compiler
 import structgen.masks._walker
@@ -207,10 +216,6 @@ def build_cases() -> list[Case]:
 
 class EngineError(Exception):
     """The engine refused the pattern (unsupported syntax, limits)."""
-
-
-def mask_allows(bitmask: np.ndarray, token: int) -> bool:
-    return bool((int(bitmask[0, token >> 5]) >> (token & 31)) & 1)
 
 
 class StructgenEngine:
@@ -483,14 +488,6 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         ok=result["failure"] is None,
     )
     return result
-
-
-def fmt(value: float) -> str:
-    if value != value:  # nan
-        return "-"
-    if value >= 100:
-        return f"{value:.0f}"
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
 def cell(result: dict[str, Any] | None, key: str) -> str:
