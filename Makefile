@@ -39,6 +39,8 @@ bench: fixtures
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python benchmarks/vocab.py
 	$(BIN)/python benchmarks/regex.py
+	$(BIN)/python benchmarks/grammar.py
+	$(BIN)/python benchmarks/maskbench.py --limit 200 --sample --timeout 15
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
