@@ -1,0 +1,205 @@
+"""`LM`: a model made ready for structured generation — one object, one call per mode.
+
+It bundles what every helper needs: the own generation loop (`Generator`), a `Compiler` over the
+model's vocabulary, and the chat template. Each mode (free text, regex, choice, grammar, JSON,
+JSON Schema) is one call that builds the messages, compiles (cached), generates and returns the
+text or the parsed value. Higher layers (the Pydantic decorator, tools, validators) build on
+`LM.run`. See docs/design/api.md.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from structgen.compiler import CompiledGrammar, Compiler
+from structgen.errors import GenerationError
+
+if TYPE_CHECKING:
+    from structgen.generate import GenerationResult, Generator, SamplingParams
+    from structgen.schema import SchemaOptions
+
+__all__ = ["LM", "Message", "Prompt", "default_lm"]
+
+Message = Mapping[str, Any]
+Prompt = str | Sequence[Message]
+
+# Structured answers are longer than chat replies; a grammar that is cut short is an error.
+DEFAULT_MAX_NEW_TOKENS = 512
+
+
+class LM:
+    """A `transformers` causal LM and its tokenizer, ready for constrained generation.
+
+    `system`: a system prompt put before every conversation this object starts (None: none).
+    Prompts are text (one user message) or a list of chat messages; they go through the
+    tokenizer's chat template when it has one, else the text is used as is.
+    Sampling options are `SamplingParams` fields given as keywords (`temperature=0.7`,
+    `max_new_tokens=256`, `seed=1`, ...); the default is greedy with 512 new tokens.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        system: str | None = None,
+        prefix_cache: int = 4,
+        compiler: Compiler | None = None,
+    ) -> None:
+        from structgen.generate import Generator
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.system = system
+        self.generator: Generator = Generator(model, tokenizer, prefix_cache=prefix_cache)
+        self.compiler = compiler or Compiler(self.generator.vocab)
+        self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def default(cls, *, device: str | None = None) -> LM:
+        """The embedded default model (SmolLM2-135M-Instruct), loaded once per process."""
+        return default_lm(device=device)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str, *, device: str | None = None, system: str | None = None
+    ) -> LM:
+        """Load a local `transformers` model folder (or a Hub name when the Hub is reachable)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer: Any = AutoTokenizer.from_pretrained(path)
+        model: Any = AutoModelForCausalLM.from_pretrained(path)
+        if device is not None:
+            model = model.to(device)
+        model.eval()
+        return cls(model, tokenizer, system=system)
+
+    # ------------------------------------------------------------------ the core call
+
+    def messages(self, prompt: Prompt, *, system: str | None = None) -> list[dict[str, Any]]:
+        """The conversation a prompt stands for, with the system prompt first (if any)."""
+        if isinstance(prompt, str):
+            items: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        else:
+            items = [dict(m) for m in prompt]
+            if not items or not all("role" in m for m in items):
+                raise GenerationError("a prompt is text or a non-empty list of chat messages")
+        system = system if system is not None else self.system
+        if system and items[0].get("role") != "system":
+            items.insert(0, {"role": "system", "content": system})
+        return items
+
+    def params(self, params: SamplingParams | None = None, **options: Any) -> SamplingParams:
+        """`SamplingParams` from keywords (unknown names raise `GenerationError`)."""
+        from structgen.generate import SamplingParams
+
+        if params is not None and options:
+            raise GenerationError("give either params=SamplingParams(...) or keywords, not both")
+        if params is not None:
+            return params
+        names = {f.name for f in fields(SamplingParams)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise GenerationError(
+                f"unknown sampling option(s) {unknown}; valid: {', '.join(sorted(names))}"
+            )
+        options.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+        return SamplingParams(**options)
+
+    def run(
+        self,
+        prompt: Prompt,
+        grammar: CompiledGrammar | None = None,
+        *,
+        system: str | None = None,
+        params: SamplingParams | None = None,
+        **options: Any,
+    ) -> GenerationResult:
+        """Generate once under `grammar` (None: free text); a grammar cut short raises.
+
+        Raises `GenerationError` when the output ends before the constraint is complete
+        (`max_new_tokens` or the context ran out), so callers never get a partial value.
+        """
+        sampling = self.params(params, **options)
+        if self.has_chat_template:
+            result = self.generator.generate(
+                self.messages(prompt, system=system), sampling, grammar=grammar, chat=True
+            )
+        else:
+            result = self.generator.generate(
+                self._plain_text(prompt, system), sampling, grammar=grammar
+            )
+        if grammar is not None and result.finish_reason not in ("eos", "stop"):
+            raise GenerationError(
+                f"the output stopped ({result.finish_reason}) after "
+                f"{result.metrics.output_tokens} tokens before the {grammar.kind} constraint was "
+                f"complete; raise max_new_tokens (now {sampling.max_new_tokens}). "
+                f"Partial output: {result.text[:200]!r}"
+            )
+        return result
+
+    def _plain_text(self, prompt: Prompt, system: str | None) -> str:
+        messages = self.messages(prompt, system=system)
+        return "\n\n".join(str(m.get("content", "")) for m in messages) + "\n"
+
+    # ------------------------------------------------------------------ one call per mode
+
+    def text(self, prompt: Prompt, **options: Any) -> str:
+        """Free text (no constraint)."""
+        return self.run(prompt, None, **options).text
+
+    def regex(self, prompt: Prompt, pattern: str, **options: Any) -> str:
+        """Text that fully matches `pattern` (Python `re` syntax)."""
+        return self.run(prompt, self.compiler.regex(pattern), **options).text
+
+    def choice(self, prompt: Prompt, options: Sequence[str], **sampling: Any) -> str:
+        """Exactly one of `options` (classification)."""
+        return self.run(prompt, self.compiler.choice(list(options)), **sampling).text
+
+    def grammar(self, prompt: Prompt, grammar: str, *, start: str = "start", **options: Any) -> str:
+        """A sentence of a Lark grammar (its text, or a shipped name: "json", "sql_select"...)."""
+        from structgen.grammar.lark_frontend import builtin_names, load_builtin
+
+        text = load_builtin(grammar) if grammar in builtin_names() else grammar
+        return self.run(prompt, self.compiler.grammar(text, start=start), **options).text
+
+    def json(
+        self,
+        prompt: Prompt,
+        schema: Any = None,
+        *,
+        schema_options: SchemaOptions | None = None,
+        **options: Any,
+    ) -> Any:
+        """A parsed JSON value, valid against `schema` (dict, JSON text, Pydantic class) if any."""
+        if schema is None:
+            grammar = self.compiler.json(options=schema_options)
+        else:
+            grammar = self.compiler.json_schema(schema, options=schema_options)
+        return json.loads(self.run(prompt, grammar, **options).text)
+
+    def __repr__(self) -> str:
+        name = getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__
+        return f"LM({name!r}, vocab={self.generator.vocab.size}, device={self.generator.device})"
+
+
+_DEFAULT: dict[str | None, LM] = {}
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_lm(*, device: str | None = None) -> LM:
+    """The embedded default model as an `LM`, loaded on first use and then shared."""
+    with _DEFAULT_LOCK:
+        lm = _DEFAULT.get(device)
+        if lm is None:
+            from structgen._assets import load_default_model
+
+            model, tokenizer = load_default_model(device=device)
+            lm = _DEFAULT[device] = LM(model, tokenizer)
+        return lm
