@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from structgen.automata import intervals as iv
 from structgen.automata import unicode_tables as ut
@@ -66,6 +67,18 @@ class Concat:
     """Matches its items one after another."""
 
     items: tuple[Node, ...]
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
+        h = self._hash
+        if not h:
+            h = hash(("Concat", *(self.items,))) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self) -> tuple[type[Concat], tuple[Any, ...]]:
+        return (Concat, (self.items,))  # no cached hash: it differs per process
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +86,18 @@ class Alternation:
     """Matches any one of its items."""
 
     items: tuple[Node, ...]
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
+        h = self._hash
+        if not h:
+            h = hash(("Alternation", *(self.items,))) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self) -> tuple[type[Alternation], tuple[Any, ...]]:
+        return (Alternation, (self.items,))  # no cached hash: it differs per process
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +107,18 @@ class Repeat:
     item: Node
     min: int
     max: int | None
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
+        h = self._hash
+        if not h:
+            h = hash(("Repeat", *(self.item, self.min, self.max))) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self) -> tuple[type[Repeat], tuple[Any, ...]]:
+        return (Repeat, (self.item, self.min, self.max))  # no cached hash: it differs per process
 
 
 Node = Empty | String | CharClass | Concat | Alternation | Repeat

@@ -46,17 +46,12 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     Terminals repeat across grammars (JSON strings, numbers, whitespace runs), and a shared
     DFA keeps the rows already built.
     """
-    # Keyed by the AST objects' identity (hashing a deep frozen AST costs more than it saves);
-    # the entry keeps the objects alive, so an id cannot be reused while it is cached.
-    key = (id(terminal.pattern), tuple(map(id, terminal.intersect)), limits)
+    # Keyed by structure: AST nodes cache their hash and share subtrees, so equal terminals
+    # from different schemas (number ranges, formats, keys) find the same automaton cheaply.
+    key = (terminal.pattern, terminal.intersect, limits)
     with _TERMINAL_LOCK:
         hit = _TERMINAL_DFAS.get(key)
-        if (
-            hit is not None
-            and hit[0].pattern is terminal.pattern
-            and len(hit[0].intersect) == len(terminal.intersect)
-            and all(a is b for a, b in zip(hit[0].intersect, terminal.intersect))
-        ):
+        if hit is not None:
             _TERMINAL_DFAS.move_to_end(key)
             return hit[1]
     where = f"terminal {terminal.name}"
@@ -79,25 +74,61 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     return dfa
 
 
-class _Lexer:
-    """The union DFA of one set of terminals, with its token-mask walker."""
+class _SharedUnion:
+    """A union DFA of some terminal automata with its walker (mask caches), shared by every
+    grammar that expects the same set of terminals: schemas repeat lexers (the value lexer, the
+    number lexer, a key set), and a shared one keeps its rows and masks already built."""
 
-    __slots__ = ("dfa", "ignore", "source", "terminals", "walker")
+    __slots__ = ("dfa", "parts", "source", "walker")
 
     def __init__(
         self,
-        terminals: tuple[int, ...],
-        parts: list[ByteDFA],
-        ignore: frozenset[int],
+        parts: tuple[ByteDFA, ...],
         vocab: Vocabulary,
         limits: AutomataLimits,
         max_cached_masks: int,
     ) -> None:
-        self.terminals = terminals
+        self.parts = parts  # keeps the components alive while the entry is cached
         self.source = UnionSource(parts)
-        self.dfa = ByteDFA(self.source, fingerprint=f"lexer:{terminals}", limits=limits)
-        self.ignore = ignore
+        names = ",".join(p.fingerprint[:12] for p in parts)
+        self.dfa = ByteDFA(self.source, fingerprint=f"lexer:{names}", limits=limits)
         self.walker = TokenMaskWalker(vocab, self.dfa, max_cached_masks=max_cached_masks)
+
+
+_UNIONS: OrderedDict[tuple[Any, ...], _SharedUnion] = OrderedDict()
+_UNION_LOCK = threading.Lock()
+_UNION_CACHE_SIZE = 256
+
+
+def shared_union(
+    parts: tuple[ByteDFA, ...], vocab: Vocabulary, limits: AutomataLimits, max_cached_masks: int
+) -> _SharedUnion:
+    """The cached union lexer of `parts` (in this order) over `vocab`."""
+    key = (tuple(map(id, parts)), vocab.fingerprint, limits, max_cached_masks)
+    with _UNION_LOCK:
+        hit = _UNIONS.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit.parts, parts)):
+            _UNIONS.move_to_end(key)
+            return hit
+    union = _SharedUnion(parts, vocab, limits, max_cached_masks)
+    with _UNION_LOCK:
+        union = _UNIONS.setdefault(key, union)
+        while len(_UNIONS) > _UNION_CACHE_SIZE:
+            _UNIONS.popitem(last=False)
+    return union
+
+
+class _Lexer:
+    """The union DFA of one set of terminals (shared across grammars), with this grammar's
+    terminal numbering: component `i` of the union is grammar terminal `terminals[i]`."""
+
+    __slots__ = ("dfa", "source", "terminals", "walker")
+
+    def __init__(self, terminals: tuple[int, ...], union: _SharedUnion) -> None:
+        self.terminals = terminals
+        self.source = union.source
+        self.dfa = union.dfa
+        self.walker = union.walker
 
     def accepted(self, state: int) -> frozenset[int]:
         key = self.dfa.key_of(state)
@@ -140,15 +171,13 @@ class GrammarEngine:
             with self._lock:
                 lexer = self._lexers.get(wanted)
                 if lexer is None:
-                    ids = tuple(sorted(wanted))
-                    lexer = _Lexer(
-                        ids,
-                        [self.terminal_dfas[i] for i in ids],
-                        self.ignore,
-                        self.vocab,
-                        self.limits,
-                        self.max_cached_masks,
-                    )
+                    # A canonical component order (by automaton fingerprint) lets grammars that
+                    # number their terminals differently share one union lexer.
+                    dfas = self.terminal_dfas
+                    ids = tuple(sorted(wanted, key=lambda i: (dfas[i].fingerprint, i)))
+                    parts = tuple(dfas[i] for i in ids)
+                    union = shared_union(parts, self.vocab, self.limits, self.max_cached_masks)
+                    lexer = _Lexer(ids, union)
                     self._lexers[wanted] = lexer
             parse.memo["lexer"] = lexer
         return lexer

@@ -49,6 +49,8 @@ class _EventsOut(ctypes.Structure):
 
 
 _ROW_BUILDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32)
+# Rows built per call back from C beyond the one needed (breadth first from it).
+_ROWS_PER_CALLBACK = 0
 
 
 def _load() -> Any:
@@ -192,14 +194,14 @@ class NativeWalk:
         out.cap = self.n if boundaries else 0
         ws = _WalkState(0, -1, 0, 0, -1)
         dfa.row(state)
-        view = _DfaView(dfa.table.ctypes.data, dfa.accepting.ctypes.data)
+        view = _DfaView(dfa.table_address, dfa.accepting_address)
         failure: list[BaseException] = []
 
         def build(need: int) -> int:
             try:
-                dfa.row(int(need))
-                view.table = dfa.table.ctypes.data
-                view.accepting = dfa.accepting.ctypes.data
+                dfa.build_around(int(need), _ROWS_PER_CALLBACK)
+                view.table = dfa.table_address
+                view.accepting = dfa.accepting_address
                 return 0
             except BaseException as exc:  # re-raised below, outside the C frame
                 failure.append(exc)

@@ -271,7 +271,19 @@ def float_texts(lo: Decimal | None, hi: Decimal | None) -> Node:
 
 
 def number_node(rng: NumRange, *, integer: bool) -> Node:
-    """All JSON number texts (integer-valued ones only when `integer`) inside `rng`."""
+    """All JSON number texts (integer-valued ones only when `integer`) inside `rng`.
+
+    Memoised by the bounds: ranges repeat across schemas (0..100, int32...), and returning the
+    same AST object lets every later cache (terminal automata, digests) hit at once.
+    """
+    return _number_node(rng.lo, rng.hi, rng.lo_excl, rng.hi_excl, integer)
+
+
+@lru_cache(maxsize=1024)
+def _number_node(
+    lo: Bound | None, hi: Bound | None, lo_excl: bool, hi_excl: bool, integer: bool
+) -> Node:
+    rng = NumRange(lo, hi, lo_excl=lo_excl, hi_excl=hi_excl)
     ilo, ihi = rng.int_bounds()
     if ilo is not None and ihi is not None and ilo > ihi:
         ints: Node = CharClass(())
