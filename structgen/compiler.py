@@ -123,13 +123,22 @@ class CompiledGrammar:
     expose the same small interface (states are opaque to the Matcher).
     """
 
-    __slots__ = ("_engine", "fingerprint", "kind", "source", "vocab")
+    __slots__ = ("_engine", "_recipe", "fingerprint", "kind", "source", "vocab")
 
-    def __init__(self, vocab: Vocabulary, engine: Any, *, kind: str, source: str) -> None:
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        engine: Any,
+        *,
+        kind: str,
+        source: str,
+        recipe: tuple[Any, ...] | None = None,
+    ) -> None:
         self.vocab = vocab
         self.kind = kind
         self.source = source
         self._engine = engine
+        self._recipe = recipe
         digest = hashlib.sha256(
             f"{_COMPILER_VERSION}\0{kind}\0{engine.fingerprint}\0{vocab.fingerprint}".encode()
         )
@@ -159,11 +168,27 @@ class CompiledGrammar:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CompiledGrammar) and other.fingerprint == self.fingerprint
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickles as its recipe (vocabulary, limits, what was compiled) and compiles again on
+        load: automata and mask caches are rebuilt lazily, never shipped as pickled state, and
+        the result is equal (same fingerprint) to the original."""
+        if self._recipe is None:
+            raise TypeError(f"{self!r} was not made by a Compiler and cannot be pickled")
+        return (_rebuild, (self.vocab, *self._recipe))
+
     def __hash__(self) -> int:
         return hash(self.fingerprint)
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(kind={self.kind!r}, source={self.source[:60]!r})"
+
+
+def _rebuild(
+    vocab: Vocabulary, limits: CompileLimits, method: str, args: tuple[Any, ...], kwargs: Any
+) -> CompiledGrammar:
+    """Unpickling: compile the recipe again (a cache hit when this process has it already)."""
+    compiled: CompiledGrammar = getattr(Compiler(vocab, limits=limits), method)(*args, **kwargs)
+    return compiled
 
 
 @contextlib.contextmanager
@@ -214,6 +239,7 @@ class Compiler:
             ),
             kind="regex",
             source=pattern,
+            recipe=("regex", (pattern,), {"ignore_case": ignore_case, "dotall": dotall}),
         )
 
     def choice(self, options: Sequence[str]) -> CompiledGrammar:
@@ -229,6 +255,7 @@ class Compiler:
             ),
             kind="choice",
             source=repr(list(options)),
+            recipe=("choice", ([str(o) for o in options],), {}),
         )
 
     def grammar(self, lark_text: str, *, start: str = "start") -> CompiledGrammar:
@@ -241,20 +268,23 @@ class Compiler:
             lambda: self._cfg_engine(lark_to_ir(lark_text, start)),
             kind="grammar",
             source=lark_text,
+            recipe=("grammar", (lark_text,), {"start": start}),
         )
 
     def json_schema(self, schema: Any, *, options: SchemaOptions | None = None) -> CompiledGrammar:
         """JSON text valid against `schema` (a dict, JSON text, or a Pydantic model class)."""
         from structgen.schema import SchemaOptions as _Options
-        from structgen.schema import compile_schema, schema_fingerprint
+        from structgen.schema import compile_schema, schema_data, schema_fingerprint
 
         opts = options or _Options()
-        key = ("json_schema", schema_fingerprint(schema), opts)
+        data = schema_data(schema)
+        key = ("json_schema", schema_fingerprint(data), opts)
         return self._cached(
             key,
-            lambda: self._cfg_engine(compile_schema(schema, options=opts)),
+            lambda: self._cfg_engine(compile_schema(data, options=opts)),
             kind="json_schema",
             source=str(schema)[:200],
+            recipe=("json_schema", (data,), {"options": opts}),
         )
 
     def json(self, *, options: SchemaOptions | None = None) -> CompiledGrammar:
@@ -265,7 +295,11 @@ class Compiler:
         """A context-free constraint from the IR (what the JSON Schema frontend builds)."""
         key = ("ir", grammar.fingerprint())
         return self._cached(
-            key, lambda: self._cfg_engine(grammar), kind="grammar", source=f"<IR {grammar.start}>"
+            key,
+            lambda: self._cfg_engine(grammar),
+            kind="grammar",
+            source=f"<IR {grammar.start}>",
+            recipe=("grammar_ir", (grammar,), {}),
         )
 
     def _dfa_engine(self, dfa: Any) -> _RegexEngine:
@@ -286,7 +320,13 @@ class Compiler:
         )
 
     def _cached(
-        self, key: tuple[Any, ...], build: Any, *, kind: str, source: str
+        self,
+        key: tuple[Any, ...],
+        build: Any,
+        *,
+        kind: str,
+        source: str,
+        recipe: tuple[str, tuple[Any, ...], dict[str, Any]],
     ) -> CompiledGrammar:
         full_key = (*key, self.vocab.fingerprint, self.limits, _COMPILER_VERSION)
         with _CACHE_LOCK:
@@ -295,7 +335,9 @@ class Compiler:
                 _CACHE.move_to_end(full_key)
                 return hit
         with _no_gc():
-            compiled = CompiledGrammar(self.vocab, build(), kind=kind, source=source)
+            compiled = CompiledGrammar(
+                self.vocab, build(), kind=kind, source=source, recipe=(self.limits, *recipe)
+            )
         with _CACHE_LOCK:
             compiled = _CACHE.setdefault(full_key, compiled)
             _CACHE.move_to_end(full_key)

@@ -19,7 +19,7 @@ from structgen.errors import SchemaError
 from structgen.grammar.ir import Grammar
 from structgen.schema._compiler import SchemaCompiler
 
-__all__ = ["SchemaOptions", "compile_schema", "schema_fingerprint"]
+__all__ = ["SchemaOptions", "compile_schema", "schema_data", "schema_fingerprint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,11 @@ class SchemaOptions:
             raise ValueError("whitespace must be 'flexible' or 'compact'")
         if self.max_whitespace < 0:
             raise ValueError("max_whitespace must be >= 0")
+
+
+def schema_data(schema: Any) -> Any:
+    """The schema (a dict, JSON text or Pydantic class) as plain JSON data, a private copy."""
+    return _load(schema)
 
 
 def _load(schema: Any) -> Any:

@@ -1,0 +1,92 @@
+"""Compiled grammars pickle (a server ships them between processes) and come back equal.
+
+They pickle as their recipe and compile again on load; the round trip is checked in this
+process and in a fresh one (where no compile cache can hand back the original object), and the
+unpickled grammar must produce the same masks.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from pydantic import BaseModel, Field
+
+from structgen import CompiledGrammar, Compiler, Matcher, SchemaOptions, allocate_bitmask
+from structgen.grammar.lark_frontend import load_builtin
+from structgen.vocab import Vocabulary
+
+TOKENS = [b"a", b"b", b"ab", b"1", b"12", b"{", b"}", b'"', b'"a"', b":", b",", b" ", b"x", b"-"]
+
+
+class Point(BaseModel):
+    x: int = Field(ge=0, le=9)
+    label: str = Field(max_length=3)
+
+
+def _vocab() -> Vocabulary:
+    return Vocabulary.from_tokens([*TOKENS, None], eos_token_ids=[len(TOKENS)])
+
+
+def _kinds(compiler: Compiler) -> dict[str, CompiledGrammar]:
+    return {
+        "regex": compiler.regex(r"a+b?\d*", ignore_case=True),
+        "choice": compiler.choice(["ab", "b", "x1"]),
+        "grammar": compiler.grammar(load_builtin("arithmetic")),
+        "json_schema": compiler.json_schema(
+            {"type": "object", "properties": {"a": {"type": "integer"}}},
+            options=SchemaOptions(whitespace="compact"),
+        ),
+        "pydantic": compiler.json_schema(Point),
+        "json": compiler.json(),
+    }
+
+
+def _masks(grammar: CompiledGrammar, steps: list[int]) -> list[list[int]]:
+    matcher = Matcher(grammar)
+    bitmask = allocate_bitmask(1, grammar.vocab.size)
+    out = []
+    for token in [*steps, None]:
+        matcher.fill_bitmask(bitmask)
+        out.append(bitmask[0].tolist())
+        if token is None or not matcher.accept_token(token):
+            break
+    return out
+
+
+@pytest.mark.parametrize("kind", ["regex", "choice", "grammar", "json_schema", "pydantic", "json"])
+def test_round_trip_is_equal_and_masks_agree(kind: str) -> None:
+    grammar = _kinds(Compiler(_vocab()))[kind]
+    copy = pickle.loads(pickle.dumps(grammar))
+    assert isinstance(copy, CompiledGrammar)
+    assert copy == grammar and hash(copy) == hash(grammar)
+    assert copy.kind == grammar.kind
+    steps = [0, 2, 3] if kind in ("regex", "choice") else [5, 8, 9, 3, 6]
+    assert _masks(copy, steps) == _masks(grammar, steps)
+
+
+def test_round_trip_in_a_fresh_process_gives_the_same_fingerprint_and_masks() -> None:
+    grammars = _kinds(Compiler(_vocab()))
+    blob = pickle.dumps(grammars)
+    script = (
+        "import pickle, sys\n"
+        "from structgen import Matcher, allocate_bitmask\n"
+        "gs = pickle.loads(sys.stdin.buffer.read())\n"
+        "out = {}\n"
+        "for name, g in gs.items():\n"
+        "    b = allocate_bitmask(1, g.vocab.size); Matcher(g).fill_bitmask(b)\n"
+        "    out[name] = (g.fingerprint, b[0].tolist())\n"
+        "sys.stdout.buffer.write(pickle.dumps(out))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=blob, capture_output=True, check=True, timeout=120
+    )
+    remote = pickle.loads(done.stdout)  # our own subprocess's output, not user data
+    for name, grammar in grammars.items():
+        bitmask = allocate_bitmask(1, grammar.vocab.size)
+        Matcher(grammar).fill_bitmask(bitmask)
+        assert remote[name][0] == grammar.fingerprint, name
+        assert np.array_equal(np.array(remote[name][1], dtype=np.int32), bitmask[0]), name
