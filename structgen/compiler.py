@@ -277,7 +277,7 @@ class Compiler:
         from structgen.schema import compile_schema, schema_data, schema_fingerprint
 
         opts = options or _Options()
-        data = schema_data(schema)
+        data = schema_data(schema, max_nesting=opts.max_nesting)
         key = ("json_schema", schema_fingerprint(data), opts)
         return self._cached(
             key,

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen.compiler import CompiledGrammar
+from structgen.errors import StructgenError
 
 __all__ = ["Matcher"]
 
@@ -25,9 +26,21 @@ class Matcher:
 
     `max_rollback` bounds the history kept for `rollback` (older states are forgotten; the
     matcher still works, it just cannot roll back past them).
+
+    Automata are built lazily, so a compile limit (`CompileLimits.max_dfa_states`) can be hit
+    while generating: `accept_token` then returns False and `error` holds the
+    `LimitExceededError` (the matcher stays usable at its last state); `fill_bitmask` raises it.
     """
 
-    __slots__ = ("_eos", "_eos_words", "_grammar", "_history", "_max_rollback", "_vocab")
+    __slots__ = (
+        "_eos",
+        "_eos_words",
+        "_grammar",
+        "_history",
+        "_max_rollback",
+        "_vocab",
+        "error",
+    )
 
     def __init__(self, grammar: CompiledGrammar, *, max_rollback: int = 4096) -> None:
         if not isinstance(grammar, CompiledGrammar):
@@ -39,6 +52,7 @@ class Matcher:
         self._eos = frozenset(self._vocab.eos_token_ids)
         self._max_rollback = max(1, int(max_rollback))
         self._history: list[Any] = [grammar.initial_state]
+        self.error: StructgenError | None = None
         words = np.zeros((self._vocab.size + 31) // 32, dtype=np.int32)
         for e in self._eos:
             words[e >> 5] |= np.int32(np.uint32(1 << (e & 31)).view(np.int32))
@@ -110,7 +124,11 @@ class Matcher:
         data = self._vocab.token_bytes(int(token_id))
         if not data:
             return None
-        return self._grammar.advance(state, data)
+        try:
+            return self._grammar.advance(state, data)
+        except StructgenError as exc:  # a lazily hit compile limit: refuse, never raise here
+            self.error = exc
+            return None
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) when it is not allowed."""
@@ -134,7 +152,11 @@ class Matcher:
         state = self._state
         if state is _TERMINATED:
             return False
-        nxt = self._grammar.advance(state, data)
+        try:
+            nxt = self._grammar.advance(state, data)
+        except StructgenError as exc:
+            self.error = exc
+            return False
         if nxt is None:
             return False
         self._push(nxt)
@@ -168,6 +190,7 @@ class Matcher:
         clone._eos_words = self._eos_words
         clone._max_rollback = self._max_rollback
         clone._history = list(self._history)
+        clone.error = self.error
         return clone
 
     # ------------------------------------------------------------------ jump forward

@@ -15,11 +15,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from structgen.errors import SchemaError
+from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.ir import Grammar
 from structgen.schema._compiler import SchemaCompiler
 
 __all__ = ["SchemaOptions", "compile_schema", "schema_data", "schema_fingerprint"]
+
+
+# Objects and arrays in the schema's JSON; the compiler recurses about twice per level.
+DEFAULT_MAX_NESTING = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,8 @@ class SchemaOptions:
     tokens (json.dumps' default separators and indented output); "compact" allows none.
     `lenient=True` relaxes keywords that cannot be enforced exactly, warning for each.
     `max_rules` / `max_branches` bound the grammar size and the alternatives that combinators
-    expand to (`LimitExceededError` beyond).
+    expand to, `max_nesting` how deeply the schema's JSON may nest (objects and arrays; the
+    compiler recurses along it) — `LimitExceededError` beyond each.
     """
 
     whitespace: Literal["flexible", "compact"] = "flexible"
@@ -38,6 +43,7 @@ class SchemaOptions:
     lenient: bool = False
     max_rules: int = 100_000
     max_branches: int = 2_000
+    max_nesting: int = DEFAULT_MAX_NESTING
 
     def __post_init__(self) -> None:
         if self.whitespace not in ("flexible", "compact"):
@@ -46,24 +52,52 @@ class SchemaOptions:
             raise ValueError("max_whitespace must be >= 0")
 
 
-def schema_data(schema: Any) -> Any:
+def schema_data(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
     """The schema (a dict, JSON text or Pydantic class) as plain JSON data, a private copy."""
-    return _load(schema)
+    return _load(schema, max_nesting)
 
 
-def _load(schema: Any) -> Any:
-    """The schema as plain JSON data (a private deep copy)."""
+def _check_nesting(data: Any, limit: int) -> None:
+    """Refuse JSON nested deeper than `limit` (iteratively: deep input must not recurse)."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            raise LimitExceededError(
+                f"the schema nests deeper than {limit} levels of objects and arrays",
+                limit="SchemaOptions.max_nesting",
+                value=limit,
+            )
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+
+
+def _load(schema: Any, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
+    """The schema as plain JSON data (a private deep copy), no deeper than `max_nesting`."""
     if isinstance(schema, type):
         method = getattr(schema, "model_json_schema", None)
         if method is None:
             raise SchemaError(f"{schema.__name__} is not a Pydantic BaseModel subclass")
-        return method()
+        data = method()
+        _check_nesting(data, max_nesting)
+        return data
     if isinstance(schema, (str, bytes)):
         try:
-            return json.loads(schema)
+            data = json.loads(schema)
         except json.JSONDecodeError as exc:
             raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise LimitExceededError(
+                "the schema's JSON text nests too deeply to parse",
+                limit="SchemaOptions.max_nesting",
+                value=max_nesting,
+            ) from None
+        _check_nesting(data, max_nesting)
+        return data
     if isinstance(schema, (bool, dict)):
+        _check_nesting(schema, max_nesting)
         return copy.deepcopy(schema)
     raise SchemaError(
         f"a schema must be a dict, a bool, JSON text or a model class, not {type(schema).__name__}"
@@ -79,10 +113,17 @@ def compile_schema(
     `UnsupportedSchemaError` (a keyword that cannot be enforced exactly) or
     `LimitExceededError` (the grammar would be too large).
     """
-    data = _load(schema)
+    data = _load(schema, options.max_nesting)
     if not isinstance(data, (dict, bool)):
         raise SchemaError("a schema must be a JSON object or a boolean")
-    return SchemaCompiler(data, options).compile()
+    try:
+        return SchemaCompiler(data, options).compile()
+    except RecursionError:  # a safety net: max_nesting normally stops this first
+        raise LimitExceededError(
+            "the schema is too deeply nested for the compiler",
+            limit="SchemaOptions.max_nesting",
+            value=options.max_nesting,
+        ) from None
 
 
 def schema_fingerprint(schema: Any) -> str:

@@ -55,6 +55,7 @@ from structgen.schema._strings import (
     any_string_body,
     encode,
     length_body,
+    literal_bodies,
     literal_body,
     not_in_set,
 )
@@ -112,6 +113,15 @@ class _Sub:
 
 def _esc(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
+
+
+def _canonical(value: JSON) -> str:
+    """A text key equal for JSON-equal values of the same shape (1 and 1.0 alike)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def json_equal(a: JSON, b: JSON) -> bool:
@@ -747,10 +757,15 @@ class SchemaCompiler:
             self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
         return self._validator
 
-    def _valid(self, value: JSON, flat: list[_Sub]) -> bool:
+    def _valid(self, value: JSON, flat: list[_Sub], *, source: _Sub | None = None) -> bool:
         base = self.validator()
         for sub in flat:
             s = sub.schema
+            if sub is source and isinstance(s, dict):
+                # `value` comes from this schema's own enum/const: check only the rest.
+                s = {k: v for k, v in s.items() if k not in ("enum", "const")}
+                if all(k in _ANNOTATIONS for k in s):
+                    continue
             if isinstance(s, bool):
                 if not s:
                     return False
@@ -775,21 +790,29 @@ class SchemaCompiler:
         first = finite[0]
         s = first.schema
         values = [s["const"]] if "const" in s else list(s["enum"])
-        kept = [v for v in values if kind_of(v) in kinds and self._valid(v, flat)]
+        kept = [v for v in values if kind_of(v) in kinds and self._valid(v, flat, source=first)]
         unique: list[JSON] = []
-        for v in kept:
-            if not any(json_equal(v, u) and type(v) is type(u) for u in unique):
+        seen: set[tuple[str, str]] = set()
+        for v in kept:  # linear: enums can hold thousands of values
+            canon = (type(v).__name__, _canonical(v))
+            if canon not in seen:
+                seen.add(canon)
                 unique.append(v)
         if not unique:
             key = "const" if "const" in s else "enum"
             raise _Unsat(f"{first.ptr}/{key}", f"no value of {key} satisfies the schema")
         scalars: list[Node] = []
+        words: list[str] = []
         out: list[str] = []
         for i, v in enumerate(unique):
             if isinstance(v, (dict, list)):
                 out.append(self.value([_Sub(_literal_schema(v), f"{first.ptr}/enum/{i}", "")]))
+            elif isinstance(v, str):
+                words.append(v)
             else:
                 scalars.append(self._scalar_text(v))
+        if words:
+            scalars.append(concat([String('"'), literal_bodies(words), String('"')]))
         if scalars:
             out.insert(0, self.terminal(alternation(scalars)))
         return out

@@ -258,6 +258,67 @@ def literal_body(text: str) -> Node:
     return encode(String(text)) if text else Empty()
 
 
+# Above this many literal strings, an enum's bodies are spelled compactly (see `literal_bodies`).
+MANY_LITERALS = 64
+
+
+def _compact_char(ch: str) -> Node:
+    """The spellings of one character that JSON encoders write: raw (or its short escape) and,
+    for non-ASCII and control characters, `\\uXXXX` too (what `ensure_ascii` produces)."""
+    cp = ord(ch)
+    if cp in _SHORT_ESCAPES:
+        return (
+            String("\\" + _SHORT_ESCAPES[cp])
+            if cp != 0x2F
+            else alternation([String("/"), String("\\/")])
+        )
+    if 0x20 <= cp < 0x7F:
+        return String(ch)
+    return encode_class(((cp, cp),))
+
+
+def literal_bodies(words: Iterable[str]) -> Node:
+    """The encoded bodies of exactly `words`, as a trie (shared prefixes built once).
+
+    For many words (an enum of thousands of strings) each character is spelled only the ways
+    encoders write it — printable ASCII raw, `\\uXXXX` only for the others — which keeps the
+    automaton linear in the trie's size; for a few words every encoding is allowed.
+    """
+    unique = sorted(set(words))
+    if len(unique) <= MANY_LITERALS:
+        return alternation(literal_body(w) for w in unique)
+    # The trie is built recursively: very long words stay plain alternatives.
+    long = [w for w in unique if len(w) > _MAX_TRIE_WORD]
+    trie: dict[str, Any] = {}
+    end = ""
+    for word in unique:
+        if len(word) > _MAX_TRIE_WORD:
+            continue
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[end] = {}
+    memo: dict[str, Node] = {}
+
+    def char(ch: str) -> Node:
+        hit = memo.get(ch)
+        if hit is None:
+            hit = memo[ch] = _compact_char(ch)
+        return hit
+
+    def build(node: dict[str, Any]) -> Node:
+        parts: list[Node] = [Empty()] if end in node else []
+        for ch, child in node.items():
+            if ch != end:
+                parts.append(concat([char(ch), build(child)]))
+        return alternation(parts)
+
+    return alternation([build(trie), *(literal_body(w) for w in long)])
+
+
+_MAX_TRIE_WORD = 200
+
+
 def not_in_set(words: Iterable[str]) -> Node:
     """Encoded bodies whose decoded string is none of `words` (a trie walked in encoded form).
 
