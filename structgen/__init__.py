@@ -13,6 +13,8 @@ from structgen.errors import (
     StructgenError,
     TokenizerError,
     UnsupportedSchemaError,
+    ValidationAttempt,
+    ValidationFailedError,
 )
 from structgen.integrations import LogitsProcessor
 from structgen.masks import allocate_bitmask, apply_bitmask
@@ -28,6 +30,7 @@ _GENERATE_NAMES = frozenset(
         "BeamParams",
         "GenerationResult",
         "Generator",
+        "Partial",
         "PrefixCache",
         "RequestMetrics",
         "SamplingParams",
@@ -35,15 +38,24 @@ _GENERATE_NAMES = frozenset(
 )
 
 
+# The user layer needs pydantic (and torch once a model runs): also imported on first use.
+_API_NAMES = frozenset({"LM", "Partial", "generate_object", "stream_object", "structured"})
+
+
 def __getattr__(name: str) -> object:
     if name in _GENERATE_NAMES:
         from structgen import generate
 
         return getattr(generate, name)
+    if name in _API_NAMES:
+        from structgen import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'structgen' has no attribute {name!r}")
 
 
 __all__ = [
+    "LM",
     "BeamParams",
     "CompileLimits",
     "CompiledGrammar",
@@ -55,6 +67,7 @@ __all__ = [
     "LimitExceededError",
     "LogitsProcessor",
     "Matcher",
+    "Partial",
     "PrefixCache",
     "RegexError",
     "RequestMetrics",
@@ -64,8 +77,13 @@ __all__ = [
     "StructgenError",
     "TokenizerError",
     "UnsupportedSchemaError",
+    "ValidationAttempt",
+    "ValidationFailedError",
     "Vocabulary",
     "__version__",
     "allocate_bitmask",
     "apply_bitmask",
+    "generate_object",
+    "stream_object",
+    "structured",
 ]

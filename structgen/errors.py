@@ -6,6 +6,9 @@ False instead.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 __all__ = [
     "GenerationError",
     "GrammarError",
@@ -15,6 +18,8 @@ __all__ = [
     "StructgenError",
     "TokenizerError",
     "UnsupportedSchemaError",
+    "ValidationAttempt",
+    "ValidationFailedError",
 ]
 
 
@@ -76,8 +81,37 @@ class LimitExceededError(StructgenError):
         self.reason = reason
         self.limit = limit
         self.value = value
-        super().__init__(f"{reason} (limit {limit}={value}; raise it in CompileLimits if intended)")
+        super().__init__(f"{reason} (limit {limit}={value}; raise {limit} if intended)")
 
 
 class GenerationError(StructgenError):
     """The generation loop cannot proceed (bad arguments, model/tokenizer mismatch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationAttempt:
+    """One answer that was rejected: the model's raw `text` and why (`error`)."""
+
+    text: str
+    error: str
+
+
+class ValidationFailedError(StructgenError):
+    """No answer passed validation within the allowed re-asks; `attempts` holds every try.
+
+    Raised by the Pydantic layer (`generate_object`, `@structured`) instead of ever returning an
+    invalid object; `model` names the class that was asked for.
+    """
+
+    def __init__(self, model: str, attempts: tuple[ValidationAttempt, ...]) -> None:
+        self.model = model
+        self.attempts = attempts
+        lines = [f"no valid {model} after {len(attempts)} attempt(s):"]
+        for i, attempt in enumerate(attempts, 1):
+            text = attempt.text if len(attempt.text) <= 300 else attempt.text[:300] + "..."
+            error = attempt.error.replace("\n", "\n    ")
+            lines.append(f"  attempt {i}: {error}\n    output: {text!r}")
+        super().__init__("\n".join(lines))
+
+    def __reduce__(self) -> tuple[type[ValidationFailedError], tuple[str, tuple[Any, ...]]]:
+        return (type(self), (self.model, self.attempts))  # picklable across processes

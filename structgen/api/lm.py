@@ -127,14 +127,8 @@ class LM:
         (`max_new_tokens` or the context ran out), so callers never get a partial value.
         """
         sampling = self.params(params, **options)
-        if self.has_chat_template:
-            result = self.generator.generate(
-                self.messages(prompt, system=system), sampling, grammar=grammar, chat=True
-            )
-        else:
-            result = self.generator.generate(
-                self._plain_text(prompt, system), sampling, grammar=grammar
-            )
+        model_input, chat = self.model_input(prompt, system=system)
+        result = self.generator.generate(model_input, sampling, grammar=grammar, chat=chat)
         if grammar is not None and result.finish_reason not in ("eos", "stop"):
             raise GenerationError(
                 f"the output stopped ({result.finish_reason}) after "
@@ -144,9 +138,18 @@ class LM:
             )
         return result
 
-    def _plain_text(self, prompt: Prompt, system: str | None) -> str:
+    def model_input(
+        self, prompt: Prompt, *, system: str | None = None
+    ) -> tuple[list[dict[str, Any]] | str, bool]:
+        """What `Generator.generate`/`stream` take for `prompt`, and their `chat` flag.
+
+        Chat messages when the tokenizer has a chat template; otherwise the messages' contents
+        joined as plain text (a base model continues it).
+        """
         messages = self.messages(prompt, system=system)
-        return "\n\n".join(str(m.get("content", "")) for m in messages) + "\n"
+        if self.has_chat_template:
+            return messages, True
+        return "\n\n".join(str(m.get("content", "")) for m in messages) + "\n", False
 
     # ------------------------------------------------------------------ one call per mode
 
