@@ -30,7 +30,6 @@ _GENERATE_NAMES = frozenset(
         "BeamParams",
         "GenerationResult",
         "Generator",
-        "Partial",
         "PrefixCache",
         "RequestMetrics",
         "SamplingParams",
@@ -39,7 +38,20 @@ _GENERATE_NAMES = frozenset(
 
 
 # The user layer needs pydantic (and torch once a model runs): also imported on first use.
-_API_NAMES = frozenset({"LM", "Partial", "generate_object", "stream_object", "structured"})
+_API_NAMES = frozenset(
+    {
+        "LM",
+        "Partial",
+        "Tool",
+        "ToolRun",
+        "generate_object",
+        "run_tools",
+        "stream_object",
+        "structured",
+        "tool",
+        "tool_call_grammar",
+    }
+)
 
 
 def __getattr__(name: str) -> object:
@@ -76,6 +88,8 @@ __all__ = [
     "SchemaOptions",
     "StructgenError",
     "TokenizerError",
+    "Tool",
+    "ToolRun",
     "UnsupportedSchemaError",
     "ValidationAttempt",
     "ValidationFailedError",
@@ -84,6 +98,9 @@ __all__ = [
     "allocate_bitmask",
     "apply_bitmask",
     "generate_object",
+    "run_tools",
     "stream_object",
     "structured",
+    "tool",
+    "tool_call_grammar",
 ]
