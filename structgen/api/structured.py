@@ -76,6 +76,7 @@ def generate_object(
     instructions: bool = True,
     system: str | None = None,
     schema_options: SchemaOptions | None = None,
+    results: list[GenerationResult] | None = None,
     **sampling: Any,
 ) -> ModelT:
     """An instance of `cls` (a Pydantic model) answering `prompt`, valid and checked.
@@ -85,6 +86,7 @@ def generate_object(
     to the model, which answers again, at most `max_retries` more times; then
     `ValidationFailedError` (with every attempt) is raised. `instructions=True` adds the JSON
     Schema to the prompt (small models follow it better). `sampling`: `SamplingParams` fields.
+    `results`: a list that receives each attempt's `GenerationResult` (tokens, metrics).
     """
     asker = _Asker(
         lm, cls, prompt, validators, max_retries, instructions, system, schema_options, sampling
@@ -92,6 +94,8 @@ def generate_object(
     while True:
         text, chat = asker.model_input()
         result = lm.generator.generate(text, asker.params, grammar=asker.grammar, chat=chat)
+        if results is not None:
+            results.append(result)
         value = asker.judge(result)
         if value is not None:
             return value

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,10 +59,15 @@ def schema_data(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
 
 
 def _check_nesting(data: Any, limit: int) -> None:
-    """Refuse JSON nested deeper than `limit` (iteratively: deep input must not recurse)."""
-    stack = [(data, 1)]
+    """Refuse JSON nested deeper than `limit`, and values JSON cannot hold (NaN, infinities,
+    non-string keys) — iteratively, so deep input never recurses."""
+    stack: list[tuple[Any, int, str]] = [(data, 1, "")]
     while stack:
-        node, depth = stack.pop()
+        node, depth, pointer = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise SchemaError(f"{node!r} is not a JSON number", pointer=pointer)
+        if not isinstance(node, (dict, list)):
+            continue
         if depth > limit:
             raise LimitExceededError(
                 f"the schema nests deeper than {limit} levels of objects and arrays",
@@ -69,9 +75,16 @@ def _check_nesting(data: Any, limit: int) -> None:
                 value=limit,
             )
         if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+            for key, value in node.items():
+                if not isinstance(key, str):
+                    raise SchemaError(f"object keys must be strings, got {key!r}", pointer=pointer)
+                if isinstance(value, (dict, list, float)):
+                    token = key.replace("~", "~0").replace("/", "~1")
+                    stack.append((value, depth + 1, f"{pointer}/{token}"))
+        else:
+            for index, value in enumerate(node):
+                if isinstance(value, (dict, list, float)):
+                    stack.append((value, depth + 1, f"{pointer}/{index}"))
 
 
 def _load(schema: Any, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:

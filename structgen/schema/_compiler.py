@@ -90,7 +90,14 @@ _KINDS_KW = "$structgen:kinds"
 _NOTIN_KW = "$structgen:notIn"
 _NOTPAT_KW = "$structgen:notPattern"
 _LEGACY_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")
-_NONINT = parse_regex(r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*")
+# Non-integer number texts whose *parsed double* is not an integer either (jsonschema judges the
+# float): at most 15 significant digits round-trip through a double, so such a text cannot land
+# on an integer; longer ones (1.0000000000000001, 1e25-sized fractions) could, and are left out.
+_NONINT = parse_regex(
+    r"-?(?:"
+    + "|".join(rf"[1-9][0-9]{{{k - 1}}}\.(?:[0-9]{{0,{14 - k}}}[1-9])" for k in range(1, 15))
+    + r"|0\.0{0,20}[1-9](?:[0-9]{0,13}[1-9])?)"
+)
 
 
 class _Unsat(Exception):

@@ -281,3 +281,40 @@ def test_a_limit_hit_while_generating_refuses_the_token_and_is_reported() -> Non
     assert "max_dfa_states" in str(matcher.error)
     matcher.rollback(1)  # still usable at its last good state
     assert matcher.can_terminate()
+
+
+def test_non_integer_numbers_never_parse_to_integer_floats() -> None:
+    """Found by the fuzzer: `{"not": {"type": "integer"}}` once let through a long decimal
+    that Python parses to an integral float (jsonschema then calls it an integer)."""
+    grammar = _compile_schema({"not": {"type": "integer"}})
+    assert grammar is not None
+    for text, ok in (
+        (b"1.5", True),
+        (b"-0.001", True),
+        (b"12345678901234.5", True),
+        (b"67395601243213399539392860.584", False),
+        (b"1.0000000000000001", False),
+        (b"1.0", False),
+        (b"7", False),
+    ):
+        matcher = Matcher(grammar)
+        assert (matcher.accept_bytes(text) and matcher.can_terminate()) is ok, text
+    rng = random.Random(0)
+    for _ in range(30):
+        out = random_walk(grammar, rng)
+        if out is not None:
+            _assert_valid({"not": {"type": "integer"}}, out, 0)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "number", "minimum": float("nan")},
+        {"type": "number", "maximum": float("inf")},
+        {"enum": [1, {"a": [float("nan")]}]},
+        {"properties": {1: {}}},
+    ],
+)
+def test_values_json_cannot_hold_are_schema_errors(schema: dict[str, object]) -> None:
+    with pytest.raises(SchemaError, match="at /"):
+        Compiler(VOCAB).json_schema(schema)
