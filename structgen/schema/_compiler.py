@@ -914,12 +914,9 @@ class SchemaCompiler:
                 )
         if excluded:
             raise UnsupportedSchemaError("multipleOf with excluded values", pointer=ptr)
-        # divisibility by `step` as a right-linear grammar over single-digit terminals
-        if (
-            (lo is not None and lo > 0)
-            or (hi is not None and hi < 0)
-            or (lo is not None and hi is not None)
-        ):
+        # divisibility by `step` as a right-linear grammar over single-digit terminals; it
+        # covers all integers (lo and hi open) or the non-negative ones (lo <= 0, hi open)
+        if (lo is not None and lo > 0) or hi is not None:
             raise UnsupportedSchemaError(
                 f"multipleOf {step} with a wide range cannot be enforced exactly", pointer=ptr
             )

@@ -318,3 +318,15 @@ def test_non_integer_numbers_never_parse_to_integer_floats() -> None:
 def test_values_json_cannot_hold_are_schema_errors(schema: dict[str, object]) -> None:
     with pytest.raises(SchemaError, match="at /"):
         Compiler(VOCAB).json_schema(schema)
+
+
+def test_multiple_of_with_only_an_upper_bound_is_never_looser() -> None:
+    """Found by the fuzzer: `exclusiveMaximum` was dropped when `multipleOf` had no lower bound."""
+    schema = {"type": "integer", "exclusiveMaximum": 1, "multipleOf": 5}
+    try:
+        grammar = Compiler(VOCAB).json_schema(schema)
+    except StructgenError:
+        return  # refusing is sound
+    for text in (b"993961223960", b"5", b"10"):
+        matcher = Matcher(grammar)
+        assert not (matcher.accept_bytes(text) and matcher.can_terminate()), text
