@@ -28,9 +28,9 @@ class _WalkState(ctypes.Structure):
     ]
 
 
-class _VocabView(ctypes.Structure):
+class _NodeView(ctypes.Structure):
     _fields_ = [
-        (name, ctypes.c_void_p) for name in ("blob", "offsets", "lengths", "lcp", "ids", "skip0")
+        (name, ctypes.c_void_p) for name in ("byte", "depth", "end", "tok_lo", "tok_hi", "ids")
     ]
 
 
@@ -53,20 +53,21 @@ _ROW_BUILDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32)
 _ROWS_PER_CALLBACK = 0
 
 
-def _load() -> Any:
+def _load() -> tuple[Any, Any]:
     if os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
-        return None
+        return None, None
     spec = importlib.util.find_spec("structgen.masks._native")
     if spec is None or spec.origin is None or not spec.origin.endswith((".so", ".pyd")):
-        return None
+        return None, None
     try:
         lib = ctypes.CDLL(spec.origin)
-    except OSError:
-        return None
-    fn = lib.sg_walk
+        fn = lib.sg_walk_nodes
+        ends = lib.sg_subtree_ends
+    except (OSError, AttributeError):  # missing, or an old build without these functions
+        return None, None
     fn.restype = ctypes.c_int64
     fn.argtypes = [
-        ctypes.POINTER(_VocabView),
+        ctypes.POINTER(_NodeView),
         ctypes.c_void_p,  # range lo
         ctypes.c_void_p,  # range hi
         ctypes.c_void_p,  # range base
@@ -79,15 +80,18 @@ def _load() -> Any:
         ctypes.c_void_p,  # mask words
         ctypes.POINTER(_EventsOut),
     ]
-    return fn
+    ends.restype = None
+    ends.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    return fn, ends
 
 
-_FN = _load()
+_FN, _ENDS = _load()
 
 
 class Events(NamedTuple):
-    """Boundary events of a walk, as arrays: tokens `[lo, hi)` (walk order) die at byte `cut`
-    in DFA state `state`, where the automaton accepts. Also used as walk ranges."""
+    """Boundary events of a walk, as arrays: the trie subtrees (preorder nodes `[lo, hi)`)
+    whose tokens die after `cut` bytes in DFA state `state`, where the automaton accepts.
+    Also used as walk ranges (nodes `[lo, hi)` whose parent is at depth `cut`)."""
 
     lo: npt.NDArray[np.int64]
     hi: npt.NDArray[np.int64]
@@ -115,32 +119,70 @@ class Events(NamedTuple):
         return out
 
 
+def trie_nodes(lex: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """The preorder node arrays of the trie of lexicographically sorted tokens.
+
+    Token `i` adds the nodes for its bytes after the prefix it shares with token `i-1`
+    (`lengths[i] - lcp[i]` of them, in order): that is exactly preorder. A token equal to the
+    previous one (two ids, same bytes) adds none and ends at the same node.
+    """
+    lengths = lex["lengths"].astype(np.int64)
+    lcp = lex["lcp"].astype(np.int64)
+    offsets = lex["offsets"].astype(np.int64)
+    blob = lex["blob"]
+    new = np.maximum(lengths - lcp, 0)
+    n = int(new.sum())
+    starts = np.zeros(len(new), dtype=np.int64)
+    if len(new):
+        starts[1:] = np.cumsum(new[:-1])
+    owner_start = np.repeat(starts, new)
+    depth = (np.repeat(lcp, new) + (np.arange(n, dtype=np.int64) - owner_start) + 1).astype(
+        np.int32
+    )
+    byte = np.ascontiguousarray(blob[np.repeat(offsets, new) + depth.astype(np.int64) - 1])
+    # The node each token ends at; a duplicate (no new nodes) shares its predecessor's.
+    # (Empty tokens sort first and keep -1: they end at no node and are never allowed.)
+    token_node = np.where(new > 0, starts + new - 1, -1)
+    filled = np.maximum.accumulate(token_node) if len(token_node) else token_node
+    nodes = np.arange(n, dtype=np.int64)
+    tok_lo = np.searchsorted(filled, nodes, side="left").astype(np.int32)
+    tok_hi = np.searchsorted(filled, nodes, side="right").astype(np.int32)
+    end = np.empty(n, dtype=np.int32)
+    if n:
+        assert _ENDS is not None
+        scratch = np.empty(n, dtype=np.int32)
+        depth_c = np.ascontiguousarray(depth)
+        _ENDS(depth_c.ctypes.data, n, end.ctypes.data, scratch.ctypes.data)
+    return {"byte": byte, "depth": depth, "end": end, "tok_lo": tok_lo, "tok_hi": tok_hi}
+
+
 def native_available() -> bool:
     """Whether the compiled trie walk is in use."""
     return _FN is not None
 
 
 class NativeWalk:
-    """The lexicographic token arrays of one vocabulary, ready for `sg_walk`."""
+    """The vocabulary's trie as preorder node arrays, ready for `sg_walk_nodes`."""
 
     def __init__(self, trie: Any, vocab_size: int) -> None:
         lex = trie.lexicographic_arrays()
-        self.blob: npt.NDArray[np.uint8] = lex["blob"]
-        self.offsets: npt.NDArray[np.int64] = lex["offsets"]
-        self.lengths: npt.NDArray[np.int32] = lex["lengths"]
-        self.lcp: npt.NDArray[np.int32] = lex["lcp"]
-        self.ids: npt.NDArray[np.int32] = lex["ids"]
-        self.skip0: npt.NDArray[np.int64] = lex["skip0"]
-        self.n = len(self.ids)
-        self.max_length = int(self.lengths.max()) if self.n else 0
+        nodes = trie_nodes(lex)
+        self.byte: npt.NDArray[np.uint8] = nodes["byte"]
+        self.depth: npt.NDArray[np.int32] = nodes["depth"]
+        self.end: npt.NDArray[np.int32] = nodes["end"]
+        self.tok_lo: npt.NDArray[np.int32] = nodes["tok_lo"]
+        self.tok_hi: npt.NDArray[np.int32] = nodes["tok_hi"]
+        self.ids: npt.NDArray[np.int32] = np.ascontiguousarray(lex["ids"], dtype=np.int32)
+        self.n = len(self.byte)
+        self.max_depth = int(self.depth.max()) if self.n else 0
         self.words = (vocab_size + 31) // 32
-        self._view = _VocabView(
-            self.blob.ctypes.data,
-            self.offsets.ctypes.data,
-            self.lengths.ctypes.data,
-            self.lcp.ctypes.data,
+        self._view = _NodeView(
+            self.byte.ctypes.data,
+            self.depth.ctypes.data,
+            self.end.ctypes.data,
+            self.tok_lo.ctypes.data,
+            self.tok_hi.ctypes.data,
             self.ids.ctypes.data,
-            self.skip0.ctypes.data,
         )
         self._scratch = threading.local()
         self._whole = (
@@ -154,7 +196,7 @@ class NativeWalk:
         bufs = getattr(self._scratch, "bufs", None)
         if bufs is None:
             size = max(self.n, 1)
-            stack = np.empty(self.max_length + 2, dtype=np.int32)
+            stack = np.empty(self.max_depth + 2, dtype=np.int32)
             ev_lo = np.empty(size, dtype=np.int64)
             ev_hi = np.empty(size, dtype=np.int64)
             ev_cut = np.empty(size, dtype=np.int32)
@@ -177,8 +219,8 @@ class NativeWalk:
     ) -> tuple[npt.NDArray[np.uint32], Events]:
         """Set in `words` the bits of the tokens that stay alive from `state`.
 
-        `ranges` is `Events` whose `lo`, `hi`, `cut` say: walk the tokens `[lo, hi)` (which
-        share their first `cut` bytes) reading from byte `cut`; default: the whole vocabulary
+        `ranges` is `Events` whose `lo`, `hi`, `cut` say: walk the nodes `[lo, hi)` (subtrees
+        whose parent is at depth `cut`) reading from byte `cut`; default: the whole vocabulary
         from byte 0. Returns `words` and the boundary events.
         """
         assert _FN is not None

@@ -118,13 +118,14 @@ class TokenTrie:
         token), `blob` (the token bytes in this order), `skip0` (end of each first-byte bucket).
         """
         if self._lex is None:
-            # Row-major padded bytes, sorted as fixed-width byte strings: lexicographic order
-            # (ties between "a" and "a\x00" are harmless: the walk only needs true lcps).
+            # Row-major padded bytes, sorted as fixed-width byte strings with the length as the
+            # tie-break ("a" before "a\x00", which compare equal padded): true lexicographic
+            # order, so a token's prefixes come before it (the node trie relies on this).
             matrix = np.ascontiguousarray(self.columns.T)
             width = max(matrix.shape[1], 1)
             if matrix.shape[1] == 0:
                 matrix = np.zeros((len(self.ids), 1), dtype=np.uint8)
-            order = np.argsort(matrix.view(f"S{width}").ravel(), kind="stable")
+            order = np.lexsort((self.lengths, matrix.view(f"S{width}").ravel()))
             rows = matrix[order]
             ids = self.ids[order].astype(np.int32)
             lengths = self.lengths[order].astype(np.int32)
