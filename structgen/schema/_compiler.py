@@ -1134,7 +1134,12 @@ class SchemaCompiler:
             prefix_sym = [sep] if i > 0 else []
             if uncounted[k] is not None:
                 self.add(name, *prefix_sym, uncounted[k], state(i + 1, c))  # type: ignore[arg-type]
-            if contains is not None and counted[k] is not None and c < cap:
+            if (
+                contains is not None
+                and counted[k] is not None
+                and c < cap
+                and (cmax is None or c < cmax)  # one more match would be too many: no edge
+            ):
                 self.add(name, *prefix_sym, counted[k], state(i + 1, c + 1))  # type: ignore[arg-type]
         rule = self.new_rule("array")
         self.add(rule, self.punct("["), start, self.punct("]"))

@@ -54,6 +54,7 @@ NUMBER_SYNTAX = concat([INT_SYNTAX, repeat(_FRAC, 0, 1), repeat(_EXP, 0, 1)])
 # float syntax without exponent
 FLOAT_SYNTAX = concat([INT_SYNTAX, _FRAC])
 _MAX_SAFE = 2**53
+_MAX_INTEGER_ZEROS = 16  # `3.` followed by at most this many zeros still counts as an integer
 
 
 Bound = int | float
@@ -293,7 +294,9 @@ def _number_node(
         # `3.0` is an integer too; floats are exact up to 2**53
         slo = max(ilo, -_MAX_SAFE) if ilo is not None else -_MAX_SAFE
         shi = min(ihi, _MAX_SAFE) if ihi is not None else _MAX_SAFE
-        tail = concat([String("."), Repeat(String("0"), 1, None)])
+        # a bounded run of zeros: `3.0` is what encoders write, and an endless `3.000…` would
+        # let a model loop until it runs out of tokens
+        tail = concat([String("."), Repeat(String("0"), 1, _MAX_INTEGER_ZEROS)])
         if slo <= shi:
             return alternation([ints, concat([int_texts(slo, shi), tail])])
         return ints

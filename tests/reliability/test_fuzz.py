@@ -330,3 +330,34 @@ def test_multiple_of_with_only_an_upper_bound_is_never_looser() -> None:
     for text in (b"993961223960", b"5", b"10"):
         matcher = Matcher(grammar)
         assert not (matcher.accept_bytes(text) and matcher.can_terminate()), text
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid", "invalid"),
+    [
+        (
+            {"contains": {"type": "integer"}, "maxContains": 1},
+            [b'[1, "a"]', b"3"],
+            [b"[]", b"[1, 2]"],
+        ),
+        (
+            {"type": "array", "contains": {"type": "integer"}, "minContains": 2, "maxContains": 3},
+            [b"[1, 2]", b'[1, "x", 2, 3]'],
+            [b"[1]", b"[1, 2, 3, 4]"],
+        ),
+    ],
+)
+def test_max_contains_compiles_and_counts(
+    schema: dict[str, object], valid: list[bytes], invalid: list[bytes]
+) -> None:
+    """Found while writing the docs: maxContains referenced an undefined grammar rule."""
+    grammar = Compiler(VOCAB).json_schema(schema)
+    validator = Draft202012Validator(schema)
+    assert all(validator.is_valid(json.loads(t)) for t in valid)
+    assert not any(validator.is_valid(json.loads(t)) for t in invalid)
+    for text in valid:
+        matcher = Matcher(grammar)
+        assert matcher.accept_bytes(text) and matcher.can_terminate(), text
+    for text in invalid:
+        matcher = Matcher(grammar)
+        assert not (matcher.accept_bytes(text) and matcher.can_terminate()), text
