@@ -32,8 +32,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check structgen tests benchmarks
 	$(BIN)/mypy
 
+# Two workers on two cores: one torch thread each, or they fight over the cores.
 test: fixtures lint
-	$(BIN)/python -m pytest -n 2 -q tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -n 2 -q tests
 
 bench: fixtures
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
