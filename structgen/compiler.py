@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen import automata
+from structgen._budget import compile_budget
 from structgen.automata import AutomataLimits
 from structgen.errors import StructgenError
 from structgen.grammar.engine import GrammarEngine
@@ -42,9 +43,10 @@ class CompileLimits:
 
     `max_nfa_states` bounds a regex's expanded size (counted repetitions multiply it),
     `max_dfa_states` the lazily built automaton, `max_cached_masks` the per-grammar mask cache
-    (each mask costs vocab_size/8 bytes). Up to `eager_dfa_states` DFA states, within
-    `eager_seconds`, are built at compile time (breadth first), so that the first steps of
-    generation do not pay for them.
+    (each mask costs vocab_size/8 bytes), `max_compile_seconds` the wall time of one compile
+    (None: unlimited; the lazy work done later while generating is bounded by the state
+    limits). Up to `eager_dfa_states` DFA states, within `eager_seconds`, are built at compile
+    time (breadth first), so that the first steps of generation do not pay for them.
     """
 
     max_nfa_states: int = 200_000
@@ -52,6 +54,7 @@ class CompileLimits:
     max_cached_masks: int = 4096
     eager_dfa_states: int = 256
     eager_seconds: float = 0.0008
+    max_compile_seconds: float | None = 60.0
 
     def automata(self) -> AutomataLimits:
         return AutomataLimits(
@@ -334,7 +337,7 @@ class Compiler:
             if hit is not None:
                 _CACHE.move_to_end(full_key)
                 return hit
-        with _no_gc():
+        with _no_gc(), compile_budget(self.limits.max_compile_seconds):
             compiled = CompiledGrammar(
                 self.vocab, build(), kind=kind, source=source, recipe=(self.limits, *recipe)
             )

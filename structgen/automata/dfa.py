@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from structgen._budget import check_budget
 from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
 from structgen.errors import LimitExceededError
 
@@ -253,6 +254,8 @@ class ByteDFA:
         if sid is not None:
             return sid
         sid = len(self._keys)
+        if not sid & 0x3FF:
+            check_budget()  # every 1024 states (a no-op outside a compile)
         if sid >= self.limits.max_dfa_states:
             raise LimitExceededError(
                 f"the lazy DFA needs more than {self.limits.max_dfa_states} states",

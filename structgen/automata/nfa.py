@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from structgen._budget import check_budget
 from structgen.automata import intervals as iv
 from structgen.automata.regex_syntax import (
     Alternation,
@@ -156,6 +157,8 @@ class _Builder:
         self.string_bytes: set[int] = set()
 
     def new(self, kind: int, node: int = -1, nxt: int = -1) -> int:
+        if not len(self.kind) & 0xFFF:
+            check_budget()  # every 4096 states: big expansions stay within the compile budget
         self.kind.append(kind)
         self.eps.append([])
         self.node.append(node)

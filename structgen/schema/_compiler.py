@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
+from structgen._budget import check_budget
 from structgen.automata import (
     AutomataLimits,
     CharClass,
@@ -377,6 +378,7 @@ class SchemaCompiler:
 
     def value(self, conj: list[_Sub]) -> str:
         """The rule (or terminal) for values satisfying every subschema of `conj`."""
+        check_budget()
         conj = [s for s in conj if s.schema is not True and s.schema != {}]
         if len(conj) == 1 and self._pure_ref(conj[0].schema):
             target = self.resolve(conj[0].schema["$ref"], conj[0])

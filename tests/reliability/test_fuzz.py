@@ -361,3 +361,14 @@ def test_max_contains_compiles_and_counts(
     for text in invalid:
         matcher = Matcher(grammar)
         assert not (matcher.accept_bytes(text) and matcher.can_terminate()), text
+
+
+def test_compile_time_has_a_limit_that_names_its_knob() -> None:
+    from structgen import CompileLimits
+
+    limits = CompileLimits(max_compile_seconds=0.01, max_nfa_states=10**7)
+    with pytest.raises(LimitExceededError, match="max_compile_seconds") as info:
+        Compiler(VOCAB, limits=limits).regex("(x{1,1000}){1,100}")
+    assert info.value.limit == "CompileLimits.max_compile_seconds"
+    # The budget is per compile: the next one starts afresh.
+    assert Compiler(VOCAB, limits=limits).regex("ab") is not None
