@@ -281,7 +281,7 @@ class Compiler:
 
         opts = options or _Options()
         data = schema_data(schema, max_nesting=opts.max_nesting)
-        key = ("json_schema", schema_fingerprint(data), opts)
+        key = ("json_schema", schema_fingerprint(data, max_nesting=opts.max_nesting), opts)
         return self._cached(
             key,
             lambda: self._cfg_engine(compile_schema(data, options=opts)),

@@ -139,9 +139,9 @@ def compile_schema(
         ) from None
 
 
-def schema_fingerprint(schema: Any) -> str:
+def schema_fingerprint(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> str:
     """A stable cache key: sha256 of the canonical JSON (a model class: its JSON schema)."""
-    data = _load(schema)
+    data = _load(schema, max_nesting)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(
         b"structgen-schema-1\0" + text.encode("utf-8", "surrogatepass")
