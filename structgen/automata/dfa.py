@@ -282,8 +282,7 @@ class ByteDFA:
             if state < len(self._built) and self._built[state]:
                 return
             targets = self._source.expand(self._keys[state], self._intern)
-            row = np.asarray(targets, dtype=np.int32)[self.byte_classes]
-            self._table[state] = row
+            np.asarray(targets, dtype=np.int32).take(self.byte_classes, out=self._table[state])
             if len(self._built) < len(self._keys):
                 self._built.extend(bytes(len(self._keys) - len(self._built)))
             self._built[state] = 1
@@ -357,6 +356,26 @@ class NFASource(_Source):
     def expand(self, key: frozenset[int], intern: Callable[[Hashable], int]) -> list[int]:
         p = self.p
         moves = self.moves
+        if len(key) == 1:
+            # One element (most states of most regexes): each move is one target, no buckets.
+            (e,) = key
+            out = [-1] * self.num_classes
+            if e == _MATCH:
+                return out
+            nxt, node = divmod(e, p)
+            node_moves = moves[node]
+            if node_moves is None:
+                node_moves = self.node_moves(node)
+            for classes, child in node_moves:
+                if child >= 0:
+                    sid = intern(frozenset((nxt * p + child,)))
+                else:
+                    target: set[int] = set()
+                    self.closure((nxt,), target)
+                    sid = intern(frozenset(target)) if target else -1
+                for c in classes:
+                    out[c] = sid
+            return out
         per_class: dict[int, list[int]] = {}
         for e in key:
             if e == _MATCH:
