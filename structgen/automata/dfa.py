@@ -368,13 +368,13 @@ class NFASource(_Source):
                 node_moves = self.node_moves(node)
             for classes, child in node_moves:
                 if child >= 0:
-                    sid = intern(frozenset((nxt * p + child,)))
+                    moved = intern(frozenset((nxt * p + child,)))
                 else:
-                    target: set[int] = set()
-                    self.closure((nxt,), target)
-                    sid = intern(frozenset(target)) if target else -1
+                    after: set[int] = set()
+                    self.closure((nxt,), after)
+                    moved = intern(frozenset(after)) if after else -1
                 for c in classes:
-                    out[c] = sid
+                    out[c] = moved
             return out
         per_class: dict[int, list[int]] = {}
         for e in key:
