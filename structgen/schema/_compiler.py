@@ -346,11 +346,20 @@ class SchemaCompiler:
             ) from None
         self.add("start", start)
         grammar = Grammar("start", tuple(self.rules), tuple(self.term_defs))
-        self._check_productive(grammar)
+        productive = self._check_productive(grammar)
+        # Drop the rules through dead states (say, an object state below `minProperties` with
+        # no property left to add): they derive nothing, and a rule with no productions left
+        # must not be referenced.
+        kept = tuple(
+            r for r in self.rules if r.lhs in productive and all(x in productive for x in r.rhs)
+        )
+        if len(kept) != len(self.rules):
+            grammar = Grammar("start", kept, tuple(self.term_defs))
         return grammar
 
-    def _check_productive(self, grammar: Grammar) -> None:
-        """Unsatisfiable schemas must fail here, not inside the engine."""
+    def _check_productive(self, grammar: Grammar) -> set[str]:
+        """Unsatisfiable schemas must fail here, not inside the engine; returns the productive
+        symbols (terminals and rules that derive some text)."""
         limits = AutomataLimits()
         usable: set[str] = set()
         for t in grammar.terminals:
@@ -373,6 +382,7 @@ class SchemaCompiler:
                     changed = True
         if "start" not in productive:
             raise SchemaError("the schema is unsatisfiable: no JSON value satisfies it")
+        return productive
 
     # ------------------------------------------------------------------ values
 

@@ -372,3 +372,18 @@ def test_compile_time_has_a_limit_that_names_its_knob() -> None:
     assert info.value.limit == "CompileLimits.max_compile_seconds"
     # The budget is per compile: the next one starts afresh.
     assert Compiler(VOCAB, limits=limits).regex("ab") is not None
+
+
+def test_min_properties_with_only_optional_declared_keys_compiles() -> None:
+    """Found by compiling all of MaskBench: a dead object state (below `minProperties`, nothing
+    left to add) was referenced without productions, a GrammarError."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+        "additionalProperties": False,
+        "minProperties": 1,
+    }
+    grammar = Compiler(VOCAB).json_schema(schema)
+    for text, ok in ((b'{"a": 1}', True), (b'{"b": "x"}', True), (b"{}", False)):
+        matcher = Matcher(grammar)
+        assert (matcher.accept_bytes(text) and matcher.can_terminate()) is ok, text
