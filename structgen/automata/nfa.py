@@ -145,7 +145,9 @@ def nfa_size(node: Node) -> int:
 
 
 class _Builder:
-    def __init__(self) -> None:
+    def __init__(self, max_states: int | None = None, pattern: str = "") -> None:
+        self.max_states = max_states
+        self.pattern = pattern
         self.kind: list[int] = []
         self.eps: list[list[int]] = []
         self.node: list[int] = []
@@ -159,11 +161,22 @@ class _Builder:
     def new(self, kind: int, node: int = -1, nxt: int = -1) -> int:
         if not len(self.kind) & 0xFFF:
             check_budget()  # every 4096 states: big expansions stay within the compile budget
+            self._check_size()
         self.kind.append(kind)
         self.eps.append([])
         self.node.append(node)
         self.next.append(nxt)
         return len(self.kind) - 1
+
+    def _check_size(self) -> None:
+        """Stop as soon as states plus UTF-8 nodes pass the limit, not after building them all."""
+        if self.max_states is not None and len(self.kind) + len(self.pool) > self.max_states:
+            raise RegexError(
+                f"the regex needs more than max_nfa_states={self.max_states} NFA states plus"
+                " UTF-8 nodes; use smaller character classes or repetition counts, or raise"
+                " AutomataLimits.max_nfa_states",
+                pattern=self.pattern,
+            )
 
     def dag_root(self, ranges: iv.Ranges) -> int:
         root = self.roots.get(ranges)
@@ -246,7 +259,7 @@ def build_nfa(node: Node, *, max_states: int, pattern: str) -> ByteNFA:
             " raise AutomataLimits.max_nfa_states",
             pattern=pattern,
         )
-    b = _Builder()
+    b = _Builder(max_states, pattern)
     match = b.new(MATCH)
     start = b.compile(node, match)
     total = len(b.kind) + len(b.pool)

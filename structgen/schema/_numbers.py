@@ -280,10 +280,29 @@ def number_node(rng: NumRange, *, integer: bool) -> Node:
     return _number_node(rng.lo, rng.hi, rng.lo_excl, rng.hi_excl, integer)
 
 
+def _integer_point(value: int, integer: bool) -> Node:
+    """The texts of one integral value (an enum or const entry): `v`, and `v.0…` (its float
+    spellings; at most 16 zeros where only integers are allowed), `-0` forms for zero — the same
+    language the range construction gives for `[v, v]`, in a few states instead of thousands."""
+    zeros = Repeat(String("0"), 1, _MAX_INTEGER_ZEROS if integer else None)
+    tail = repeat(concat([String("."), zeros]), 0, 1)
+    head = String(str(value)) if value else concat([repeat(String("-"), 0, 1), String("0")])
+    return concat([head, tail])
+
+
 @lru_cache(maxsize=1024)
 def _number_node(
     lo: Bound | None, hi: Bound | None, lo_excl: bool, hi_excl: bool, integer: bool
 ) -> Node:
+    if (
+        lo is not None
+        and lo == hi
+        and not lo_excl
+        and not hi_excl
+        and float(lo).is_integer()
+        and abs(lo) <= _MAX_SAFE
+    ):
+        return _integer_point(int(lo), integer)
     rng = NumRange(lo, hi, lo_excl=lo_excl, hi_excl=hi_excl)
     ilo, ihi = rng.int_bounds()
     if ilo is not None and ihi is not None and ilo > ihi:
