@@ -33,6 +33,8 @@ _GENERATE_NAMES = frozenset(
         "PrefixCache",
         "RequestMetrics",
         "SamplingParams",
+        "Scheduler",
+        "SpeculativeGenerator",
     }
 )
 
@@ -84,8 +86,10 @@ __all__ = [
     "RegexError",
     "RequestMetrics",
     "SamplingParams",
+    "Scheduler",
     "SchemaError",
     "SchemaOptions",
+    "SpeculativeGenerator",
     "StructgenError",
     "TokenizerError",
     "Tool",

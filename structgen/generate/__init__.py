@@ -1,4 +1,5 @@
-"""structgen's own decoding loop: `Generator`, the sampling rules, the prefix cache.
+"""structgen's own decoding loop: `Generator`, the sampling rules, the prefix cache,
+`Scheduler` (continuous batching), `SpeculativeGenerator` (constrained speculative decoding).
 
 Needs torch and transformers (imported by this subpackage, not by `import structgen`).
 See docs/design/generation.md.
@@ -13,6 +14,13 @@ from structgen.generate.results import (
     GenerationResult,
     RequestMetrics,
 )
+from structgen.generate.scheduler import RequestHandle, Scheduler, SchedulerMetrics
+from structgen.generate.speculative import (
+    SpeculativeGenerator,
+    SpeculativeMetrics,
+    SpeculativeResult,
+    truncated_draft,
+)
 
 __all__ = [
     "BeamHypothesis",
@@ -21,7 +29,14 @@ __all__ = [
     "GenerationResult",
     "Generator",
     "PrefixCache",
+    "RequestHandle",
     "RequestMetrics",
     "SamplingParams",
+    "Scheduler",
+    "SchedulerMetrics",
+    "SpeculativeGenerator",
+    "SpeculativeMetrics",
+    "SpeculativeResult",
     "TextStream",
+    "truncated_draft",
 ]

@@ -11,6 +11,10 @@ Each `step()` is one forward pass for every unfinished row:
 4. accept the ids into the matchers, the text trackers and the metrics; ask each matcher for
    forced tokens (jump forward) and queue them for the next forward; drop finished rows from
    the batch (and their rows of the KV cache).
+
+`admit()` adds requests to a running batch (continuous batching, used by `scheduler.py`): each new
+row gets holes (attention mask 0) under every cache column already there and its prompt as its
+pending chunk, so it is prefilled in the same forward as the other rows' decode tokens.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class _Row:
     forward_passes: int = 0
     forced_tokens: int = 0
     cached_tokens: int = 0
+    started: float = 0.0  # when the request arrived: the origin of its TTFT and total time
 
 
 class DecodeBatch:
@@ -83,6 +88,8 @@ class DecodeBatch:
         self._started = time.perf_counter()
         device = runner.device
         self._rows = [self._make_row(i, r, device) for i, r in enumerate(requests)]
+        for row in self._rows:
+            row.started = self._started
         self.results: list[GenerationResult | None] = [None] * len(requests)
         self._active = list(self._rows)
         self._tensors = SamplingTensors.build([r.params for r in self._active], device)
@@ -92,13 +99,7 @@ class DecodeBatch:
             else None
         )
         self._constrained = any(r.matcher is not None for r in self._rows)
-        words = bitmask_words(vocab.size)
-        pin = device.type == "cuda"
-        self._host_mask = torch.full((len(self._rows), words), -1, dtype=torch.int32)
-        if pin:
-            self._host_mask = self._host_mask.pin_memory()
-        self._host_mask_np = self._host_mask.numpy()
-        self._device_mask = self._host_mask.to(device) if pin else self._host_mask
+        self._alloc_masks(len(self._rows))
         self._positions = [0] * len(self._rows)
         self._cache, self._attention, start = self._start_cache(prefix_cache)
         for row in self._rows:  # the first step feeds the rest of the prompt (+ forced tokens)
@@ -106,6 +107,16 @@ class DecodeBatch:
             self._queue_forced(row)
 
     # ------------------------------------------------------------------ setup
+
+    def _alloc_masks(self, rows: int) -> None:
+        """The reused host bitmask buffer (pinned on CUDA) and its device twin, `rows` rows."""
+        device = self._runner.device
+        pin = device.type == "cuda"
+        self._host_mask = torch.full((rows, bitmask_words(self._vocab.size)), -1, dtype=torch.int32)
+        if pin:
+            self._host_mask = self._host_mask.pin_memory()
+        self._host_mask_np = self._host_mask.numpy()
+        self._device_mask = self._host_mask.to(device) if pin else self._host_mask
 
     def _make_row(self, index: int, request: Request, device: Any) -> _Row:
         params = request.params
@@ -159,6 +170,72 @@ class DecodeBatch:
     @property
     def done(self) -> bool:
         return not self._active
+
+    @property
+    def size(self) -> int:
+        """The number of unfinished rows (the rows the next forward runs)."""
+        return len(self._active)
+
+    def admit(self, requests: Sequence[Request], *, arrived: Sequence[float] = ()) -> list[int]:
+        """Add checked requests to the running batch; returns their row indices (`results`).
+
+        Each new row gets holes (attention mask 0, zero keys and values) under every column the
+        cache already has, so the running rows are untouched; its whole prompt (no prefix cache)
+        becomes its pending chunk, fed by the next `step()` together with the others' tokens.
+        Columns that no unfinished row attends to any more are dropped first, so the cache does
+        not keep growing while requests come and go. `arrived[i]` (perf_counter seconds, default
+        now) is where request i's TTFT and total time start.
+        """
+        if not requests:
+            return []
+        device = self._runner.device
+        now = time.perf_counter()
+        times = list(arrived) or [now] * len(requests)
+        first = len(self._rows)
+        rows = [self._make_row(first + i, r, device) for i, r in enumerate(requests)]
+        for row, at in zip(rows, times):
+            row.started = at
+        if self._cache is None:  # every earlier row finished: start an empty cache
+            self._cache = self._runner.new_cache()
+            self._attention = torch.zeros((0, 0), dtype=torch.long, device=device)
+            self._positions = []
+            self._penalties = None  # its rows belonged to the finished requests
+        else:
+            self._drop_dead_columns()
+        width = self._attention.shape[1]
+        holes = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        self._attention = torch.cat([self._attention, holes])
+        _add_cache_rows(self._cache, len(rows))
+        self._positions.extend([0] * len(rows))
+        self._rows.extend(rows)
+        self.results.extend([None] * len(rows))
+        self._active.extend(rows)
+        self._tensors = SamplingTensors.build([r.params for r in self._active], device)
+        if self._tensors.any_penalty:
+            # Rows that were here without penalties have neutral ones: their counts can start at 0.
+            old = self._penalties
+            fresh = rows if old is not None else self._active
+            state = PenaltyState([r.prompt for r in fresh], self._vocab.size, device)
+            if old is not None:
+                state.counts = torch.cat([old.counts, state.counts])
+                state.seen = torch.cat([old.seen, state.seen])
+            self._penalties = state
+        self._constrained = self._constrained or any(r.matcher is not None for r in rows)
+        if self._host_mask.shape[0] < len(self._active):
+            self._alloc_masks(max(len(self._active), 2 * self._host_mask.shape[0]))
+        for row in rows:
+            row.pending = list(row.prompt)
+            self._queue_forced(row)
+        return [r.index for r in rows]
+
+    def _drop_dead_columns(self) -> None:
+        """Remove cache columns that are holes in every unfinished row (left by finished rows)."""
+        live = self._attention.bool().any(dim=0)
+        if bool(live.all()):
+            return
+        keep = live.nonzero().squeeze(1)
+        self._attention = self._attention[:, keep]
+        _select_cache_columns(self._cache, keep)
 
     def step(self) -> None:
         """One forward pass for every unfinished row (see the module docstring)."""
@@ -293,9 +370,9 @@ class DecodeBatch:
         metrics = RequestMetrics(
             prompt_tokens=len(row.prompt),
             output_tokens=n,
-            time_to_first_token=first - self._started,
+            time_to_first_token=first - row.started,
             time_per_output_token=per_token,
-            total_time=end - self._started,
+            total_time=end - row.started,
             forward_passes=row.forward_passes,
             forced_tokens=row.forced_tokens,
             cached_prompt_tokens=row.cached_tokens,
@@ -316,6 +393,47 @@ class DecodeBatch:
 
     def row_text_delta(self, index: int, *, final: bool = False) -> str:
         return self._rows[index].text.delta(final=final)
+
+
+def _cache_layers(cache: Any) -> list[tuple[Any, int]]:
+    """(owner, layer) pairs whose keys/values `_set_kv` can replace, for either cache layout."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return [(layer, -1) for layer in layers if getattr(layer, "is_initialized", True)]
+    return [(cache, i) for i in range(len(cache.key_cache))]  # transformers < 4.56
+
+
+def _get_kv(owner: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if i < 0:
+        return owner.keys, owner.values
+    return owner.key_cache[i], owner.value_cache[i]
+
+
+def _set_kv(owner: Any, i: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+    if i < 0:
+        owner.keys, owner.values = keys, values
+    else:
+        owner.key_cache[i], owner.value_cache[i] = keys, values
+
+
+def _add_cache_rows(cache: Any, n: int) -> None:
+    """Append `n` batch rows of zeros (holes, masked out) to every layer that holds tensors."""
+    for owner, i in _cache_layers(cache):
+        keys, values = _get_kv(owner, i)
+        if keys is None or keys.dim() != 4:  # not filled yet: the next update creates it
+            continue
+        k = keys.new_zeros((n, *keys.shape[1:]))
+        v = values.new_zeros((n, *values.shape[1:]))
+        _set_kv(owner, i, torch.cat([keys, k]), torch.cat([values, v]))
+
+
+def _select_cache_columns(cache: Any, keep: torch.Tensor) -> None:
+    """Keep only sequence positions `keep` ([n] long) in every layer."""
+    for owner, i in _cache_layers(cache):
+        keys, values = _get_kv(owner, i)
+        if keys is None or keys.dim() != 4:
+            continue
+        _set_kv(owner, i, keys.index_select(2, keep), values.index_select(2, keep))
 
 
 def _common_prefix(prompts: Sequence[Sequence[int]]) -> list[int]:
