@@ -13,36 +13,61 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["ModelRunner", "cache_from_tensors", "cache_tensors"]
+__all__ = [
+    "ForwardKeywords",
+    "ModelRunner",
+    "cache_from_tensors",
+    "cache_tensors",
+    "new_cache",
+]
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 
 
+@dataclass(frozen=True, slots=True)
+class ForwardKeywords:
+    """The keyword names a model's (or decoder's) `forward` understands; they vary by version."""
+
+    cache: str
+    keep: str | None
+    cache_position: bool
+
+    @classmethod
+    def of(cls, module: Any) -> ForwardKeywords:
+        params = inspect.signature(module.forward).parameters
+        return cls(
+            cache="cache" if "cache" in params else "past_key_values",
+            keep=next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None),
+            cache_position="cache_position" in params,
+        )
+
+
+def new_cache(model: Any) -> Any:
+    """An empty `DynamicCache` for `model`."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # older transformers: no config argument
+        return DynamicCache()
+
+
 class ModelRunner:
-    """Holds the model and the keyword names its `forward` understands (they vary by version)."""
+    """Holds the model and the keyword names its `forward` understands."""
 
     def __init__(self, model: Any, pad_token_id: int) -> None:
         self.model = model
         self.pad_token_id = pad_token_id
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._keep_kw = next(
-            (k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None
-        )
-        self._wants_cache_position = "cache_position" in params
+        self.keywords = ForwardKeywords.of(model)
         self.device: torch.device = next(model.parameters()).device
 
     def new_cache(self) -> Any:
-        from transformers import DynamicCache
-
-        try:
-            return DynamicCache(config=self.model.config)
-        except TypeError:  # older transformers: no config argument
-            return DynamicCache()
+        return new_cache(self.model)
 
     def feed(
         self,
@@ -75,12 +100,12 @@ class ModelRunner:
             "input_ids": ids.to(device, non_blocking=True),
             "attention_mask": full_mask,
             "position_ids": positions.to(device, non_blocking=True),
-            self._cache_kw: cache,
+            self.keywords.cache: cache,
             "use_cache": True,
         }
-        if self._keep_kw is not None:
-            kwargs[self._keep_kw] = 1
-        if self._wants_cache_position:
+        if self.keywords.keep is not None:
+            kwargs[self.keywords.keep] = 1
+        if self.keywords.cache_position:
             cached = attention_mask.shape[1]
             kwargs["cache_position"] = torch.arange(cached, cached + width, device=device)
         out = self.model(**kwargs)

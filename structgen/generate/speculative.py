@@ -14,7 +14,6 @@ Rejected tokens are rolled back in the matcher and in both KV caches. Tokens the
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ import torch
 from structgen.compiler import CompiledGrammar
 from structgen.errors import GenerationError
 from structgen.generate.loop import Generator
-from structgen.generate.model_io import has_sliding_layers
+from structgen.generate.model_io import ForwardKeywords, has_sliding_layers, new_cache
 from structgen.generate.params import SamplingParams
 from structgen.generate.requests import Prompt, VocabularyCheck
 from structgen.generate.results import FinishReason, GenerationResult, RequestMetrics
@@ -141,12 +140,7 @@ class _Model:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._keep_kw = next(
-            (k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None
-        )
-        self._wants_cache_position = "cache_position" in params
+        self._keywords = ForwardKeywords.of(model)
         self.device: torch.device = next(model.parameters()).device
         self._decoder, self._head = _split_head(model)
         self.cache: Any = None
@@ -154,16 +148,11 @@ class _Model:
         self.calls = 0
 
     def reset(self) -> None:
-        from transformers import DynamicCache
-
-        try:
-            self.cache = DynamicCache(config=self.model.config)
-        except TypeError:  # older transformers: no config argument
-            self.cache = DynamicCache()
+        self.cache = new_cache(self.model)
         self.length = 0
         self.calls = 0
 
-    def _inputs(self, tokens: list[int], cache_kw: str, cache_position: bool) -> dict[str, Any]:
+    def _inputs(self, tokens: list[int], keywords: ForwardKeywords) -> dict[str, Any]:
         n = len(tokens)
         start = self.length
         device = self.device
@@ -171,18 +160,18 @@ class _Model:
             "input_ids": torch.tensor([tokens], dtype=torch.long, device=device),
             "attention_mask": torch.ones((1, start + n), dtype=torch.long, device=device),
             "position_ids": torch.arange(start, start + n, device=device).unsqueeze(0),
-            cache_kw: self.cache,
+            keywords.cache: self.cache,
             "use_cache": True,
         }
-        if cache_position:
+        if keywords.cache_position:
             kwargs["cache_position"] = torch.arange(start, start + n, device=device)
         return kwargs
 
     def feed(self, tokens: list[int], keep: int) -> torch.Tensor:
         """Append `tokens` to the cache; the float logits [keep, vocab] of the last positions."""
-        kwargs = self._inputs(tokens, self._cache_kw, self._wants_cache_position)
-        if self._keep_kw is not None:
-            kwargs[self._keep_kw] = keep
+        kwargs = self._inputs(tokens, self._keywords)
+        if self._keywords.keep is not None:
+            kwargs[self._keywords.keep] = keep
         out = self.model(**kwargs)
         self.length += len(tokens)
         self.calls += 1
@@ -198,8 +187,8 @@ class _Model:
         """
         if self._decoder is None or self._head is None:
             return self.feed(tokens, 1)
-        decoder, cache_kw, cache_position = self._decoder
-        out = decoder(**self._inputs(tokens, cache_kw, cache_position))
+        decoder, keywords = self._decoder
+        out = decoder(**self._inputs(tokens, keywords))
         self.length += len(tokens)
         self.calls += 1
         hidden = out.last_hidden_state[0, -1:, :]
@@ -222,8 +211,10 @@ class _Model:
 _LOGIT_SCALES = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier")
 
 
-def _split_head(model: Any) -> tuple[tuple[Any, str, bool] | None, torch.nn.Linear | None]:
-    """(decoder, its cache keyword, wants cache_position) and the linear output head, or Nones.
+def _split_head(
+    model: Any,
+) -> tuple[tuple[Any, ForwardKeywords] | None, torch.nn.Linear | None]:
+    """(decoder, its forward keywords) and the linear output head, or Nones.
 
     Only for the usual `*ForCausalLM` layout whose logits are `head(decoder(...))` with nothing
     in between (no soft-capping or scaling in the config).
@@ -237,9 +228,7 @@ def _split_head(model: Any) -> tuple[tuple[Any, str, bool] | None, torch.nn.Line
     scaled = any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_SCALES)
     if decoder is None or not isinstance(head, torch.nn.Linear) or scaled:
         return None, None
-    params = inspect.signature(decoder.forward).parameters
-    cache_kw = "cache" if "cache" in params else "past_key_values"
-    return (decoder, cache_kw, "cache_position" in params), head
+    return (decoder, ForwardKeywords.of(decoder)), head
 
 
 def _vocab_size(model: Any) -> int:
