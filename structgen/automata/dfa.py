@@ -176,32 +176,6 @@ class ByteDFA:
             state = v
         return bool(self._accepting[state])
 
-    def build_around(self, state: int, budget: int) -> None:
-        """Build ``state``'s row and then, breadth first, up to ``budget`` unbuilt rows after it.
-
-        A trie walk that needs one missing row soon needs its successors too; building them in
-        one go saves a call back from C for each (the C walk's row builder uses this).
-        """
-        self.row(state)
-        built = self._built
-        queue = [state]
-        seen = {state}
-        head = 0
-        while head < len(queue) and budget > 0:
-            row = self._table[queue[head]]
-            head += 1
-            for target in np.unique(row).tolist():
-                if target < 0 or target in seen:
-                    continue
-                seen.add(target)
-                if not (target < len(built) and built[target]):
-                    if budget <= 0:
-                        return
-                    self._build_row(target)
-                    built = self._built
-                    budget -= 1
-                queue.append(target)
-
     def build_all(self) -> int:
         """Build every reachable state eagerly (bounded by ``max_dfa_states``); return the count."""
         i = 0

@@ -49,8 +49,6 @@ class _EventsOut(ctypes.Structure):
 
 
 _ROW_BUILDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32)
-# Rows built per call back from C beyond the one needed (breadth first from it).
-_ROWS_PER_CALLBACK = 0
 
 
 def _load() -> tuple[Any, Any]:
@@ -241,7 +239,7 @@ class NativeWalk:
 
         def build(need: int) -> int:
             try:
-                dfa.build_around(int(need), _ROWS_PER_CALLBACK)
+                dfa.row(int(need))
                 view.table = dfa.table_address
                 view.accepting = dfa.accepting_address
                 return 0
