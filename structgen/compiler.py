@@ -274,6 +274,20 @@ class Compiler:
             recipe=("grammar", (lark_text,), {"start": start}),
         )
 
+    def ebnf(self, ebnf_text: str, *, start: str = "root") -> CompiledGrammar:
+        """A context-free constraint in GBNF-style EBNF (``root ::= ...``), as serving engines
+        (llama.cpp, XGrammar, SGLang, vLLM) pass grammars."""
+        from structgen.grammar.ebnf import ebnf_to_ir
+
+        key = ("ebnf", ebnf_text, start)
+        return self._cached(
+            key,
+            lambda: self._cfg_engine(ebnf_to_ir(ebnf_text, start)),
+            kind="grammar",
+            source=ebnf_text,
+            recipe=("ebnf", (ebnf_text,), {"start": start}),
+        )
+
     def json_schema(self, schema: Any, *, options: SchemaOptions | None = None) -> CompiledGrammar:
         """JSON text valid against `schema` (a dict, JSON text, or a Pydantic model class)."""
         from structgen.schema import SchemaOptions as _Options

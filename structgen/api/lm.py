@@ -165,12 +165,21 @@ class LM:
         """Exactly one of `options` (classification)."""
         return self.run(prompt, self.compiler.choice(list(options)), **sampling).text
 
-    def grammar(self, prompt: Prompt, grammar: str, *, start: str = "start", **options: Any) -> str:
-        """A sentence of a Lark grammar (its text, or a shipped name: "json", "sql_select"...)."""
+    def grammar(
+        self, prompt: Prompt, grammar: str, *, start: str | None = None, **options: Any
+    ) -> str:
+        """A sentence of a grammar: Lark text, a shipped name ("json", "sql_select"...), or
+        GBNF-style EBNF (``root ::= ...``). `start` defaults to ``start`` (Lark) / ``root``."""
+        from structgen.grammar.ebnf import looks_like_ebnf
         from structgen.grammar.lark_frontend import builtin_names, load_builtin
 
-        text = load_builtin(grammar) if grammar in builtin_names() else grammar
-        return self.run(prompt, self.compiler.grammar(text, start=start), **options).text
+        if grammar in builtin_names():
+            compiled = self.compiler.grammar(load_builtin(grammar), start=start or "start")
+        elif looks_like_ebnf(grammar):
+            compiled = self.compiler.ebnf(grammar, start=start or "root")
+        else:
+            compiled = self.compiler.grammar(grammar, start=start or "start")
+        return self.run(prompt, compiled, **options).text
 
     def json(
         self,
