@@ -8,6 +8,7 @@ False and leaves the matcher unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,9 @@ class Matcher:
     """Walks one sequence through a `CompiledGrammar`.
 
     `max_rollback` bounds the history kept for `rollback` (older states are forgotten; the
-    matcher still works, it just cannot roll back past them).
+    matcher still works, it just cannot roll back past them). `stop_token_ids` replaces the
+    vocabulary's EOS ids as the tokens that end the output (serving engines pass each request's
+    EOS and stop ids): they are allowed exactly when the grammar can terminate, never as text.
 
     Automata are built lazily, so a compile limit (`CompileLimits.max_dfa_states`) can be hit
     while generating: `accept_token` then returns False and `error` holds the
@@ -37,19 +40,31 @@ class Matcher:
         "_eos_words",
         "_grammar",
         "_history",
+        "_keep_words",
         "_max_rollback",
         "_vocab",
         "error",
     )
 
-    def __init__(self, grammar: CompiledGrammar, *, max_rollback: int = 4096) -> None:
+    def __init__(
+        self,
+        grammar: CompiledGrammar,
+        *,
+        max_rollback: int = 4096,
+        stop_token_ids: Iterable[int] | None = None,
+    ) -> None:
         if not isinstance(grammar, CompiledGrammar):
             raise TypeError(
                 f"Matcher needs a CompiledGrammar (from Compiler), got {type(grammar).__name__}"
             )
         self._grammar = grammar
         self._vocab = grammar.vocab
-        self._eos = frozenset(self._vocab.eos_token_ids)
+        if stop_token_ids is None:
+            self._eos = frozenset(self._vocab.eos_token_ids)
+        else:
+            self._eos = frozenset(int(t) for t in stop_token_ids if 0 <= int(t) < self._vocab.size)
+            if not self._eos:
+                raise ValueError("stop_token_ids names no id inside the vocabulary")
         self._max_rollback = max(1, int(max_rollback))
         self._history: list[Any] = [grammar.initial_state]
         self.error: StructgenError | None = None
@@ -57,6 +72,9 @@ class Matcher:
         for e in self._eos:
             words[e >> 5] |= np.int32(np.uint32(1 << (e & 31)).view(np.int32))
         self._eos_words = words
+        # Stop ids that are text tokens too must leave the text masks (None: all are special).
+        text_stops = [e for e in self._eos if not self._vocab.is_special(e)]
+        self._keep_words = ~words if text_stops else None
 
     # ------------------------------------------------------------------ state
 
@@ -85,6 +103,8 @@ class Matcher:
         if state is _TERMINATED:
             return self._eos_words.copy()
         words = self._grammar.token_mask(state)
+        if self._keep_words is not None:
+            words = words & self._keep_words
         if self._grammar.is_accepting(state):
             return words | self._eos_words
         return words.copy()
@@ -188,6 +208,7 @@ class Matcher:
         clone._vocab = self._vocab
         clone._eos = self._eos
         clone._eos_words = self._eos_words
+        clone._keep_words = self._keep_words
         clone._max_rollback = self._max_rollback
         clone._history = list(self._history)
         clone.error = self.error

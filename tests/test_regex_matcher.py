@@ -301,3 +301,40 @@ def _greedy(data: bytes) -> list[int]:
         ids.append(found[0])
         pos += found[1]
     return ids
+
+
+class TestStopTokenIds:
+    """`Matcher(stop_token_ids=...)`: a serving engine's per-request EOS and stop ids."""
+
+    def test_stop_ids_replace_eos_and_are_allowed_only_when_complete(self) -> None:
+        grammar = Compiler(VOCAB).regex(r"ab?")
+        newline_free = VOCAB.size - 1  # a padding id: special, never text
+        matcher = Matcher(grammar, stop_token_ids=[newline_free])
+        assert not matcher.is_allowed(newline_free)
+        assert not matcher.is_allowed(0)  # the vocabulary's EOS is not a stop id here
+        assert matcher.accept_bytes(b"a")
+        assert matcher.is_allowed(newline_free) and not matcher.is_allowed(0)
+        mask = matcher.allowed_mask()
+        assert (int(mask[newline_free >> 5]) >> (newline_free & 31)) & 1
+        assert matcher.accept_token(newline_free) and matcher.is_terminated()
+
+    def test_a_text_token_named_as_a_stop_id_leaves_the_text_masks(self) -> None:
+        grammar = Compiler(VOCAB).regex(r"[ab]+")
+        b = VOCAB.trie.longest_token_prefix(b"b")
+        assert b is not None
+        b_id = b[0]
+        matcher = Matcher(grammar, stop_token_ids=[b_id])
+
+        def bit(token: int) -> bool:
+            return bool((int(matcher.allowed_mask()[token >> 5]) >> (token & 31)) & 1)
+
+        assert not bit(b_id)  # `b` would be text here, but it is a stop id: not yet complete
+        assert matcher.accept_bytes(b"a")
+        assert bit(b_id)  # complete: `b` may end the output
+        assert matcher.accept_token(b_id) and matcher.is_terminated()
+        copy = matcher.copy()
+        assert copy.is_terminated()
+
+    def test_stop_ids_outside_the_vocabulary_are_refused(self) -> None:
+        with pytest.raises(ValueError, match="stop_token_ids"):
+            Matcher(Compiler(VOCAB).regex("a"), stop_token_ids=[10**9])
