@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv fixtures demo test lint bench clean
+.PHONY: venv fixtures demo test lint bench clean test-engines
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,26 @@ lint: $(STAMP)
 test: fixtures lint
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -n 2 -q tests
 
+# The serving-engine plugins inside SGLang's and vLLM's real grammar managers, on the CPU
+# (a separate environment: the engines pin their own transformers).
+ENGINES       := .venv-engines
+ENGINES_STAMP := $(ENGINES)/.installed
+
+$(ENGINES_STAMP): pyproject.toml requirements/engines.txt requirements/engines-nodeps.txt requirements/engines-constraints.txt
+	test -x $(ENGINES)/bin/python || $(PYTHON) -m venv $(ENGINES)
+	$(ENGINES)/bin/python -m pip install --quiet --upgrade pip
+	$(ENGINES)/bin/python -c "import torch" 2>/dev/null || \
+	  $(ENGINES)/bin/python -m pip install --quiet torch==2.13.0 || \
+	  $(ENGINES)/bin/python -m pip install --quiet torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+	$(ENGINES)/bin/python -m pip install --quiet -c requirements/engines-constraints.txt \
+	  -e '.[test]' -r requirements/engines.txt
+	$(ENGINES)/bin/python -m pip install --quiet --no-deps -r requirements/engines-nodeps.txt
+	touch $(ENGINES_STAMP)
+
+test-engines: fixtures $(ENGINES_STAMP)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(ENGINES)/bin/python -m pytest -q -p no:cacheprovider \
+	  tests/engines tests/integrations/test_engine_plugins.py
+
 bench: fixtures
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python benchmarks/vocab.py
@@ -44,4 +64,4 @@ bench: fixtures
 	$(BIN)/python benchmarks/maskbench.py --limit 200 --sample --timeout 15
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ENGINES) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
