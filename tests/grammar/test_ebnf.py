@@ -78,7 +78,7 @@ def test_regular_grammars_accept_exactly_what_the_regex_fullmatches(
     expr: tuple[str, str], samples: list[str]
 ) -> None:
     ebnf, regex = expr
-    grammar = f"root ::= {ebnf}\nitem ::= \"a\" | \"b\" \"c\"\n"
+    grammar = f'root ::= {ebnf}\nitem ::= "a" | "b" "c"\n'
     pattern = re.compile(regex, re.DOTALL)
     for text in samples:
         assert full_match(grammar, text) == bool(pattern.fullmatch(text)), (grammar, text)
@@ -89,7 +89,8 @@ def test_escapes_classes_and_any_character() -> None:
 root ::= "\x41\u00e9\t" [\]\-a-c\n]+ . "\"" [^\x00-\x7f]?   # comments run to the line end
 """
     pattern = re.compile(r"A\u00e9\t[\]\-a-c\n]+.\"[^\x00-\x7f]?", re.DOTALL)
-    for text in ["A\u00e9\ta-]\nX\"", "A\u00e9\tb\"\"", "A\u00e9\tbb\"\"\u00fc", "A\u00e9\t\"\"", "A"]:
+    samples = ['A\u00e9\ta-]\nX"', 'A\u00e9\tb""', 'A\u00e9\tbb""\u00fc', 'A\u00e9\t""', "A"]
+    for text in samples:
         assert full_match(grammar, text) == bool(pattern.fullmatch(text)), text
 
 
@@ -141,7 +142,7 @@ ws     ::= [ \t\n]{0,20}
 """
 
 DOCUMENTS = [
-    {"name": "Ada \u00e9 \"quoted\"", "tags": [1, 2.5e3, -0.125, True, None]},
+    {"name": 'Ada \u00e9 "quoted"', "tags": [1, 2.5e3, -0.125, True, None]},
     [[], {}, {"a": {"b": [0, "\\u"]}}],
     "just a string \n with an escape",
 ]
