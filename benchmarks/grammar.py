@@ -13,7 +13,8 @@ Engines: structgen and llguidance take the shipped Lark text unchanged (llguidan
 xgrammar takes an equivalent EBNF written here (`xgrammar`), and, as extra columns, the shipped
 Lark text through its own converter `Grammar.from_lark` (`xgrammar-lark`) and, for JSON, its
 built-in JSON grammar (`xgrammar-json`, which only allows an object or array at the top and no
-whitespace before it).
+whitespace before it). `structgen-ebnf` is structgen reading that same EBNF text
+(`Compiler.ebnf`), as it does when SGLang or vLLM hand it a grammar: one input, two engines.
 
 Python's collector: the setup objects are moved out of its reach with `gc.freeze()` before
 anything is timed (`--no-gc-freeze` keeps them in; full collections then scan ~230k objects that
@@ -52,7 +53,14 @@ from structgen.grammar.lark_frontend import load_builtin
 
 # Import `lark`, `transformers` and the peers only after `_common`: that moves this folder to the
 # end of sys.path, so that their `import regex` finds PyPI's package and not benchmarks/regex.py.
-ENGINES = ("structgen", "llguidance", "xgrammar", "xgrammar-lark", "xgrammar-json")
+ENGINES = (
+    "structgen",
+    "structgen-ebnf",
+    "llguidance",
+    "xgrammar",
+    "xgrammar-lark",
+    "xgrammar-json",
+)
 XGRAMMAR_THREADS = 1  # one core per engine: the others compile on one thread too
 RUN_BUDGET_S = 15.0  # stop repeating a (grammar, engine) pair once its runs took this long
 P99_TARGET_US = 2000.0
@@ -275,6 +283,7 @@ def build_suites() -> list[Suite]:
             [Sentence(n, t) for n, t in JSON_SENTENCES],
             {
                 "structgen": json_lark,
+                "structgen-ebnf": JSON_EBNF,
                 "llguidance": json_lark,
                 "xgrammar": JSON_EBNF,
                 "xgrammar-lark": json_lark,
@@ -287,6 +296,7 @@ def build_suites() -> list[Suite]:
             [Sentence(n, t) for n, t in SQL_SENTENCES],
             {
                 "structgen": sql_lark,
+                "structgen-ebnf": SQL_EBNF,
                 "llguidance": sql_lark,
                 "xgrammar": SQL_EBNF,
                 "xgrammar-lark": sql_lark,
@@ -348,6 +358,18 @@ class StructgenEngine:
 
     def can_terminate(self) -> bool:
         return self.matcher.can_terminate()
+
+
+class StructgenEbnfEngine(StructgenEngine):
+    """structgen reading the same GBNF-style EBNF text xgrammar gets (`Compiler.ebnf`)."""
+
+    name = "structgen-ebnf"
+
+    def compile(self, source: str) -> None:
+        try:
+            self.matcher = Matcher(Compiler(self.vocab).ebnf(source))
+        except StructgenError as e:
+            raise EngineError(str(e)) from e
 
 
 class LLGuidanceEngine:
@@ -734,6 +756,10 @@ def main() -> None:
     vocab_size = ours.vocab.size
     if "structgen" in wanted_engines:
         engines.append(ours)
+    if "structgen-ebnf" in wanted_engines:
+        ebnf = StructgenEbnfEngine.__new__(StructgenEbnfEngine)
+        ebnf.__dict__.update(ours.__dict__)  # the same vocabulary and tables
+        engines.append(ebnf)
     if "llguidance" in wanted_engines and peer("llguidance") is not None:
         start = time.perf_counter()
         engines.append(LLGuidanceEngine(tokenizer, vocab_size))

@@ -326,21 +326,108 @@ def _nullable(node: Node) -> bool:
     return any(_nullable(x) for x in items)
 
 
+MAX_INLINED_SIZE = 4000  # regex AST nodes (repeats counted) a rule inlined as a terminal may have
+
+
+def _regex(expr: _Expr, known: dict[str, Node]) -> Node | None:
+    """The regex AST of `expr`, with references to `known` regular rules substituted; None when
+    it mentions any other rule."""
+    if isinstance(expr, _Lit):
+        return literal_node(expr.text)
+    if isinstance(expr, _Class):
+        return expr.node
+    if isinstance(expr, _Ref):
+        return known.get(expr.name)
+    if isinstance(expr, _Rep):
+        item = _regex(expr.item, known)
+        return None if item is None else repeat(item, expr.min, expr.max)
+    parts = [_regex(x, known) for x in expr.items]
+    if any(p is None for p in parts):
+        return None
+    nodes = [p for p in parts if p is not None]
+    return concat(nodes) if isinstance(expr, _Seq) else alternation(nodes)
+
+
+def _linear_rule(name: str, body: _Expr, known: dict[str, Node]) -> Node | None:
+    """The regular language of a rule that refers to itself only at the end of alternatives
+    (``A ::= x A | y`` is ``x* y``) or only at their start (``A ::= A x | y`` is ``y x*``)."""
+    alternatives = body.items if isinstance(body, _Alt) else (body,)
+    loops: list[Node] = []
+    bases: list[Node] = []
+    side = ""
+    for alternative in alternatives:
+        items = list(alternative.items) if isinstance(alternative, _Seq) else [alternative]
+        at_end = bool(items) and isinstance(items[-1], _Ref) and items[-1].name == name
+        at_start = bool(items) and isinstance(items[0], _Ref) and items[0].name == name
+        if at_end and len(items) > 1 and side in ("", "right"):
+            side, rest = "right", items[:-1]
+        elif at_start and len(items) > 1 and side in ("", "left"):
+            side, rest = "left", items[1:]
+        else:
+            rest = items
+            node = _regex(_Seq(tuple(rest)), known)
+            if node is None:
+                return None
+            bases.append(node)
+            continue
+        node = _regex(_Seq(tuple(rest)), known)
+        if node is None:
+            return None
+        loops.append(node)
+    if not bases:
+        return None  # no way out of the recursion: leave it to the rule (it derives nothing)
+    loop = repeat(alternation(loops), 0, None)
+    base = alternation(bases)
+    return concat([loop, base]) if side == "right" else concat([base, loop])
+
+
+def _size(node: Node, memo: dict[int, int]) -> int:
+    key = id(node)
+    found = memo.get(key)
+    if found is None:
+        if isinstance(node, Repeat):
+            found = 1 + _size(node.item, memo) * max(1, min(node.max or node.min, 64))
+        else:
+            found = 1 + sum(_size(x, memo) for x in getattr(node, "items", ()))
+        memo[key] = found
+    return found
+
+
+def _regular_rules(bodies: dict[str, _Expr]) -> dict[str, Node]:
+    """Rules whose language is regular, as regex ASTs: rule-free bodies, bodies over other
+    regular rules, and left- or right-linear self-recursion (a fixpoint over all rules)."""
+    known: dict[str, Node] = {}
+    memo: dict[int, int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for name, body in bodies.items():
+            if name in known:
+                continue
+            mentions_self = any(ref.name == name for ref in _refs(body))
+            node = _linear_rule(name, body, known) if mentions_self else _regex(body, known)
+            if node is not None and _size(node, memo) <= MAX_INLINED_SIZE:
+                known[name] = node
+                changed = True
+    return known
+
+
 class _Builder:
-    def __init__(self, names: dict[str, str]) -> None:
+    def __init__(self, names: dict[str, str], inlined: dict[str, Node] | None = None) -> None:
         self.names = names  # EBNF rule name -> IR rule name
+        self.inlined = inlined or {}  # rules whose (regular) language replaces their uses
         self.rules: list[Rule] = []
         self.terminals: dict[Node, str] = {}
         self.helpers = 0
 
     def regular(self, expr: _Expr) -> Node | None:
-        """The regex AST of `expr` when it mentions no rule, else None."""
+        """The regex AST of `expr` when it mentions no rule (but inlined ones), else None."""
         if isinstance(expr, _Lit):
             return literal_node(expr.text)
         if isinstance(expr, _Class):
             return expr.node
         if isinstance(expr, _Ref):
-            return None
+            return self.inlined.get(expr.name)
         if isinstance(expr, _Rep):
             item = self.regular(expr.item)
             return None if item is None else repeat(item, expr.min, expr.max)
@@ -445,8 +532,11 @@ def ebnf_to_ir(text: str, start: str = "root") -> Grammar:
         for ref in _refs(body):
             if ref.name not in names:
                 raise parser.error(f"rule {ref.name!r} is used but never defined", ref.offset)
-    builder = _Builder(names)
+    inlined = _regular_rules({name: body for name, _, body in parsed})
+    builder = _Builder(names, inlined)
     for name, _, body in parsed:
+        if name in inlined and name != start:
+            continue  # every use of it became part of a terminal
         if isinstance(body, _Alt):
             for alternative in body.items:
                 builder.rules.append(Rule(names[name], tuple(builder.symbols(alternative))))

@@ -118,6 +118,34 @@ item ::= "a" | "(" item+ ")"
             assert full_match(grammar, text) == balanced(text), text
 
 
+@pytest.mark.parametrize(
+    ("rules", "regex"),
+    [
+        ('x ::= "a" x | "b" x | "c"', "[ab]*c"),  # right-linear
+        ('x ::= x "a" | x "bc" | "d"', "d(?:a|bc)*"),  # left-linear
+        ('x ::= "a" x | ', "a*"),  # an empty alternative
+        ('x ::= y "c"\ny ::= "a" y | "b"', "a*bc"),  # over another regular rule
+        ('x ::= "a" x "b" | ""', "|ab|aabb|aaabbb"),  # a^n b^n (not regular) up to length 6
+    ],
+)
+def test_linear_recursion_matches_its_regular_language(rules: str, regex: str) -> None:
+    grammar = f"root ::= x\n{rules}"
+    pattern = re.compile(regex)
+    for length in range(7):
+        for chars in itertools.product("abcd", repeat=length):
+            text = "".join(chars)
+            assert full_match(grammar, text) == bool(pattern.fullmatch(text)), (rules, text)
+
+
+def test_regular_rules_are_inlined_and_others_stay_rules() -> None:
+    text = 'root ::= "[" item ("," item)* "]"\nitem ::= word | root\nword ::= [a-z] word | [a-z]'
+    lhs = {rule.lhs for rule in ebnf_to_ir(text).rules}
+    assert "word" not in lhs  # right-linear: now part of terminals
+    assert {"root", "item"} <= lhs  # recursive through root: a rule
+    assert full_match(text, "[ab,[c,[de]],f]")
+    assert not full_match(text, "[ab,[]]")
+
+
 def test_left_recursion_and_rule_names_with_dashes() -> None:
     grammar = 'root ::= sum\nsum ::= sum "+" num-lit | num-lit\nnum-lit ::= [0-9]+'
     assert full_match(grammar, "1+22+333")
