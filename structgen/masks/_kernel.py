@@ -10,12 +10,13 @@ import ctypes
 import importlib.util
 import os
 import threading
+import time
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Events", "NativeWalk", "native_available"]
+__all__ = ["Events", "NativeWalk", "equality_available", "native_available"]
 
 
 class _WalkState(ctypes.Structure):
@@ -83,7 +84,56 @@ def _load() -> tuple[Any, Any]:
     return fn, ends
 
 
+def _load_more() -> tuple[Any, Any]:
+    """`sg_walk_root` and `sg_bounded_equal`, or None each (no extension, or an older build)."""
+    if _FN is None:
+        return None, None
+    spec = importlib.util.find_spec("structgen.masks._native")
+    assert spec is not None and spec.origin is not None
+    try:
+        lib = ctypes.CDLL(spec.origin)
+        root, fn = lib.sg_walk_root, lib.sg_bounded_equal
+    except (OSError, AttributeError):
+        return None, None
+    root.restype = ctypes.c_int64
+    root.argtypes = [
+        ctypes.POINTER(_NodeView),
+        ctypes.c_void_p,  # root children by byte
+        ctypes.c_int32,  # start state
+        ctypes.POINTER(_DfaView),
+        _ROW_BUILDER,
+        ctypes.c_void_p,  # stack
+        ctypes.POINTER(_WalkState),
+        ctypes.c_void_p,  # mask words
+        ctypes.POINTER(_EventsOut),
+    ]
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [
+        ctypes.POINTER(_DfaView),
+        _ROW_BUILDER,
+        ctypes.c_void_p,  # representative bytes
+        ctypes.c_int32,  # their number
+        ctypes.c_void_p,  # relevant classes per depth
+        ctypes.c_int32,  # p
+        ctypes.c_int32,  # q
+        ctypes.c_int32,  # max_len
+        ctypes.c_int64,  # max_pairs
+        ctypes.c_int64,  # max_builds
+        ctypes.c_int64,  # n_slots
+        ctypes.c_void_p,  # slots
+        ctypes.c_void_p,  # pa
+        ctypes.c_void_p,  # pb
+        ctypes.c_void_p,  # pd
+        ctypes.c_void_p,  # ps
+    ]
+    return root, fn
+
+
 _FN, _ENDS = _load()
+_ROOT, _EQUAL = _load_more()
+#: pairs of states an equality check may visit before it gives up ("not known equal")
+MAX_EQUAL_PAIRS = 4096
+_EQUAL_SLOTS = 8192  # a power of two above MAX_EQUAL_PAIRS: the visited set's open addressing
 
 
 class Events(NamedTuple):
@@ -159,6 +209,54 @@ def native_available() -> bool:
     return _FN is not None
 
 
+class SharingTables(NamedTuple):
+    """Per byte-class partition: one representative byte per class (`reps`, uint8) and
+    `relevant[d, c]` (uint8): some token has a byte of class `c` at position `d`."""
+
+    reps: npt.NDArray[np.uint8]
+    relevant: npt.NDArray[np.uint8]
+
+
+class _Binding:
+    """A DFA's arrays for one C call, and the row builder that refreshes them (ctypes)."""
+
+    __slots__ = ("build_seconds", "callback", "dfa", "failure", "view")
+
+    def __init__(self, dfa: Any) -> None:
+        self.dfa = dfa
+        self.view = _DfaView(dfa.table_address, dfa.accepting_address)
+        self.failure: list[BaseException] = []
+        self.callback = _ROW_BUILDER(self._build)
+        self.build_seconds = 0.0  # time spent building rows during the call
+
+    def _build(self, need: int) -> int:
+        try:
+            started = time.perf_counter()
+            dfa = self.dfa
+            dfa.row(int(need))
+            view = self.view
+            view.table = dfa.table_address
+            view.accepting = dfa.accepting_address
+            self.build_seconds += time.perf_counter() - started
+            return 0
+        except BaseException as exc:  # re-raised by `raise_failure`, outside the C frame
+            self.failure.append(exc)
+            return -1
+
+    def raise_failure(self) -> None:
+        raise self.failure[0] if self.failure else RuntimeError("the C trie walk failed")
+
+
+_NO_EVENTS = Events(
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=np.int32),
+    np.zeros(0, dtype=np.int32),
+)
+for _array in _NO_EVENTS:
+    _array.setflags(write=False)
+
+
 class NativeWalk:
     """The vocabulary's trie as preorder node arrays, ready for `sg_walk_nodes`."""
 
@@ -172,6 +270,7 @@ class NativeWalk:
         self.tok_hi: npt.NDArray[np.int32] = nodes["tok_hi"]
         self.ids: npt.NDArray[np.int32] = np.ascontiguousarray(lex["ids"], dtype=np.int32)
         self.n = len(self.byte)
+        #: the longest token's length in bytes (the trie's depth)
         self.max_depth = int(self.depth.max()) if self.n else 0
         self.words = (vocab_size + 31) // 32
         self._view = _NodeView(
@@ -182,12 +281,19 @@ class NativeWalk:
             self.tok_hi.ctypes.data,
             self.ids.ctypes.data,
         )
+        self._view_ref = ctypes.byref(self._view)
         self._scratch = threading.local()
         self._whole = (
             np.zeros(1, dtype=np.int64),
             np.full(1, self.n, dtype=np.int64),
             np.zeros(1, dtype=np.int32),
         )
+        self._whole_addresses = tuple(a.ctypes.data for a in self._whole)
+        # the node of each byte at depth 1 (-1: no token starts with it), for `sg_walk_root`
+        self.root_child = np.full(256, -1, dtype=np.int32)
+        top = np.flatnonzero(self.depth == 1)
+        self.root_child[self.byte[top]] = top.astype(np.int32)
+        self._root_address = self.root_child.ctypes.data
 
     def _buffers(self) -> tuple[Any, ...]:
         """Per-thread scratch: the stack, event buffers and the events descriptor."""
@@ -202,7 +308,16 @@ class NativeWalk:
             out = _EventsOut(
                 ev_lo.ctypes.data, ev_hi.ctypes.data, ev_cut.ctypes.data, ev_state.ctypes.data, 0
             )
-            bufs = (stack, ev_lo, ev_hi, ev_cut, ev_state, out, stack.ctypes.data)
+            bufs = (
+                stack,
+                ev_lo,
+                ev_hi,
+                ev_cut,
+                ev_state,
+                out,
+                stack.ctypes.data,
+                ctypes.byref(out),
+            )
             self._scratch.bufs = bufs
         return bufs  # type: ignore[no-any-return]
 
@@ -219,51 +334,126 @@ class NativeWalk:
 
         `ranges` is `Events` whose `lo`, `hi`, `cut` say: walk the nodes `[lo, hi)` (subtrees
         whose parent is at depth `cut`) reading from byte `cut`; default: the whole vocabulary
-        from byte 0. Returns `words` and the boundary events.
+        from byte 0. Returns `words` and the boundary events (none unless `boundaries`).
         """
         assert _FN is not None
         if words is None:
             words = np.zeros(self.words, dtype=np.uint32)
+        keep: tuple[Any, ...] = ()
         if ranges is None:
-            r_lo, r_hi, r_base = self._whole
+            a_lo, a_hi, a_base = self._whole_addresses
+            n_ranges = 1
         else:
             r_lo = np.ascontiguousarray(ranges.lo, dtype=np.int64)
             r_hi = np.ascontiguousarray(ranges.hi, dtype=np.int64)
             r_base = np.ascontiguousarray(ranges.cut, dtype=np.int32)
-        _, ev_lo, ev_hi, ev_cut, ev_state, out, p_stack = self._buffers()
+            keep = (r_lo, r_hi, r_base)  # alive until the call returns
+            a_lo, a_hi, a_base = r_lo.ctypes.data, r_hi.ctypes.data, r_base.ctypes.data
+            n_ranges = len(r_lo)
+        _, ev_lo, ev_hi, ev_cut, ev_state, out, p_stack, p_out = self._buffers()
         out.cap = self.n if boundaries else 0
         ws = _WalkState(0, -1, 0, 0, -1)
         dfa.row(state)
-        view = _DfaView(dfa.table_address, dfa.accepting_address)
-        failure: list[BaseException] = []
-
-        def build(need: int) -> int:
-            try:
-                dfa.row(int(need))
-                view.table = dfa.table_address
-                view.accepting = dfa.accepting_address
-                return 0
-            except BaseException as exc:  # re-raised below, outside the C frame
-                failure.append(exc)
-                return -1
-
-        callback = _ROW_BUILDER(build)
-        result = _FN(
-            ctypes.byref(self._view),
-            r_lo.ctypes.data,
-            r_hi.ctypes.data,
-            r_base.ctypes.data,
-            len(r_lo),
-            state,
-            ctypes.byref(view),
-            callback,
-            p_stack,
-            ctypes.byref(ws),
-            words.ctypes.data,
-            ctypes.byref(out),
-        )
+        binding = _Binding(dfa)
+        if ranges is None and _ROOT is not None:
+            result = _ROOT(
+                self._view_ref,
+                self._root_address,
+                state,
+                ctypes.byref(binding.view),
+                binding.callback,
+                p_stack,
+                ctypes.byref(ws),
+                words.ctypes.data,
+                p_out,
+            )
+        else:
+            result = _FN(
+                self._view_ref,
+                a_lo,
+                a_hi,
+                a_base,
+                n_ranges,
+                state,
+                ctypes.byref(binding.view),
+                binding.callback,
+                p_stack,
+                ctypes.byref(ws),
+                words.ctypes.data,
+                p_out,
+            )
+        del keep
         if result != 0:
-            raise failure[0] if failure else RuntimeError("the C trie walk failed")
+            binding.raise_failure()
+        self._scratch.build_seconds = binding.build_seconds
         k = ws.n_events
+        if not k:
+            return words, _NO_EVENTS
         events = Events(ev_lo[:k].copy(), ev_hi[:k].copy(), ev_cut[:k].copy(), ev_state[:k].copy())
         return words, events
+
+    def last_build_seconds(self) -> float:
+        """Seconds this thread's last `walk` spent building DFA rows (in Python)."""
+        return float(getattr(self._scratch, "build_seconds", 0.0))
+
+    def _equal_buffers(self) -> tuple[Any, ...]:
+        bufs = getattr(self._scratch, "equal", None)
+        if bufs is None:
+            slots = np.full(_EQUAL_SLOTS, -1, dtype=np.int64)
+            pairs = [np.empty(MAX_EQUAL_PAIRS, dtype=np.int32) for _ in range(3)]
+            positions = np.empty(MAX_EQUAL_PAIRS, dtype=np.int64)
+            arrays: tuple[npt.NDArray[Any], ...] = (slots, *pairs, positions)
+            bufs = (arrays, *(a.ctypes.data for a in arrays))
+            self._scratch.equal = bufs
+        return bufs  # type: ignore[no-any-return]
+
+    def byte_positions(self) -> npt.NDArray[np.bool_]:
+        """bool [max_depth, 256]: some token has byte `b` at position `d` (0-based)."""
+        present: npt.NDArray[np.bool_] | None = getattr(self, "_positions", None)
+        if present is None:
+            present = np.zeros((max(self.max_depth, 1), 256), dtype=np.bool_)
+            present[self.depth.astype(np.int64) - 1, self.byte] = True
+            present.setflags(write=False)
+            self._positions = present
+        return present
+
+    def class_positions(self, byte_classes: npt.NDArray[np.uint8]) -> SharingTables:
+        """The tables `same_mask` needs for one byte-class partition."""
+        order = np.argsort(byte_classes, kind="stable")  # bytes grouped by class, smallest first
+        starts = np.flatnonzero(np.diff(byte_classes[order].astype(np.int32), prepend=-1))
+        reps = np.ascontiguousarray(order[starts], dtype=np.uint8)
+        relevant = np.logical_or.reduceat(self.byte_positions()[:, order], starts, axis=1)
+        return SharingTables(reps, np.ascontiguousarray(relevant, dtype=np.uint8))
+
+    def same_mask(
+        self, dfa: Any, tables: SharingTables, p: int, q: int, *, max_builds: int
+    ) -> bool:
+        """True when `p` and `q` are known to have the same token mask: they keep the same
+        token prefixes alive (`sg_bounded_equal`; `tables` from `class_positions`). False when
+        they differ, or when the check gave up (too many pairs, or more than `max_builds`
+        DFA rows to build)."""
+        assert _EQUAL is not None
+        _, *addresses = self._equal_buffers()
+        binding = _Binding(dfa)
+        result = _EQUAL(
+            ctypes.byref(binding.view),
+            binding.callback,
+            tables.reps.ctypes.data,
+            len(tables.reps),
+            tables.relevant.ctypes.data,
+            p,
+            q,
+            self.max_depth,
+            MAX_EQUAL_PAIRS,
+            max_builds,
+            _EQUAL_SLOTS,
+            *addresses,
+        )
+        if result < 0:
+            binding.raise_failure()
+        return bool(result == 1)
+
+
+def equality_available() -> bool:
+    """Whether the compiled bounded-equality check (`NativeWalk.same_mask`) is in use."""
+    return _EQUAL is not None

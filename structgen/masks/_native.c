@@ -109,6 +109,102 @@ int64_t sg_walk_nodes(
     return 0;
 }
 
+/* The whole vocabulary from `start` (whose row must be built): only the subtrees of the root's
+ * children whose byte is live in `start` (root_child[b]: the node of byte b at depth 1, or -1).
+ * The root's children lie far apart in preorder, so skipping the dead ones without touching
+ * them saves a cache miss each; a dead first byte never makes a boundary event. */
+int64_t sg_walk_root(
+    const node_view *v, const int32_t *root_child, int32_t start, dfa_view *dfa,
+    row_builder build, int32_t *stack, walk_state *ws, uint32_t *mask_words, events_out *ev)
+{
+    int64_t lo[256], hi[256];
+    int32_t base[256];
+    int64_t n = 0;
+    const int32_t *row = dfa->table + (int64_t)start * 256;
+    for (int b = 0; b < 256; b++) {
+        int32_t k = root_child[b];
+        if (k < 0 || row[b] == -1) continue;
+        lo[n] = k; hi[n] = v->end[k]; base[n] = 0;
+        n++;
+    }
+    return sg_walk_nodes(v, lo, hi, base, n, start, dfa, build, stack, ws, mask_words, ev);
+}
+
+/* Whether states p and q keep the same byte strings of length <= max_len alive.
+ *
+ * A token of at most max_len bytes is allowed in a state iff reading its bytes never hits the
+ * dead state, so two such states have the same token mask: a counted repetition's counter
+ * states (`.{0,500}` after 10 or after 11 characters) or two states that differ only in what
+ * they accept far ahead share one mask instead of each paying a vocabulary walk.
+ *
+ * Breadth first over pairs (a, b) reached by the same string (unordered, a != b), each visited
+ * once at its smallest depth d: every byte class (one representative byte each, `reps`) must be
+ * dead in both or in neither. Only the classes that some token has at position d matter
+ * (`relevant[d * n_reps + i]`, for d < max_len): the other strings are no token's prefix.
+ * Pairs at depth max_len are not expanded. Gives up (0, "not known equal") after max_pairs
+ * pairs or when it would build more than max_builds rows. `slots` (a power of two > max_pairs,
+ * all -1) is the visited set and is left all -1 again; pa/pb/pd/ps hold max_pairs entries each.
+ * Rows that are not built yet (-2) are built through `build`. Returns 1 equal, 0 not known
+ * equal, -1 when building a row failed (Python holds the exception). */
+int64_t sg_bounded_equal(
+    dfa_view *dfa, row_builder build, const uint8_t *reps, int32_t n_reps,
+    const uint8_t *relevant, int32_t p, int32_t q, int32_t max_len, int64_t max_pairs,
+    int64_t max_builds, int64_t n_slots,
+    int64_t *slots, int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
+{
+    int64_t builds = 0;
+    if (p == q) return 1;
+    if (max_len <= 0 || max_pairs <= 0) return max_len <= 0;
+    int64_t head = 0, tail = 0, result = 1;
+    uint64_t mask = (uint64_t)n_slots - 1;
+    int32_t a0 = p < q ? p : q, b0 = p < q ? q : p;
+    {
+        int64_t key = ((int64_t)a0 << 32) | (uint32_t)b0;
+        uint64_t h = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 17;
+        int64_t slot = (int64_t)(h & mask);
+        slots[slot] = key;
+        pa[0] = a0; pb[0] = b0; pd[0] = 0; ps[0] = slot;
+        tail = 1;
+    }
+    while (head < tail && result == 1) {
+        int32_t a = pa[head], b = pb[head], d = pd[head];
+        head++;
+        const int32_t *ra = dfa->table + (int64_t)a * 256;
+        const int32_t *rb = dfa->table + (int64_t)b * 256;
+        if (ra[reps[0]] == -2) {
+            if (++builds > max_builds) { result = 0; break; }
+            if (build(a) != 0) { result = -1; break; }
+            ra = dfa->table + (int64_t)a * 256;
+            rb = dfa->table + (int64_t)b * 256;
+        }
+        if (rb[reps[0]] == -2) {
+            if (++builds > max_builds) { result = 0; break; }
+            if (build(b) != 0) { result = -1; break; }
+            ra = dfa->table + (int64_t)a * 256;
+            rb = dfa->table + (int64_t)b * 256;
+        }
+        const uint8_t *rel = relevant + (int64_t)d * n_reps;
+        for (int32_t i = 0; i < n_reps; i++) {
+            if (!rel[i]) continue;
+            int32_t ta = ra[reps[i]], tb = rb[reps[i]];
+            if ((ta < 0) != (tb < 0)) { result = 0; break; }
+            if (ta < 0 || ta == tb || d + 1 >= max_len) continue;
+            int32_t x = ta < tb ? ta : tb, y = ta < tb ? tb : ta;
+            int64_t key = ((int64_t)x << 32) | (uint32_t)y;
+            uint64_t h = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 17;
+            int64_t slot = (int64_t)(h & mask);
+            while (slots[slot] != -1 && slots[slot] != key) slot = (slot + 1) & (int64_t)mask;
+            if (slots[slot] == key) continue;
+            if (tail >= max_pairs) { result = 0; break; }
+            slots[slot] = key;
+            pa[tail] = x; pb[tail] = y; pd[tail] = d + 1; ps[tail] = slot;
+            tail++;
+        }
+    }
+    for (int64_t i = 0; i < tail; i++) slots[ps[i]] = -1;
+    return result;
+}
+
 /* end[k] = the first node after k at depth <= depth[k] (n when none): subtree ends. */
 void sg_subtree_ends(const int32_t *depth, int64_t n, int32_t *end, int32_t *stack)
 {

@@ -18,6 +18,7 @@ See docs/design/token-masks.md.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Protocol
 
@@ -25,7 +26,13 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen.masks._bitmask import pack_bool_mask
-from structgen.masks._kernel import Events, NativeWalk, native_available
+from structgen.masks._kernel import (
+    Events,
+    NativeWalk,
+    SharingTables,
+    equality_available,
+    native_available,
+)
 from structgen.vocab import Vocabulary
 
 __all__ = ["ByteAutomaton", "TokenClasses", "TokenMaskWalker", "token_classes"]
@@ -35,6 +42,13 @@ _SCATTER_REPS = 512  # few allowed tokens: set their bits directly instead of pa
 _SCATTER_TOKENS = 4096
 _FEW_FIRST_BYTES = 48
 _PYTHON_TAIL = 6  # below this many live tokens, a Python loop beats numpy call overhead
+# Mask sharing between states (see TokenMaskWalker._shared_mask). Only states whose live first
+# bytes are those of a state whose walk took at least _SHARE_MIN_SECONDS (not counting building
+# DFA rows) are checked: cheaper walks cost about as much as a failed check.
+_SHARE_MIN_SECONDS = 50e-6
+_SHARE_ROW_SECONDS = 20e-6  # a check may build one DFA row (~5 µs) per 20 µs of walk
+_SHARE_CANDIDATES = 2  # slow walks kept (and checked) per first-byte pattern; checks need 2
+_SHARE_FREE_MISSES = 32  # failed checks allowed before sharing must also have hits
 _P1 = np.uint64(0x100000001B3)
 _P2 = np.uint64(0x9E3779B97F4A7C15)
 
@@ -237,6 +251,12 @@ class TokenMaskWalker:
         self._boundaries: dict[int, list[tuple[int, int, npt.NDArray[np.int64]]]] = {}
         self._events: dict[int, tuple[npt.NDArray[np.uint32], Events]] = {}
         self._lock = threading.Lock()
+        # Mask sharing: walked states by the pattern of their live first bytes, newest last.
+        self._shared: OrderedDict[bytes, list[tuple[int, npt.NDArray[np.int32]]]] = OrderedDict()
+        self._walk_seconds: dict[bytes, float] = {}  # the last walk per live-byte pattern
+        self._share_hits = 0
+        self._share_misses = 0
+        self._sharing: SharingTables | None = None
 
     @property
     def classes(self) -> TokenClasses:
@@ -273,8 +293,27 @@ class TokenMaskWalker:
     def _packed(self, state: int) -> npt.NDArray[np.int32]:
         native = native_walk(self.vocab)
         if native is not None:
+            sharing = equality_available() and self._share_misses < _SHARE_FREE_MISSES + 8 * (
+                self._share_hits
+            )
+            key = None
+            if sharing and self._shared:
+                key = (self.dfa.row(state) >= 0).tobytes()
+                shared = self._shared_mask(native, key, state)
+                if shared is not None:
+                    return shared
+            started = time.perf_counter()
             words, _ = native.walk(self.dfa, state)
-            return words.view(np.int32)
+            packed = _frozen(words.view(np.int32))
+            if sharing:
+                seconds = time.perf_counter() - started - native.last_build_seconds()
+                if seconds >= _SHARE_MIN_SECONDS:
+                    if key is None:
+                        key = (self.dfa.row(state) >= 0).tobytes()
+                    self._remember(key, state, packed, seconds)
+                elif key is not None and self._shared.pop(key, None) is not None:
+                    del self._walk_seconds[key]  # these states walk fast: not worth a check
+            return packed
         classes = self.classes
         ok = self._walk(state, classes)
         reps = np.flatnonzero(ok)
@@ -289,6 +328,51 @@ class TokenMaskWalker:
                 np.bitwise_or.at(words, ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
                 return words.view(np.int32)
         return pack_bool_mask(ok[classes.rep_of_id])
+
+    def _shared_mask(
+        self, native: NativeWalk, key: bytes, state: int
+    ) -> npt.NDArray[np.int32] | None:
+        """The mask of an already walked state that provably has the same mask as `state`.
+
+        A token of `n` bytes is allowed iff reading it never hits the dead state, so two states
+        that keep the same byte strings alive up to the longest token's length have the same
+        mask. That is common: the counter states of `.{0,500}` or `[a-z]{1,256}` (after 10 or
+        11 characters) differ only in what happens hundreds of bytes ahead, and states that
+        differ only in what they may accept (`\\S+,\\S+` before and after its comma) keep the
+        same strings alive. Candidates are the last two slowly walked states with the same live
+        first bytes (`key`); `NativeWalk.same_mask` decides exactly, or gives up (then we walk).
+        """
+        candidates = self._shared.get(key)
+        if candidates is None or len(candidates) < _SHARE_CANDIDATES:
+            return None  # one slow walk may have been a cold cache: wait for a second one
+        self._shared.move_to_end(key)
+        tables = self._sharing
+        if tables is None:
+            tables = self._sharing = native.class_positions(self.dfa.byte_classes)
+        # Building rows the walk would not need can cost more than the walk: cap it.
+        max_builds = 4 + int(self._walk_seconds[key] / _SHARE_ROW_SECONDS)
+        for n in range(len(candidates) - 1, -1, -1):
+            other, packed = candidates[n]
+            if native.same_mask(self.dfa, tables, other, state, max_builds=max_builds):
+                self._share_hits += 1
+                candidates.append(candidates.pop(n))
+                return packed
+        self._share_misses += 1
+        return None
+
+    def _remember(
+        self, key: bytes, state: int, packed: npt.NDArray[np.int32], seconds: float
+    ) -> None:
+        """Keep a walked state as a sharing candidate for states with the same live bytes."""
+        self._walk_seconds[key] = seconds
+        candidates = self._shared.setdefault(key, [])
+        candidates.append((state, packed))
+        if len(candidates) > _SHARE_CANDIDATES:
+            del candidates[0]
+        self._shared.move_to_end(key)
+        while len(self._shared) > self._max_cached:
+            old, _ = self._shared.popitem(last=False)
+            self._walk_seconds.pop(old, None)
 
     def boundary_candidates(self, state: int) -> list[tuple[int, int, npt.NDArray[np.int64]]]:
         """Tokens whose walk from `state` dies at a byte where the automaton accepts.
