@@ -1,7 +1,10 @@
 """Speculative vs plain constrained decoding in structgen's own loop (greedy, batch 1).
 
 Target: the default model (SmolLM2-135M-Instruct). Drafts: layer-truncated copies of it
-(`truncated_draft`, sharing its weights) and, as an upper bound on acceptance, the target itself.
+(`truncated_draft`, sharing its weights), prompt lookup (`PromptLookupDraft`: no model, the
+continuation of the text's last n-gram earlier in the prompt or output) and, as an upper bound on
+acceptance, the target itself. Two cases copy from the prompt (`extract`: a contact into a JSON
+schema; `quote`: a sentence repeated), where prompt lookup is meant to shine.
 For each grammar and draft: acceptance rate, output tokens per target forward pass, wall time
 per output token (request time / output tokens, prefill included, median of `--repeat` runs) and
 the speed-up over `Generator.generate` on the same prompt. Greedy output is token-identical to
@@ -24,7 +27,11 @@ from typing import Any
 from _common import RESULTS, print_table
 
 from structgen import Compiler, Generator, SamplingParams
-from structgen.generate.speculative import SpeculativeGenerator, truncated_draft
+from structgen.generate.speculative import (
+    PromptLookupDraft,
+    SpeculativeGenerator,
+    truncated_draft,
+)
 
 PERSON = {
     "type": "object",
@@ -34,6 +41,17 @@ PERSON = {
         "city": {"type": "string", "maxLength": 16},
     },
     "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+CONTACT = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "email": {"type": "string"},
+        "phone": {"type": "string"},
+        "city": {"type": "string"},
+    },
+    "required": ["name", "email", "phone", "city"],
     "additionalProperties": False,
 }
 DATE = r"\d{4}-\d{2}-\d{2}"
@@ -47,6 +65,17 @@ CASES = [  # name, question, grammar maker
     ("json", "Describe a person as JSON.", lambda c: c.json_schema(PERSON)),
     ("list", "Three fruits, comma separated.", lambda c: c.regex(r"[a-z]+(, [a-z]+){2}")),
     ("free", "Why is bread so good?", lambda c: None),
+    (
+        "extract",
+        "Extract the contact as JSON.\nText: Ada Lovelace lives in London; her email is "
+        "ada.lovelace@example.com and her phone is +44 20 7946 0142.",
+        lambda c: c.json_schema(CONTACT),
+    ),
+    (
+        "quote",
+        "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog by the river.",
+        lambda c: None,
+    ),
 ]
 
 
@@ -87,6 +116,7 @@ def main() -> None:
     drafts: list[tuple[str, Any]] = [
         (f"first {n} layers", truncated_draft(model, int(n))) for n in args.layers.split(",")
     ]
+    drafts.append(("prompt lookup", PromptLookupDraft()))
     drafts.append(("target itself", model))
     ks = [int(k) for k in args.k.split(",")]
     params = SamplingParams(max_new_tokens=args.tokens)

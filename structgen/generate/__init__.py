@@ -16,6 +16,7 @@ from structgen.generate.results import (
 )
 from structgen.generate.scheduler import RequestHandle, Scheduler, SchedulerMetrics
 from structgen.generate.speculative import (
+    PromptLookupDraft,
     SpeculativeGenerator,
     SpeculativeMetrics,
     SpeculativeResult,
@@ -29,6 +30,7 @@ __all__ = [
     "GenerationResult",
     "Generator",
     "PrefixCache",
+    "PromptLookupDraft",
     "RequestHandle",
     "RequestMetrics",
     "SamplingParams",

@@ -41,6 +41,7 @@ from structgen.matcher import Matcher
 from structgen.vocab import Vocabulary
 
 __all__ = [
+    "PromptLookupDraft",
     "SpeculativeGenerator",
     "SpeculativeMetrics",
     "SpeculativeResult",
@@ -105,6 +106,54 @@ def truncated_draft(model: Any, num_layers: int = 4) -> Any:
     if isinstance(layer_types, list):
         config.layer_types = layer_types[:num_layers]
     return draft.eval()
+
+
+class PromptLookupDraft:
+    """A draft without a model: the continuation of the latest earlier occurrence of the text's
+    last n tokens (prompt-lookup, or n-gram, speculation — what vLLM and SGLang call ``ngram``).
+
+    It shines where the output copies the prompt (extraction into a schema, editing, quoting):
+    each verified round then keeps several tokens for one target forward. The draft distribution
+    is a point mass on the proposed token, so the speculative-sampling rule keeps it with
+    probability `p(token)` and otherwise draws from `p` without it: the output distribution is
+    still exactly plain sampling from the target. `max_ngram`..`min_ngram` are the suffix
+    lengths tried, longest first; `window` bounds how far back it searches.
+    """
+
+    def __init__(self, *, max_ngram: int = 3, min_ngram: int = 1, window: int = 4096) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise GenerationError(
+                f"PromptLookupDraft needs 1 <= min_ngram <= max_ngram, got {min_ngram}..{max_ngram}"
+            )
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.window = window
+        # the runner interface `_Run` drives (no model, no cache)
+        self.length = 0
+        self.calls = 0
+        self.cache: Any = None
+
+    def propose(self, context: list[int]) -> int | None:
+        """The token that followed the latest earlier occurrence of `context`'s tail, if any."""
+        tail_start = max(0, len(context) - self.window)
+        for n in range(min(self.max_ngram, len(context) - 1), self.min_ngram - 1, -1):
+            suffix = context[-n:]
+            first = suffix[0]
+            # scan backwards for an earlier occurrence whose continuation is known
+            for i in range(len(context) - n - 1, tail_start - 1, -1):
+                if context[i] == first and context[i : i + n] == suffix:
+                    return context[i + n]
+        return None
+
+    def reset(self) -> None:
+        self.length = 0
+        self.calls = 0
+
+    def crop(self, length: int) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"PromptLookupDraft(max_ngram={self.max_ngram}, min_ngram={self.min_ngram})"
 
 
 # ---------------------------------------------------------------------------------- the rule
@@ -410,11 +459,49 @@ class _Run:
         outputs = len(self.output)
         pending = (self.prompt + self.output)[draft.length :]
         finished = False
+        lookup = draft if isinstance(draft, PromptLookupDraft) else None
+        context = self.prompt + self.output if lookup is not None else []
         for i in range(spec.k):
             if matcher is not None:
                 matcher.fill_bitmask(self.host, i)
                 if not self.host[i].any():  # nothing allowed: the target's own step ends it
                     break
+            if lookup is not None:
+                proposed = lookup.propose(context + block)
+                if proposed is None or (
+                    matcher is not None
+                    and not (int(self.host[i][proposed >> 5]) >> (proposed & 31)) & 1
+                ):
+                    break  # no proposal the grammar allows: verify what we have
+                token = proposed
+                q: torch.Tensor | None = None
+                if not greedy:
+                    q = torch.zeros(self.vocab.size, device=self.device)
+                    q[token] = 1.0
+                terminated = False
+                if matcher is not None:
+                    if not matcher.accept_token(token):
+                        break
+                    terminated = matcher.is_terminated()
+                step = _Step(len(block), token, q, terminated)
+                steps.append(step)
+                block.append(token)
+                outputs += 1
+                if terminated or (
+                    matcher is None and token in spec.eos_token_ids and not self.params.ignore_eos
+                ):
+                    finished = True
+                    break
+                if outputs >= self.params.max_new_tokens or self._context_full(
+                    len(self.prompt) + outputs
+                ):
+                    finished = True
+                    break
+                step.forced = self._take_forced(outputs)
+                block.extend(step.forced)
+                outputs += len(step.forced)
+                continue
+            assert isinstance(draft, _Model)
             allowed = self._allowed(i) if matcher is not None else None
             if allowed is not None:
                 logits = draft.feed_allowed(pending, allowed, self.vocab.size).to(self.device)
@@ -422,7 +509,7 @@ class _Run:
                 logits = draft.feed(pending, 1).to(self.device)
             if matcher is not None:
                 apply_bitmask(logits, torch.from_numpy(self.host[i : i + 1]))
-            q: torch.Tensor | None = None
+            q = None
             if greedy:
                 token = int(logits[0].argmax())
             else:
@@ -555,7 +642,9 @@ class SpeculativeGenerator:
 
     `target` is a `Generator` (its vocabulary, EOS ids and `jump_forward` setting are used) or a
     `transformers` causal LM, then with its `tokenizer`. `draft` is any causal LM with the same
-    tokenizer (same vocabulary size; give `draft_tokenizer` to have its tokens compared too).
+    tokenizer (same vocabulary size; give `draft_tokenizer` to have its tokens compared too), or
+    a `PromptLookupDraft` (``"ngram"`` for the default one): no model, the tokens that followed
+    the text's last n-gram earlier in the prompt or output.
     One request at a time (batch 1); no repetition/frequency/presence penalties.
     `sparse_draft_head`: under a narrow mask the draft computes logits for the allowed ids
     only (its output head is much of a small draft's cost); the output does not depend on it.
@@ -591,6 +680,21 @@ class SpeculativeGenerator:
         self.context_length = gen.context_length
         self.jump_forward = gen.jump_forward
         self.sparse_draft_head = sparse_draft_head
+        if isinstance(draft, str) and draft in ("ngram", "prompt_lookup"):
+            draft = PromptLookupDraft()
+        self._target = _Model(gen.model)
+        self._draft: _Model | PromptLookupDraft
+        if isinstance(draft, PromptLookupDraft):
+            self._draft = draft
+            self._vocab_check = VocabularyCheck(self.vocab, self.tokenizer)
+            self._target.reset()
+            if has_sliding_layers(self._target.cache):
+                raise GenerationError(
+                    "the target uses a sliding-window cache: rejected tokens cannot be cut "
+                    "from it, so speculative decoding does not support it"
+                )
+            self._target.cache = None
+            return
         size = _vocab_size(draft)
         if size != self.vocab.size:
             raise GenerationError(
@@ -606,7 +710,6 @@ class SpeculativeGenerator:
                     "tokens): speculative decoding needs one shared vocabulary"
                 )
         self._vocab_check = VocabularyCheck(self.vocab, self.tokenizer)
-        self._target = _Model(gen.model)
         self._draft = _Model(draft)
         for which, runner in (("target", self._target), ("draft", self._draft)):
             runner.reset()

@@ -22,6 +22,7 @@ import torch
 
 from structgen import Compiler, GenerationError, Generator, SamplingParams
 from structgen.generate.speculative import (
+    PromptLookupDraft,
     SpeculativeGenerator,
     truncated_draft,
     verify_token,
@@ -172,6 +173,71 @@ class TestGreedy:
         )
         assert result.token_ids == expected.token_ids
         assert result.metrics.forced_tokens == 0
+
+
+CONTACT = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "email": {"type": "string", "maxLength": 60},
+        "city": {"type": "string", "maxLength": 20},
+    },
+    "required": ["name", "email", "city"],
+    "additionalProperties": False,
+}
+EXTRACT = (
+    "Extract the contact as JSON.\nText: Ada Lovelace lives in London; write to "
+    "ada.lovelace@example.com."
+)
+
+
+class TestPromptLookup:
+    """`PromptLookupDraft`: no draft model; the text's last n-gram looked up earlier on."""
+
+    def test_proposes_what_followed_the_latest_earlier_occurrence(self) -> None:
+        lookup = PromptLookupDraft(max_ngram=3)
+        assert lookup.propose([1, 2, 3, 9, 1, 2, 4, 7, 1, 2]) == 4  # latest [1, 2] wins
+        assert lookup.propose([5, 6, 7, 5, 6]) == 7  # longest suffix [5, 6]
+        assert lookup.propose([1, 2, 3]) is None  # no earlier occurrence
+        assert lookup.propose([8]) is None
+        with pytest.raises(GenerationError, match="min_ngram"):
+            PromptLookupDraft(max_ngram=1, min_ngram=2)
+
+    @pytest.mark.parametrize("k", [2, 6])
+    def test_greedy_extraction_is_token_identical_with_fewer_target_forwards(self, k: int) -> None:
+        gen = generator()
+        g = Compiler(gen.vocab).json_schema(CONTACT)
+        params = SamplingParams(max_new_tokens=60)
+        expected = gen.generate(EXTRACT, params, grammar=g, chat=True)
+        result = SpeculativeGenerator(
+            gen, "ngram" if k == 2 else PromptLookupDraft(), k=k
+        ).generate(EXTRACT, params, grammar=g, chat=True)
+        assert result.token_ids == expected.token_ids
+        assert result.finish_reason == expected.finish_reason == "eos"
+        jsonschema.validate(json.loads(result.text), CONTACT)
+        m = result.metrics
+        assert m.draft_forward_passes == 0  # no draft model ran
+        assert m.accepted_tokens > 5  # copied spans were kept several at a time
+        assert m.forward_passes < expected.metrics.forward_passes
+
+    def test_sampling_follows_plain_constrained_sampling(self) -> None:
+        gen = generator()
+        g = Compiler(gen.vocab).regex("[ab]{2}")
+        prompt = gen.encode("x:ab x:ba x:aa x:bb x:ab x:")  # after "x:", lookup proposes "ab"
+        expected = exact_distribution(model_and_tokenizer()[0], prompt, g, temperature=1.0)
+        spec = SpeculativeGenerator(gen, PromptLookupDraft(max_ngram=2), k=2)
+        runs = 60
+        counts: Counter[str] = Counter()
+        drafted = accepted = 0
+        for seed in range(runs):
+            params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=seed)
+            result = spec.generate(prompt, params, grammar=g)
+            assert result.finish_reason == "eos" and re.fullmatch("[ab]{2}", result.text)
+            counts[result.text] += 1
+            drafted += result.metrics.drafted_tokens
+            accepted += result.metrics.accepted_tokens
+        assert 0 < accepted < drafted  # both paths of the rule ran
+        assert_fits(counts, expected, runs)
 
 
 class TestSampling:
