@@ -103,7 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--k", default="3,5")
+    parser.add_argument("--k", default="4,8")
     parser.add_argument("--layers", default="4,8")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -192,11 +192,14 @@ def main() -> None:
             for r in rows
         ],
     )
-    above = [r for r in rows if r["acceptance_rate"] > 0.6]
-    met = all(r["speedup"] > 1 for r in above)
+    # The target itself as its own draft is an upper bound on acceptance, not a draft: drafting
+    # costs as much as verifying, so it can never be faster. The target is about drafts.
+    above = [r for r in rows if r["acceptance_rate"] > 0.6 and r["draft"] != "target itself"]
+    met = bool(above) and all(r["speedup"] > 1 for r in above)
     print(
-        f"\nacceptance > 60%: {len(above)} rows, faster than plain in "
-        f"{sum(r['speedup'] > 1 for r in above)} — target {'met' if met else 'NOT met'}"
+        f"\nacceptance > 60% (real drafts): {len(above)} rows, faster than plain in "
+        f"{sum(r['speedup'] > 1 for r in above)} — target "
+        f"{'met' if met else 'NOT met' if above else 'not measurable (no such row)'}"
     )
     out = {
         "machine": {

@@ -117,10 +117,11 @@ class PromptLookupDraft:
     is a point mass on the proposed token, so the speculative-sampling rule keeps it with
     probability `p(token)` and otherwise draws from `p` without it: the output distribution is
     still exactly plain sampling from the target. `max_ngram`..`min_ngram` are the suffix
-    lengths tried, longest first; `window` bounds how far back it searches.
+    lengths tried, longest first (short matches guess badly, and a wrong guess still costs
+    verification work); `window` bounds how far back it searches.
     """
 
-    def __init__(self, *, max_ngram: int = 3, min_ngram: int = 1, window: int = 4096) -> None:
+    def __init__(self, *, max_ngram: int = 4, min_ngram: int = 3, window: int = 4096) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise GenerationError(
                 f"PromptLookupDraft needs 1 <= min_ngram <= max_ngram, got {min_ngram}..{max_ngram}"

