@@ -110,6 +110,17 @@ def test_the_entry_point_registers_the_backend_and_its_cli_choice() -> None:
     assert GRAMMAR_BACKEND_CHOICES.count("structgen") == 1
 
 
+def test_the_cli_accepts_the_flag() -> None:
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(["--model-path", "m", "--grammar-backend", "structgen"])
+    assert args.grammar_backend == "structgen"
+
+
 def test_the_vocabulary_matches_the_tokenizer(backend: Any, tokenizer: Any) -> None:
     expected = Vocabulary.from_hf(tokenizer, 128256)
     assert backend.vocab.fingerprint == expected.fingerprint
