@@ -82,12 +82,14 @@ class StructgenGrammar(StructuredOutputGrammar):  # type: ignore[misc]
 
     def validate_tokens(self, tokens: list[int]) -> list[int]:
         """The longest prefix of `tokens` the grammar accepts; the state does not change."""
-        probe = self.matcher.copy()
+        matcher = self.matcher
         accepted: list[int] = []
         for token in tokens:
-            if probe.is_terminated() or not probe.accept_token(int(token)):
+            if matcher.is_terminated() or not matcher.accept_token(int(token)):
                 break
             accepted.append(token)
+        if accepted:
+            matcher.rollback(len(accepted))  # advance and roll back: no copy of the history
         return accepted
 
     def rollback(self, num_tokens: int) -> None:
