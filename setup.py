@@ -1,4 +1,5 @@
-"""Build the optional C trie walk; everything else is configured in pyproject.toml."""
+"""Build the optional C trie walk and regex subset construction; everything else is configured
+in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -9,6 +10,12 @@ setup(
             sources=["structgen/masks/_native.c"],
             extra_compile_args=["-O3"],
             optional=True,  # without a C compiler structgen falls back to its numpy walker
-        )
+        ),
+        Extension(
+            "structgen.automata._subset",
+            sources=["structgen/automata/_subset.c"],
+            extra_compile_args=["-O3"],
+            optional=True,  # without it regex DFA rows are built in Python
+        ),
     ]
 )

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen._budget import check_budget
+from structgen.automata import _native_subset
 from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
 from structgen.errors import LimitExceededError
 
@@ -33,6 +34,8 @@ IntArray = npt.NDArray[np.int32]
 _DEAD_ROW: IntArray = np.full(256, -1, dtype=np.int32)
 _DEAD_ROW.flags.writeable = False
 _MATCH = -1  # the element standing for the NFA match state in a subset
+#: build regex (``NFASource``) rows in C when the extension is there (tests switch it off)
+NATIVE_SUBSET = True
 
 
 def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[np.uint8]:
@@ -96,6 +99,10 @@ class ByteDFA:
         self.byte_classes: npt.NDArray[np.uint8] = classes
         self.num_byte_classes = int(classes.max()) + 1
         self._lock = threading.RLock()
+        # Set once the rows of an ``NFASource`` are built in C: the C context then owns the
+        # states (``_keys``/``_ids`` are emptied) and writes rows into ``_table``.
+        self._native: _native_subset.NativeSubset | None = None
+        self._retired: list[npt.NDArray[Any]] = []
         self._ids: dict[Hashable, int] = {}
         self._keys: list[Hashable] = []
         self._table: IntArray = np.full((16, 256), -2, dtype=np.int32)
@@ -110,7 +117,8 @@ class ByteDFA:
     @property
     def num_states(self) -> int:
         """The number of states that have an id so far (built or not)."""
-        return len(self._keys)
+        native = self._native
+        return len(self._keys) if native is None else native.num_states
 
     @property
     def table(self) -> IntArray:
@@ -118,12 +126,12 @@ class ByteDFA:
 
         The underlying buffer is replaced when the DFA grows: fetch it again after building.
         """
-        return self._table_ro[: len(self._keys)]
+        return self._table_ro[: self.num_states]
 
     @property
     def accepting(self) -> npt.NDArray[np.bool_]:
         """Read-only ``bool [num_states]`` acceptance flags (known for every state with an id)."""
-        return self._accepting_ro[: len(self._keys)]
+        return self._accepting_ro[: self.num_states]
 
     @property
     def is_empty(self) -> bool:
@@ -144,8 +152,11 @@ class ByteDFA:
         """All 256 transitions of ``state`` (read-only int32 view, -1 dead), built if needed."""
         if state < 0:
             return _DEAD_ROW
-        if not (state < len(self._built) and self._built[state]):
-            self._build_row(state)
+        if self._native is None:
+            if not (state < len(self._built) and self._built[state]):
+                self._build_row(state)
+        elif state >= self._table.shape[0] or self._table[state, 0] == -2:
+            self._build_row(state)  # (C writes byte 0 of a row last)
         row: IntArray = self._table_ro[state]
         return row
 
@@ -155,12 +166,13 @@ class ByteDFA:
 
     def key_of(self, state: int) -> Hashable:
         """The source's key of ``state`` (e.g. the component states of a union or product)."""
-        return self._keys[state]
+        native = self._native
+        return self._keys[state] if native is None else native.key(state)
 
     def is_live(self, state: int) -> bool:
         """Whether some continuation from ``state`` is accepted (true for every id but an
         empty language's start)."""
-        return 0 <= state < len(self._keys) and not (self._empty and state == self.start)
+        return 0 <= state < self.num_states and not (self._empty and state == self.start)
 
     def accepts(self, data: bytes) -> bool:
         """Whether the whole of ``data`` is in the language."""
@@ -179,10 +191,10 @@ class ByteDFA:
     def build_all(self) -> int:
         """Build every reachable state eagerly (bounded by ``max_dfa_states``); return the count."""
         i = 0
-        while i < len(self._keys):
+        while i < self.num_states:
             self.row(i)
             i += 1
-        return len(self._keys)
+        return self.num_states
 
     def __repr__(self) -> str:
         return (
@@ -202,10 +214,21 @@ class ByteDFA:
             state["_built"] = bytes(self._built)
             state["_ids"] = dict(self._ids)
             state["_keys"] = list(self._keys)
+            state["_retired"] = []
+            native = state.pop("_native", None)
+            if native is not None:
+                # The C context does not pickle: ship its states as keys; the copy goes back
+                # to C on its first new row.
+                n = native.num_states
+                keys = [native.key(i) for i in range(n)]
+                state["_keys"] = keys
+                state["_ids"] = {k: i for i, k in enumerate(keys)}
+                state["_built"] = (self._table[:n, 0] != -2).astype(np.uint8).tobytes()
             return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._native = None
         self._built = bytearray(state["_built"])
         self._lock = threading.RLock()
         self._refresh_views()
@@ -222,6 +245,10 @@ class ByteDFA:
         # Raw addresses for the C walk, refreshed only when the buffers are replaced.
         self.table_address: int = int(self._table.ctypes.data)
         self.accepting_address: int = int(self._accepting.ctypes.data)
+        # The C row builder the walk may call directly (0: none, rows come from `row`).
+        native = self._native
+        self.native_context: int = 0 if native is None else native.ctx
+        self.native_builder: int = 0 if native is None else _native_subset.WALK_BUILD
 
     def _intern(self, key: Hashable) -> int:
         sid = self._ids.get(key)
@@ -231,28 +258,92 @@ class ByteDFA:
         if not sid & 0x3FF:
             check_budget()  # every 1024 states (a no-op outside a compile)
         if sid >= self.limits.max_dfa_states:
-            raise LimitExceededError(
-                f"the lazy DFA needs more than {self.limits.max_dfa_states} states",
-                limit="max_dfa_states",
-                value=self.limits.max_dfa_states,
-            )
+            raise self._limit_error()
         if sid >= self._table.shape[0]:
-            cap = self._table.shape[0] * 2
-            table = np.full((cap, 256), -2, dtype=np.int32)
-            table[:sid] = self._table[:sid]
-            accepting = np.zeros(cap, dtype=np.bool_)
-            accepting[:sid] = self._accepting[:sid]
-            self._table, self._accepting = table, accepting
-            self._refresh_views()
+            self._grow()
         self._accepting[sid] = self._source.is_accepting(key)
         self._keys.append(key)
         self._ids[key] = sid
         return sid
 
+    def _grow(self) -> None:
+        """Double the table (under the lock)."""
+        cap = self._table.shape[0] * 2
+        table = np.full((cap, 256), -2, dtype=np.int32)
+        accepting = np.zeros(cap, dtype=np.bool_)
+        native = self._native
+        if native is None:
+            sid = len(self._keys)
+            table[:sid] = self._table[:sid]
+            accepting[:sid] = self._accepting[:sid]
+        else:
+            native.set_table(table, accepting)  # copies under the C lock
+        # A C walk on another thread (the GIL released) may still read the old arrays through
+        # its raw pointers: keep them (together at most the size of the current ones).
+        self._retired.append(self._table)
+        self._retired.append(self._accepting)
+        self._table, self._accepting = table, accepting
+        self._refresh_views()
+
+    def _limit_error(self) -> LimitExceededError:
+        return LimitExceededError(
+            f"the lazy DFA needs more than {self.limits.max_dfa_states} states",
+            limit="max_dfa_states",
+            value=self.limits.max_dfa_states,
+        )
+
+    def _native_stop(self, code: int) -> None:
+        """Act on a stop code of the C builder (then the caller retries)."""
+        native = self._native
+        assert native is not None
+        if code == _native_subset.GROW:
+            self._grow()
+        elif code == _native_subset.BUDGET:
+            check_budget()
+            native.budget_checked()
+        elif code == _native_subset.LIMIT:
+            raise self._limit_error()
+        elif code == _native_subset.BAD_STATE:
+            raise IndexError("no such DFA state")
+        else:
+            raise MemoryError("the C subset construction ran out of memory")
+
+    def _go_native(self) -> None:
+        """Hand the states so far to a new C context (under the lock, Python mode)."""
+        source = self._source
+        assert isinstance(source, NFASource)
+        native = _native_subset.NativeSubset(
+            source.nfa, source.p, self.byte_classes, self.limits.max_dfa_states
+        )
+        native.set_table(self._table, self._accepting)
+        native.budget_checked()  # Python checked the budget for the states so far
+        self._native = native
+        for i, key in enumerate(self._keys):
+            assert isinstance(key, frozenset) and key
+            while (sid := native.intern(key)) < 0:
+                self._native_stop(-1 - sid)
+            assert sid == i
+        self._keys = []
+        self._ids = {}
+        self._built = bytearray()
+        self._refresh_views()
+
     def _build_row(self, state: int) -> None:
-        if state >= len(self._keys):
+        if state >= self.num_states:
             raise IndexError(f"state {state} has not been created (num_states={self.num_states})")
         with self._lock:
+            if self._native is None and (
+                NATIVE_SUBSET
+                and _native_subset.native_subset_available()
+                and isinstance(self._source, NFASource)
+                and not self._empty
+            ):
+                self._go_native()
+            native = self._native
+            if native is not None:
+                while (code := native.build(state)) != _native_subset.OK:
+                    self._native_stop(code)
+                return
             if state < len(self._built) and self._built[state]:
                 return
             targets = self._source.expand(self._keys[state], self._intern)

@@ -36,7 +36,13 @@ class _NodeView(ctypes.Structure):
 
 
 class _DfaView(ctypes.Structure):
-    _fields_ = [("table", ctypes.c_void_p), ("accepting", ctypes.c_void_p)]
+    # An older build reads only the first two fields (and always builds rows through Python).
+    _fields_ = [
+        ("table", ctypes.c_void_p),
+        ("accepting", ctypes.c_void_p),
+        ("native_build", ctypes.c_void_p),  # a C row builder (regex DFAs), or NULL
+        ("native_ctx", ctypes.c_void_p),
+    ]
 
 
 class _EventsOut(ctypes.Structure):
@@ -224,7 +230,12 @@ class _Binding:
 
     def __init__(self, dfa: Any) -> None:
         self.dfa = dfa
-        self.view = _DfaView(dfa.table_address, dfa.accepting_address)
+        self.view = _DfaView(
+            dfa.table_address,
+            dfa.accepting_address,
+            getattr(dfa, "native_builder", 0) or None,
+            getattr(dfa, "native_context", 0) or None,
+        )
         self.failure: list[BaseException] = []
         self.callback = _ROW_BUILDER(self._build)
         self.build_seconds = 0.0  # time spent building rows during the call
@@ -237,6 +248,9 @@ class _Binding:
             view = self.view
             view.table = dfa.table_address
             view.accepting = dfa.accepting_address
+            # (the DFA may have switched to its C builder while building this row)
+            view.native_build = getattr(dfa, "native_builder", 0) or None
+            view.native_ctx = getattr(dfa, "native_context", 0) or None
             self.build_seconds += time.perf_counter() - started
             return 0
         except BaseException as exc:  # re-raised by `raise_failure`, outside the C frame

@@ -27,12 +27,29 @@ typedef struct {
     int64_t dead_event;  /* event that a run of skipped tokens extends, or -1 */
 } walk_state;
 
+/* A row builder in C (a regex DFA's subset construction, structgen/automata/_subset.c): builds
+ * the row and hands back the current arrays (0), or asks for the Python builder (nonzero). */
+typedef int (*native_builder)(void *ctx, int32_t state, const int32_t **table,
+                              const uint8_t **accepting);
+
 typedef struct {        /* the DFA's current arrays; the row builder refreshes them */
     const int32_t *table;
     const uint8_t *accepting;
+    native_builder native_build;  /* NULL: rows come from Python only */
+    void *native_ctx;
 } dfa_view;
 
 typedef int (*row_builder)(int32_t state);  /* builds a row (0) or fails (-1) */
+
+/* Builds the row of `s`: in C when the DFA has a native builder and it succeeds (returns 1),
+ * else through Python (0, or -1 on failure). */
+static inline int build_row(dfa_view *dfa, row_builder build, int32_t s)
+{
+    if (dfa->native_build
+        && dfa->native_build(dfa->native_ctx, s, &dfa->table, &dfa->accepting) == 0)
+        return 1;
+    return build(s) != 0 ? -1 : 0;
+}
 
 typedef struct {        /* boundary event output */
     int64_t *lo;
@@ -80,7 +97,7 @@ int64_t sg_walk_nodes(
             int32_t s = stack[d - 1];
             int32_t t = dfa->table[(int64_t)s * 256 + bytes[k]];
             if (t == -2) {
-                if (build(s) != 0) return -1;
+                if (build_row(dfa, build, s) < 0) return -1;
                 t = dfa->table[(int64_t)s * 256 + bytes[k]];
             }
             if (t < 0) {
@@ -173,13 +190,13 @@ int64_t sg_bounded_equal(
         const int32_t *rb = dfa->table + (int64_t)b * 256;
         if (ra[reps[0]] == -2) {
             if (++builds > max_builds) { result = 0; break; }
-            if (build(a) != 0) { result = -1; break; }
+            if (build_row(dfa, build, a) < 0) { result = -1; break; }
             ra = dfa->table + (int64_t)a * 256;
             rb = dfa->table + (int64_t)b * 256;
         }
         if (rb[reps[0]] == -2) {
             if (++builds > max_builds) { result = 0; break; }
-            if (build(b) != 0) { result = -1; break; }
+            if (build_row(dfa, build, b) < 0) { result = -1; break; }
             ra = dfa->table + (int64_t)a * 256;
             rb = dfa->table + (int64_t)b * 256;
         }
