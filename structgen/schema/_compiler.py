@@ -27,6 +27,7 @@ from structgen._budget import check_budget
 from structgen.automata import (
     AutomataLimits,
     CharClass,
+    Empty,
     Node,
     Repeat,
     String,
@@ -90,6 +91,12 @@ _COMBINATORS = (
 _KINDS_KW = "$structgen:kinds"
 _NOTIN_KW = "$structgen:notIn"
 _NOTPAT_KW = "$structgen:notPattern"
+# "Some member's key is in this key set and its value satisfies this schema" (negated
+# `additionalProperties` / `patternProperties`): a list of {"exclude": [names], "notPatterns":
+# [patterns], "pattern": pattern or None, "schema": schema}.
+_SOME_KW = "$structgen:someMember"
+# At most this many "some member" constraints on one object (each is a flag in the rules).
+_MAX_SOME = 3
 _LEGACY_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")
 # Non-integer number texts whose *parsed double* is not an integer either (jsonschema judges the
 # float): at most 15 significant digits round-trip through a double, so such a text cannot land
@@ -629,6 +636,36 @@ class SchemaCompiler:
             elif key == "contains" and "minContains" not in s and "maxContains" not in s:
                 neg = self.negate(self.child(sub, value, key), depth + 1)
                 typed("array", items=neg.schema)
+            elif key == "additionalProperties":
+                if value is True or value == {}:
+                    continue
+                spec = {
+                    "exclude": list(s.get("properties") or {}),
+                    "notPatterns": list(s.get("patternProperties") or {}),
+                    "pattern": None,
+                    "schema": True,
+                }
+                if value is not False:
+                    spec["schema"] = self.negate(self.child(sub, value, key), depth + 1).schema
+                parts.append({"type": "object", _SOME_KW: [spec]})
+            elif key == "patternProperties":
+                for pat, schema in value.items():
+                    if schema is True or schema == {}:
+                        continue
+                    _py_search(pat, "", f"{kp}/{_esc(pat)}")  # an invalid pattern raises here
+                    neg = self.negate(self.child(sub, schema, key, pat), depth + 1)
+                    spec = {"exclude": [], "notPatterns": [], "pattern": pat, "schema": neg.schema}
+                    parts.append({"type": "object", _SOME_KW: [spec]})
+            elif key == "oneOf":
+                branches = [self.child(sub, b, key, i) for i, b in enumerate(value)]
+                negs = [self.negate(b, depth + 1) for b in branches]
+                # none of the branches holds, or two of them do
+                options: list[JSON] = [{"allOf": [n.schema for n in negs]}]
+                infos = [self._summary(b) for b in branches]
+                for i, j in itertools.combinations(range(len(branches)), 2):
+                    if not _pair_disjoint(infos[i], infos[j]):
+                        options.append({"allOf": [branches[i].schema, branches[j].schema]})
+                parts.append({"anyOf": options})
             elif key == "pattern":
                 parts.append({"type": "string", _NOTPAT_KW: [value]})
             elif key == _NOTPAT_KW:
@@ -655,6 +692,8 @@ class SchemaCompiler:
                 raise UnsupportedSchemaError(
                     f"'not' over {key!r} cannot be enforced exactly", pointer=kp
                 )
+        if not parts and not subs:
+            return _Sub(False, ptr, sub.base)  # `sub` asserts nothing: no value fails it
         negation: JSON = {"anyOf": parts + [x.schema for x in subs]}
         self.keep.append(negation)
         return _Sub(negation, ptr, sub.base)
@@ -795,7 +834,7 @@ class SchemaCompiler:
                 return False
             if isinstance(value, str) and any(re.search(p, value) for p in s.get(_NOTPAT_KW, ())):
                 return False
-            clean = {k: v for k, v in s.items() if not k.startswith("$structgen:")}
+            clean = _plain_schema(s)
             try:
                 if not base.evolve(schema=clean).is_valid(value):
                     return False
@@ -1186,7 +1225,41 @@ class SchemaCompiler:
             for sub in flat
             if "propertyNames" in sub.schema
         ]
-        declared: list[tuple[str, str, bool]] = []  # name, value rule, required
+        # "some member" constraints (negated additionalProperties/patternProperties): one flag
+        # each in the rule states, set by a member whose key and value qualify
+        musts = [(sub, spec) for sub in flat for spec in sub.schema.get(_SOME_KW, [])]
+        if len(musts) > _MAX_SOME:
+            raise UnsupportedSchemaError(
+                f"more than {_MAX_SOME} negated additionalProperties/patternProperties on one "
+                "object",
+                pointer=ptr,
+            )
+        full = (1 << len(musts)) - 1
+
+        def options(conj: list[_Sub], rule: str, qualifying: list[int]) -> list[tuple[str, int]]:
+            """(value rule, flags it sets) for a member whose key is in the key sets of
+            `qualifying`: the flag of a constraint with a value schema needs that schema."""
+            trivial = 0
+            hard: list[int] = []
+            for j in qualifying:
+                if musts[j][1]["schema"] is True or musts[j][1]["schema"] == {}:
+                    trivial |= 1 << j
+                else:
+                    hard.append(j)
+            out = [(rule, trivial)]
+            for size in range(1, len(hard) + 1):
+                for combo in itertools.combinations(hard, size):
+                    more = [
+                        _Sub(musts[j][1]["schema"], musts[j][0].ptr, musts[j][0].base)
+                        for j in combo
+                    ]
+                    try:
+                        out.append((self.value([*conj, *more]), trivial | _bits(combo)))
+                    except _Unsat:
+                        continue
+            return out
+
+        declared: list[tuple[str, list[tuple[str, int]], bool]] = []  # name, options, required
         for name in order:
             conj: list[_Sub] = []
             for sub in flat:
@@ -1215,55 +1288,82 @@ class SchemaCompiler:
                         f"{ptr}/required", f"required property {name!r} can never be valid"
                     )
                 continue
-            declared.append((name, rule, name in required))
+            qualifying = [j for j, (_, spec) in enumerate(musts) if _key_qualifies(name, spec)]
+            declared.append((name, options(conj, rule, qualifying), name in required))
 
-        extra = self._extra_members(flat, order, names_schemas, ptr)
+        members, make_key = self._extra_members(flat, order, names_schemas, ptr)
+        extra: list[tuple[str, str, int]] = []  # key terminal, value rule, flags it sets
+        key_sets = [self._some_keys(sub, spec) for sub, spec in musts]
+        for langs, conj, value_rule in members:
+            extra.append((make_key(langs, []), value_rule, 0))
+            for size in range(1, len(musts) + 1):
+                for combo in itertools.combinations(range(len(musts)), size):
+                    keys_in = [node for j in combo for node in key_sets[j]]
+                    for rule, flags in options(conj, value_rule, list(combo)):
+                        if flags == _bits(combo):
+                            extra.append((make_key(langs, keys_in), rule, flags))
         cap = hi if hi is not None else lo
         n = len(declared)
-        if (n + 1) * (cap + 1) * 2 > self.opts.max_rules:
+        if (n + 1) * (cap + 1) * 2 * (full + 1) > self.opts.max_rules:
             raise LimitExceededError(
                 "the object's property counts need too many grammar rules",
                 limit="SchemaOptions.max_rules",
                 value=self.opts.max_rules,
             )
         sep = self.punct(",")
-        states: dict[tuple[int, int, bool], str] = {}
-        todo: list[tuple[int, int, bool]] = []
+        states: dict[tuple[int, int, bool, int], str] = {}
+        todo: list[tuple[int, int, bool, int]] = []
 
-        def state(i: int, c: int, first: bool) -> str:
+        def state(i: int, c: int, first: bool, f: int) -> str:
             c = min(c, cap)
-            key = (i, c, first)
+            key = (i, c, first, f)
             if key not in states:
                 states[key] = self.new_rule("obj")
                 todo.append(key)
             return states[key]
 
         keys = [self.key_terminal(literal_body(name)) for name, _, _ in declared]
-        start = state(0, 0, True)
+        start = state(0, 0, True, 0)
         while todo:
-            i, c, first = todo.pop()
-            name = states[(i, c, first)]
+            i, c, first, f = todo.pop()
+            name = states[(i, c, first, f)]
             lead = [] if first else [sep]
             if i < n:
-                _, rule, req = declared[i]
+                _, opts, req = declared[i]
                 if hi is None or c < hi:
-                    self.add(name, *lead, keys[i], rule, state(i + 1, c + 1, False))
+                    for rule, flags in opts:
+                        self.add(name, *lead, keys[i], rule, state(i + 1, c + 1, False, f | flags))
                 if not req:
-                    self.add(name, state(i + 1, c, first))
+                    self.add(name, state(i + 1, c, first, f))
                 continue
-            if c >= lo:
+            if c >= lo and f == full:
                 self.add(name)
             if hi is None or c < hi:
-                for key_term, value_rule in extra:
-                    self.add(name, *lead, key_term, value_rule, state(n, c + 1, False))
+                for key_term, value_rule, flags in extra:
+                    self.add(name, *lead, key_term, value_rule, state(n, c + 1, False, f | flags))
         rule = self.new_rule("object")
         self.add(rule, self.punct("{"), start, self.punct("}"))
         return rule
 
+    def _some_keys(self, sub: _Sub, spec: dict[str, JSON]) -> list[Node]:
+        """The encoded key languages whose intersection is a "some member" key set."""
+        out: list[Node] = []
+        if spec["exclude"]:
+            out.append(not_in_set(spec["exclude"]))
+        where = f"{sub.ptr}/{_esc(_SOME_KW)}"
+        if spec["notPatterns"]:
+            nodes = [self.pattern_node(p, where) for p in spec["notPatterns"]]
+            out.append(encode(self.complement(alternation(nodes), sub)))
+        if spec["pattern"] is not None:
+            out.append(encode(self.pattern_node(spec["pattern"], where)))
+        return out
+
     def _extra_members(
         self, flat: list[_Sub], declared: list[str], names_schemas: list[_Sub], ptr: str
-    ) -> list[tuple[str, str]]:
-        """(key terminal, value rule) pairs for keys beyond the declared ones.
+    ) -> tuple[list[tuple[list[Node], list[_Sub], str]], Any]:
+        """Members for keys beyond the declared ones: (decoded key languages to intersect,
+        value conjunction, value rule) triples, and `make_key(decoded, encoded)` building the
+        key terminal of such languages (with the declared-name and `propertyNames` limits).
 
         An extra key must satisfy each subschema's policy: its `patternProperties` schemas when
         it matches one, else its `additionalProperties`. Keys are built as "not a declared name"
@@ -1280,8 +1380,9 @@ class SchemaCompiler:
             addl = sub.schema.get("additionalProperties", True)
             return addl in (True, {}) and all(v is True or v == {} for v in pats.values())
 
-        def key_terminal(decoded: list[Node]) -> str:
-            enc = [encode(d) for d in decoded] + name_parts + ([base_key] if base_key else [])
+        def key_terminal(decoded: list[Node], encoded: list[Node]) -> str:
+            enc = [encode(d) for d in decoded] + encoded + name_parts
+            enc += [base_key] if base_key else []
             if not enc:
                 return self.key_terminal(any_string_body())
             return self.key_terminal(enc[0], tuple(enc[1:]))
@@ -1289,7 +1390,7 @@ class SchemaCompiler:
         patterned = [s for s in flat if s.schema.get("patternProperties") and not trivial(s)]
         others = [s for s in flat if s not in patterned and "additionalProperties" in s.schema]
         if any(s.schema["additionalProperties"] is False for s in others):
-            return []
+            return [], key_terminal
         other_conj = [
             self.child(s, s.schema["additionalProperties"], "additionalProperties") for s in others
         ]
@@ -1297,8 +1398,8 @@ class SchemaCompiler:
             try:
                 value = self.value(other_conj)
             except _Unsat:
-                return []
-            return [(key_terminal([]), value)]
+                return [], key_terminal
+            return [([], other_conj, value)], key_terminal
         if len(patterned) > 1:
             self.fail(
                 "patternProperties in several allOf branches are not supported "
@@ -1308,7 +1409,7 @@ class SchemaCompiler:
         sub = patterned[0]
         pats = list(sub.schema["patternProperties"].items())
         nodes = [self.pattern_node(p, f"{sub.ptr}/patternProperties/{_esc(p)}") for p, _ in pats]
-        out: list[tuple[str, str]] = []
+        out: list[tuple[list[Node], list[_Sub], str]] = []
         # keys matching exactly the patterns in `group`: a value for each group of patterns
         groups: list[tuple[list[int], list[Node]]] = []
         overlapping = any(
@@ -1334,18 +1435,19 @@ class SchemaCompiler:
             groups = [([i], [nodes[i]]) for i in range(len(pats))]
         for group, langs in groups:
             conj = [self.child(sub, pats[i][1], "patternProperties", pats[i][0]) for i in group]
+            conj += other_conj
             try:
-                value = self.value([*conj, *other_conj])
+                value = self.value(conj)
             except _Unsat:
                 continue
-            out.append((key_terminal(langs), value))
+            out.append((langs, conj, value))
         addl = sub.schema.get("additionalProperties", True)
         if addl is not False:
             rest = [self.complement(alternation(nodes), sub)]
             conj = [self.child(sub, addl, "additionalProperties"), *other_conj]
             with contextlib.suppress(_Unsat):
-                out.append((key_terminal(rest), self.value(conj)))
-        return out
+                out.append((rest, conj, self.value(conj)))
+        return out, key_terminal
 
     def complement(self, node: Node, sub: _Sub) -> Node:
         try:
@@ -1508,28 +1610,180 @@ def _anchors(pattern: str) -> list[int]:
 
 
 _ANY_STAR = Repeat(ANY_CHAR, 0, None)
+# Python's `$` (no MULTILINE) matches at the very end or before a final newline.
+_DOLLAR_TAIL = alternation([Empty(), String("\n")])
+_GLOBAL_FLAGS = re.compile(r"\(\?([aimsux]+)\)")
+
+
+def _escaped(text: str, index: int) -> bool:
+    """Whether the character at `index` is escaped (an odd run of backslashes before it)."""
+    count = 0
+    while index - count - 1 >= 0 and text[index - count - 1] == "\\":
+        count += 1
+    return count % 2 == 1
+
+
+def _whole_group(text: str) -> str | None:
+    """The inside of `text` when it is exactly one plain group: `(...)`, `(?:...)` or
+    `(?P<name>...)` (not followed by a quantifier); None otherwise."""
+    if not text.startswith("(") or not text.endswith(")"):
+        return None
+    if text.startswith("(?:"):
+        body = 3
+    elif text.startswith("(?P<"):
+        close = text.find(">")
+        if close < 0:
+            return None
+        body = close + 1
+    elif text.startswith("(?"):
+        return None  # lookaround, scoped flags, named references: not a plain group
+    else:
+        body = 1
+    depth = 0
+    in_class = False
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            if text[i + 1 : i + 2] == "^":
+                i += 1
+            if text[i + 1 : i + 2] == "]":
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return text[body:i] if i == len(text) - 1 else None
+        i += 1
+    return None
+
+
+def _anchored_alternatives(
+    alternative: str, pattern: str, offset: int, depth: int = 0
+) -> list[tuple[bool, str | None, str]]:
+    """`alternative` (a top-level `|` branch) as (starts anchored, end anchor, anchor-free core)
+    triples whose union it is: `^`/`\\A` at its start, `$`/`\\Z` at its end, and anchors inside a
+    group that spans the whole alternative (`(^a$)`, `^(a|$)`) distributed over that group's
+    own alternatives. Anchors anywhere else raise `RegexError`."""
+    start = False
+    end: str | None = None
+    core = alternative
+    if core.startswith("^"):
+        start, core = True, core[1:]
+    elif core.startswith("\\A"):
+        start, core = True, core[2:]
+    if core.endswith("\\Z") and not _escaped(core, len(core) - 2):
+        end, core = "Z", core[:-2]
+    elif core.endswith("$") and not _escaped(core, len(core) - 1):
+        end, core = "$", core[:-1]
+    if not _anchors(core):
+        return [(start, end, core)]
+    inner = _whole_group(core)
+    if inner is None or depth > 8:
+        raise RegexError(
+            "anchors inside the pattern are not supported", pattern=pattern, offset=offset
+        )
+    out: list[tuple[bool, str | None, str]] = []
+    for lo, hi in _top_level_alternatives(inner):
+        for s2, e2, c2 in _anchored_alternatives(inner[lo:hi], pattern, offset, depth + 1):
+            both = {end, e2}
+            out.append((start or s2, "Z" if "Z" in both else "$" if "$" in both else None, c2))
+    return out
 
 
 def _search_node(pattern: str) -> Node:
-    """`re.search(pattern, s)` as a full-match language: unanchored ends take any text."""
+    """`re.search(pattern, s)` as a full-match language: unanchored ends take any text, `$` at
+    the end also allows one final newline (as Python's `$` does)."""
+    flags = ""
+    rest = pattern
+    while m := _GLOBAL_FLAGS.match(rest):
+        flags += m.group(1)
+        rest = rest[m.end() :]
+    has_anchors = bool(_anchors(rest))
+    if has_anchors and ("m" in flags or "x" in flags):
+        raise RegexError(
+            "anchors with the MULTILINE or VERBOSE flag are not supported", pattern=pattern
+        )
+    if not has_anchors:
+        return concat([_ANY_STAR, parse_regex(rest, flags=flags), _ANY_STAR])
     alternatives: list[Node] = []
-    for lo, hi in _top_level_alternatives(pattern):
-        part = pattern[lo:hi]
-        anchors = _anchors(part)
-        starts = part.startswith("^") or part.startswith("\\A")
-        ends = (part.endswith("$") and not part.endswith("\\$")) or part.endswith("\\Z")
-        allowed = {0} if starts else set()
-        if ends:
-            allowed.add(len(part) - (2 if part.endswith("\\Z") else 1))
-        if any(a not in allowed for a in anchors):
-            raise RegexError(
-                "anchors inside the pattern are not supported", pattern=pattern, offset=lo
-            )
-        node = parse_regex(part)
-        head: list[Node] = [] if starts else [_ANY_STAR]
-        tail: list[Node] = [] if ends else [_ANY_STAR]
-        alternatives.append(concat([*head, node, *tail]))
+    skip = len(pattern) - len(rest)
+    for lo, hi in _top_level_alternatives(rest):
+        for starts, end, core in _anchored_alternatives(rest[lo:hi], pattern, skip + lo):
+            node = parse_regex(core, flags=flags)
+            head: list[Node] = [] if starts else [_ANY_STAR]
+            tail: list[Node] = [_ANY_STAR] if end is None else [_DOLLAR_TAIL] if end == "$" else []
+            alternatives.append(concat([*head, node, *tail]))
     return alternation(alternatives)
+
+
+def _bits(indices: Iterator[int] | tuple[int, ...] | list[int]) -> int:
+    out = 0
+    for j in indices:
+        out |= 1 << j
+    return out
+
+
+def _plain_schema(schema: JSON) -> JSON:
+    """`schema` with the compiler's internal keywords (at any depth) spelled as standard JSON
+    Schema, for jsonschema to judge `enum`/`const` members against it (a fresh copy)."""
+    if isinstance(schema, list):
+        return [_plain_schema(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, JSON] = {}
+    extra: list[JSON] = []
+    for key, value in schema.items():
+        if key in ("enum", "const", "default", "examples"):
+            out[key] = value
+        elif key == _KINDS_KW:
+            extra.append({"anyOf": [_KIND_SCHEMAS[k] for k in value] or [False]})
+        elif key == _NOTIN_KW:
+            extra.append({"not": {"enum": list(value)}})
+        elif key == _NOTPAT_KW:
+            extra.append({"not": {"type": "string", "anyOf": [{"pattern": p} for p in value]}})
+        elif key == _SOME_KW:
+            for spec in value:
+                negated: JSON = {"not": _plain_schema(spec["schema"])}
+                if spec["pattern"] is not None:
+                    every: JSON = {"patternProperties": {spec["pattern"]: negated}}
+                else:
+                    every = {
+                        "properties": {name: True for name in spec["exclude"]},
+                        "patternProperties": {p: True for p in spec["notPatterns"]},
+                        "additionalProperties": negated,
+                    }
+                extra.append({"type": "object", "not": every})
+        elif key.startswith("$structgen:"):
+            raise AssertionError(f"unknown internal keyword {key}")
+        else:
+            out[key] = _plain_schema(value)
+    if extra:
+        out["allOf"] = [*out.get("allOf", []), *extra]
+    return out
+
+
+_KIND_SCHEMAS: dict[str, JSON] = {
+    **{k: {"type": k} for k in ("null", "boolean", "object", "array", "string")},
+    # as `kind_of` decides, under every draft (draft 4 would not call 1.0 an integer)
+    "integer": {"type": "number", "multipleOf": 1},
+    "nonint": {"type": "number", "not": {"multipleOf": 1}},
+}
+
+
+def _key_qualifies(name: str, spec: dict[str, JSON]) -> bool:
+    """Whether a member key is in the key set of a "some member" constraint."""
+    if name in spec["exclude"] or any(re.search(p, name) for p in spec["notPatterns"]):
+        return False
+    return spec["pattern"] is None or re.search(spec["pattern"], name) is not None
 
 
 def _py_search(pattern: str, text: str, ptr: str) -> bool:
@@ -1588,7 +1842,7 @@ _KNOWN = frozenset(
         "else", "dependentRequired", "dependentSchemas", "dependencies", "minLength",
         "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
         "exclusiveMaximum", "multipleOf", "unevaluatedProperties", "unevaluatedItems",
-        "$dynamicRef", "$recursiveRef", _KINDS_KW, _NOTIN_KW, _NOTPAT_KW,
+        "$dynamicRef", "$recursiveRef", _KINDS_KW, _NOTIN_KW, _NOTPAT_KW, _SOME_KW,
     }
 )  # fmt: skip
 

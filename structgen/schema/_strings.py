@@ -218,10 +218,13 @@ _U_NONSURROGATE = concat(
 _SIMPLE_UNIT = alternation([CharClass(_RAW_OK), concat([String("\\"), _SHORT_CLASS])])
 # Above these counts, cheaper units keep the automaton within the size limits: no surrogate
 # pairs, then no `\uXXXX`, then raw characters only; beyond `MAX_COUNTED` the bound itself is
-# lowered (strings that long are never generated; nothing invalid is ever accepted).
+# lowered (strings that long are never generated; nothing invalid is ever accepted). Short
+# escapes cost about 5 NFA states per counted character, so up to 32,768 (`maxLength: 32767` is
+# common) they stay within `AutomataLimits.max_nfa_states`; without them a string holding a `"`,
+# a `\\` or a newline could not be written at all.
 _PAIRS_UP_TO = 512
 _UNICODE_UP_TO = 4096
-_SHORT_UP_TO = 20_000
+_SHORT_UP_TO = 32_768
 MAX_COUNTED = 60_000
 
 

@@ -1,0 +1,172 @@
+"""Regression tests for schema-compiler bugs found on MaskBench-dev, each against jsonschema.
+
+Every case compiles a schema and feeds instances (`json.dumps`) token by token with Llama-3.1;
+the oracle is jsonschema's own verdict (the validator of the schema's draft, with the format
+checker): a valid instance must be accepted, an invalid one rejected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from jsonschema.validators import validator_for
+
+from structgen.automata import repeat
+from structgen.schema._strings import _unit, length_body
+from tests.conftest import load_tokenizer, load_vocab
+from tests.schema._runner import accepts, compile_or_reason
+from tests.schema.test_languages import matcher
+
+
+def is_valid(schema: Any, instance: Any) -> bool:
+    cls = validator_for(schema, default=Draft202012Validator)
+    return bool(cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(instance))
+
+
+def check(schema: Any, instances: list[Any], *, want_valid: int | None = None) -> None:
+    """Every instance gets jsonschema's verdict; `want_valid`: how many must be valid (so a
+    case cannot silently test only one side)."""
+    vocab, tokenizer = load_vocab("llama3_1"), load_tokenizer("llama3_1")
+    compiled, reason = compile_or_reason(vocab, schema)
+    assert compiled is not None, reason
+    wrong = []
+    valid = 0
+    for instance in instances:
+        expected = is_valid(schema, instance)
+        valid += expected
+        text = json.dumps(instance, ensure_ascii=False)
+        if accepts(compiled, tokenizer, text) != expected:
+            wrong.append(f"{text!r}: valid={expected}")
+    assert not wrong, wrong
+    if want_valid is not None:
+        assert valid == want_valid, valid
+
+
+# ---------------------------------------------------------------- long strings keep escapes
+
+
+def test_long_max_length_allows_short_escapes() -> None:
+    # maxLength 32767 (MaskBench: Github_hard---o9767, Github_medium---o9770) used to allow raw
+    # characters only, so a string holding a quote or a newline could not be written
+    schema = {"type": "string", "minLength": 5, "maxLength": 32767}
+    instances = ['{"example": "value"}', "-----BEGIN\nMIIDdTCC\n-----END", "back\\slash", "abc"]
+    check(schema, instances, want_valid=3)
+
+
+def test_long_length_counter_still_counts_escapes() -> None:
+    # the unit counted for bounds up to 32,768: raw characters and short escapes, one each
+    unit = _unit(32767)
+    five = matcher(repeat(unit, 0, 5))
+    assert five('\\"\\n\\\\ab') and five("\u00e9\U0001f600abc")
+    assert not five("\\n" * 6) and not five("abcd\\t\\t") and not five("\\u0041")
+    # the lazy DFA of a long counter grows with the text (max_dfa_states): a few thousand here
+    long = matcher(length_body(0, 30000))
+    assert long("\\n" * 2000 + "a" * 1000) and long('\\"' * 3000)
+
+
+# ---------------------------------------------------------------- pattern: `$`, flags, groups
+
+
+def test_dollar_matches_before_a_final_newline() -> None:
+    # Python's `$` (what jsonschema's re.search uses) also matches before a trailing newline;
+    # under `not` and in the keys no pattern matches, the old exact-end reading accepted
+    # invalid instances
+    check({"type": "string", "pattern": "^a$"}, ["a", "a\n", "a\n\n", "ba", "\na"], want_valid=2)
+    check({"not": {"pattern": "^a$"}}, ["a", "a\n", "a\n\n", "b", 1], want_valid=2)
+    check({"type": "string", "pattern": "^a\\Z"}, ["a", "a\n"], want_valid=1)
+    schema = {
+        "type": "object",
+        "patternProperties": {"^a$": {"type": "integer"}},
+        "additionalProperties": {"type": "string"},
+    }
+    check(schema, [{"a\n": 1}, {"a\n": "x"}, {"a": "x"}, {"b": "x"}, {"b\n": 1}], want_valid=2)
+
+
+def test_global_flags_apply_to_every_alternative() -> None:
+    # `(?i)` at the start applies to the whole pattern, not just its first alternative
+    check({"not": {"pattern": "(?i)a|b"}}, ["B", "A", "c", "C"], want_valid=2)
+    check({"type": "string", "pattern": "(?i)^x$|^y$"}, ["Y", "X", "Z"], want_valid=2)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "samples"),
+    [
+        # MaskBench-dev patterns with anchors inside a group spanning the alternative
+        ("^$|(^(?:\\S+\\s+){0,99}\\S+$)", ["", "one", "one two", " one", "one ", "a  b"]),
+        ("^([^,]|$)", ["", "a", ",", "a,b", ",a"]),
+        ("(^[a-zA-Z0-9_.()-]+$)", ["a.b", "a b", "", "(x)"]),
+        ("^([0-9x]+\\.[0-9x]+\\.*[0-9x]*$|\\%VERSION\\%)", ["1.2", "1.2.x", "%VERSION%-1", "1"]),
+        ("^(\\d{4}(-\\d{2})?$)|(^\\d{4}-\\d{2}T$)", ["2020", "2020-01", "2020-01T", "20201"]),
+    ],
+)
+def test_anchors_inside_a_leading_group(pattern: str, samples: list[str]) -> None:
+    check({"type": "string", "pattern": pattern}, samples)
+    if "{0,99}" not in pattern:  # (its complement is over the size limit)
+        check({"not": {"pattern": pattern}}, samples)
+
+
+# ---------------------------------------------------------------- negations
+
+
+OBJECTS = [
+    dict(zip(keys, values))
+    for n in range(3)
+    for keys in itertools.combinations(["a", "b", "xa"], n)
+    for values in itertools.product([1, "s", None], repeat=n)
+]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        # oneOf whose branches overlap and forbid extra keys (MaskBench: Github_hard---o27348)
+        {
+            "type": "object",
+            "oneOf": [
+                {"properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+                {"required": ["a"]},
+            ],
+        },
+        {"not": {"additionalProperties": {"type": "integer"}, "properties": {"a": {}}}},
+        {"not": {"additionalProperties": False, "patternProperties": {"^x": {}}}},
+        {"not": {"patternProperties": {"^x": {"type": "integer"}, "b": {"type": "string"}}}},
+        {
+            "properties": {"a": {"type": ["integer", "string"]}, "b": {}, "xa": {}},
+            "oneOf": [
+                {"additionalProperties": False, "properties": {"a": {}}},
+                {"minProperties": 2},
+            ],
+        },
+        {"not": {"additionalProperties": True, "type": "object"}},
+    ],
+)
+def test_negated_object_keywords(schema: Any) -> None:
+    check(schema, [*OBJECTS, 1, "s"])
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"not": {"oneOf": [{"type": "integer"}, {"minimum": 2}]}},
+        {"not": {"oneOf": [{"type": "string"}, {"type": "integer"}]}},
+        # a oneOf branch holding a oneOf (MaskBench: Github_easy---o2231's nesting)
+        {"oneOf": [{"type": "string"}, {"oneOf": [{"maxLength": 2}, {"minLength": 1}]}]},
+    ],
+)
+def test_negated_one_of(schema: Any) -> None:
+    check(schema, [1, 2, 3, 1.5, 2.5, "", "a", "abc", None, [], {}])
+
+
+def test_enum_members_are_checked_against_nested_negations() -> None:
+    # the negation of `properties` nests internal keywords, which jsonschema used to ignore
+    schema = {"enum": [{"a": 1}, {"a": "x"}], "not": {"properties": {"a": {"type": "integer"}}}}
+    check(schema, [{"a": 1}, {"a": "x"}], want_valid=1)
+    schema = {
+        "enum": [{"k": 1}, {"k": 1, "z": 2}],
+        "not": {"properties": {"k": {}}, "additionalProperties": False},
+    }
+    check(schema, [{"k": 1}, {"k": 1, "z": 2}], want_valid=1)
