@@ -90,6 +90,46 @@ class EarleyGrammar:
                     nullable.add(lhs)
                     changed = True
         self.nullable = frozenset(nullable)
+        # Prediction, precomputed. When a set expects nonterminal N it predicts every rule of
+        # every nonterminal in `predicts[N]` (N and, transitively, what stands first in their
+        # rules after a nullable prefix). `own_items[M]` are M's predicted items, each rule at
+        # dot 0 and, past nullable symbols, at the next dots too (Aycock & Horspool), as
+        # (next symbol, rule id, dot); `start_nullable`: the start rule completes in a set that
+        # predicts it. Predicted items that complete in their own set (nullable rules) need no
+        # completion step: the items waiting on their nullable left-hand side were advanced
+        # over it when it was predicted.
+        self.own_items: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        first_nts: dict[int, set[int]] = {}
+        start_nullable = False
+        for nt, rids in self.by_lhs.items():
+            items: list[tuple[int, int, int]] = []
+            firsts: set[int] = set()
+            for rid in rids:
+                rhs = self.rules[rid][1]
+                for dot in range(len(rhs) + 1):
+                    if dot == len(rhs):
+                        if rid == self.start_rule:
+                            start_nullable = True
+                        break
+                    following = rhs[dot]
+                    items.append((following, rid, dot))
+                    if following >= self.num_terminals:
+                        firsts.add(following)
+                    if following not in nullable:
+                        break
+            self.own_items[nt] = tuple(items)
+            first_nts[nt] = firsts
+        self.predicts: dict[int, frozenset[int]] = {}
+        for nt in self.by_lhs:
+            closure = {nt}
+            stack = [nt]
+            while stack:
+                for nxt in first_nts[stack.pop()]:
+                    if nxt not in closure:
+                        closure.add(nxt)
+                        stack.append(nxt)
+            self.predicts[nt] = frozenset(closure)
+        self.start_nullable = start_nullable
         #: Earley sets by kernel (weak): structurally equal parse states are one object
         self.interned: weakref.WeakValueDictionary[frozenset[Item], EarleySet] = (
             weakref.WeakValueDictionary()
@@ -127,14 +167,35 @@ class EarleySet:
             weakref.WeakValueDictionary()
         )
         rules = grammar.rules
-        by_lhs = grammar.by_lhs
         nullable = grammar.nullable
         num_terminals = grammar.num_terminals
+        predicts = grammar.predicts
+        own_items = grammar.own_items
+        by_next = self.by_next
+        predicted: set[int] = set()
+        complete = False
+
+        def predict(symbol: int) -> None:
+            nonlocal complete
+            for nt in predicts.get(symbol, ()):
+                if nt in predicted:
+                    continue
+                predicted.add(nt)
+                for sym, rid, dot in own_items[nt]:
+                    entry = by_next.get(sym)
+                    if entry is None:
+                        by_next[sym] = [(rid, dot, self)]
+                    else:
+                        entry.append((rid, dot, self))
+            if symbol == rules[grammar.start_rule][0] and grammar.start_nullable:
+                complete = True
+
         seen: set[Item] = set()
         work: list[Item] = list(kernel)
         if seed:
-            work.append((grammar.start_rule, 0, self))
-        complete = False
+            predict(rules[grammar.start_rule][0])
+        # Kernel items (their origins are earlier sets) and what completes from them; every
+        # item predicted here comes from `predict`, all at once.
         while work:
             item = work.pop()
             if item in seen:
@@ -144,21 +205,23 @@ class EarleySet:
             lhs, rhs = rules[rid]
             if dot < len(rhs):
                 sym = rhs[dot]
-                self.by_next.setdefault(sym, []).append(item)
+                entry = by_next.get(sym)
+                if entry is None:
+                    by_next[sym] = [item]
+                else:
+                    entry.append(item)
                 if sym >= num_terminals:
-                    for r2 in by_lhs.get(sym, ()):
-                        work.append((r2, 0, self))
+                    predict(sym)
                     if sym in nullable:
                         work.append((rid, dot + 1, origin))
             else:
                 if rid == grammar.start_rule:
                     complete = True
                     continue
-                source = origin.by_next if origin is not self else self.by_next
-                for prid, pdot, porigin in list(source.get(lhs, ())):
+                for prid, pdot, porigin in origin.by_next.get(lhs, ()):
                     work.append((prid, pdot + 1, porigin))
         self.complete = complete
-        self.expected = frozenset(s for s in self.by_next if s < num_terminals)
+        self.expected = frozenset(s for s in by_next if s < num_terminals)
 
     def scan(self, terminals: frozenset[int]) -> EarleySet | None:
         """The set after reading one of `terminals` here (None if none is expected)."""
