@@ -365,6 +365,10 @@ class StructgenEbnfEngine(StructgenEngine):
 
     name = "structgen-ebnf"
 
+    def warm_up(self) -> None:
+        self.compile(WARM_UP_EBNF)
+        self.fill()
+
     def compile(self, source: str) -> None:
         try:
             self.matcher = Matcher(Compiler(self.vocab).ebnf(source))
