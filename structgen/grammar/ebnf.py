@@ -3,12 +3,12 @@
 Serving engines pass grammars in this dialect: ``name ::= expression`` rules, ``"literals"``,
 ``[character classes]``, ``.``, grouping, ``|``, and the postfix operators ``* + ?`` and
 ``{m}``, ``{m,}``, ``{m,n}``; ``#`` starts a comment; the start rule is ``root``. We parse it
-ourselves (so errors carry the line and column) and build the IR directly: every maximal
-sub-expression that mentions no rule becomes one terminal (its regular language, exactly), so a
-string body such as ``([^"\\\\] | "\\\\" ["nt])*`` is one lexer automaton and not a parser step per
-character; quantifiers over rule references become helper rules. XGrammar's extensions
-(lookahead assertions ``(= ...)``, ``TagDispatch``) are refused by name. See
-docs/design/grammars.md.
+ourselves (so errors carry the line and column) and build the IR directly, with terminals of
+exactly one character each (a literal is a sequence of them, alternatives of single characters
+merge into one class): EBNF denotes the exact context-free language, and the engine's greedy
+lexer is exact only when no lexeme can run past the end the grammar needs. Quantifiers and
+groups become helper rules. XGrammar's extensions (lookahead assertions ``(= ...)``,
+``TagDispatch``) are refused by name. See docs/design/grammars.md.
 """
 
 from __future__ import annotations
@@ -18,13 +18,9 @@ from dataclasses import dataclass
 
 from structgen.automata import (
     CharClass,
-    Empty,
     Node,
-    Repeat,
     alternation,
-    concat,
     literal_node,
-    repeat,
 )
 from structgen.automata import intervals as iv
 from structgen.errors import GrammarError
@@ -311,131 +307,37 @@ class _Parser:
 # ----------------------------------------------------------------------------- IR builder
 
 
-def _nullable(node: Node) -> bool:
-    if isinstance(node, Empty):
-        return True
-    if isinstance(node, Repeat):
-        return node.min == 0 or _nullable(node.item)
-    items = getattr(node, "items", None)
-    if items is None:  # String, CharClass
-        return False
-    from structgen.automata import Concat
-
-    if isinstance(node, Concat):
-        return all(_nullable(x) for x in items)
-    return any(_nullable(x) for x in items)
-
-
-MAX_INLINED_SIZE = 4000  # regex AST nodes (repeats counted) a rule inlined as a terminal may have
-
-
-def _regex(expr: _Expr, known: dict[str, Node]) -> Node | None:
-    """The regex AST of `expr`, with references to `known` regular rules substituted; None when
-    it mentions any other rule."""
+def _single_char(expr: _Expr) -> Node | None:
+    """The character class of `expr` when it always matches exactly one character."""
     if isinstance(expr, _Lit):
-        return literal_node(expr.text)
+        return literal_node(expr.text) if len(expr.text) == 1 else None
     if isinstance(expr, _Class):
         return expr.node
-    if isinstance(expr, _Ref):
-        return known.get(expr.name)
-    if isinstance(expr, _Rep):
-        item = _regex(expr.item, known)
-        return None if item is None else repeat(item, expr.min, expr.max)
-    parts = [_regex(x, known) for x in expr.items]
-    if any(p is None for p in parts):
-        return None
-    nodes = [p for p in parts if p is not None]
-    return concat(nodes) if isinstance(expr, _Seq) else alternation(nodes)
-
-
-def _linear_rule(name: str, body: _Expr, known: dict[str, Node]) -> Node | None:
-    """The regular language of a rule that refers to itself only at the end of alternatives
-    (``A ::= x A | y`` is ``x* y``) or only at their start (``A ::= A x | y`` is ``y x*``)."""
-    alternatives = body.items if isinstance(body, _Alt) else (body,)
-    loops: list[Node] = []
-    bases: list[Node] = []
-    side = ""
-    for alternative in alternatives:
-        items = list(alternative.items) if isinstance(alternative, _Seq) else [alternative]
-        at_end = bool(items) and isinstance(items[-1], _Ref) and items[-1].name == name
-        at_start = bool(items) and isinstance(items[0], _Ref) and items[0].name == name
-        if at_end and len(items) > 1 and side in ("", "right"):
-            side, rest = "right", items[:-1]
-        elif at_start and len(items) > 1 and side in ("", "left"):
-            side, rest = "left", items[1:]
-        else:
-            rest = items
-            node = _regex(_Seq(tuple(rest)), known)
-            if node is None:
-                return None
-            bases.append(node)
-            continue
-        node = _regex(_Seq(tuple(rest)), known)
-        if node is None:
+    if isinstance(expr, _Alt):
+        parts = [_single_char(x) for x in expr.items]
+        if any(p is None for p in parts):
             return None
-        loops.append(node)
-    if not bases:
-        return None  # no way out of the recursion: leave it to the rule (it derives nothing)
-    loop = repeat(alternation(loops), 0, None)
-    base = alternation(bases)
-    return concat([loop, base]) if side == "right" else concat([base, loop])
-
-
-def _size(node: Node, memo: dict[int, int]) -> int:
-    key = id(node)
-    found = memo.get(key)
-    if found is None:
-        if isinstance(node, Repeat):
-            found = 1 + _size(node.item, memo) * max(1, min(node.max or node.min, 64))
-        else:
-            found = 1 + sum(_size(x, memo) for x in getattr(node, "items", ()))
-        memo[key] = found
-    return found
-
-
-def _regular_rules(bodies: dict[str, _Expr]) -> dict[str, Node]:
-    """Rules whose language is regular, as regex ASTs: rule-free bodies, bodies over other
-    regular rules, and left- or right-linear self-recursion (a fixpoint over all rules)."""
-    known: dict[str, Node] = {}
-    memo: dict[int, int] = {}
-    changed = True
-    while changed:
-        changed = False
-        for name, body in bodies.items():
-            if name in known:
-                continue
-            mentions_self = any(ref.name == name for ref in _refs(body))
-            node = _linear_rule(name, body, known) if mentions_self else _regex(body, known)
-            if node is not None and _size(node, memo) <= MAX_INLINED_SIZE:
-                known[name] = node
-                changed = True
-    return known
+        return alternation([p for p in parts if p is not None])
+    if isinstance(expr, _Seq) and len(expr.items) == 1:
+        return _single_char(expr.items[0])
+    return None
 
 
 class _Builder:
-    def __init__(self, names: dict[str, str], inlined: dict[str, Node] | None = None) -> None:
+    """Builds IR rules whose terminals each match exactly one character.
+
+    The grammar engine lexes greedily (a lexeme ends only when the next byte cannot extend it;
+    see docs/design/context-free.md). EBNF means the exact context-free language, and a terminal
+    longer than one character could run past the end the grammar needs (`name " "? "("` against
+    `name " FROM"`). One-character terminals cannot: every lexeme is one character, so the
+    language is exact.
+    """
+
+    def __init__(self, names: dict[str, str]) -> None:
         self.names = names  # EBNF rule name -> IR rule name
-        self.inlined = inlined or {}  # rules whose (regular) language replaces their uses
         self.rules: list[Rule] = []
         self.terminals: dict[Node, str] = {}
         self.helpers = 0
-
-    def regular(self, expr: _Expr) -> Node | None:
-        """The regex AST of `expr` when it mentions no rule (but inlined ones), else None."""
-        if isinstance(expr, _Lit):
-            return literal_node(expr.text)
-        if isinstance(expr, _Class):
-            return expr.node
-        if isinstance(expr, _Ref):
-            return self.inlined.get(expr.name)
-        if isinstance(expr, _Rep):
-            item = self.regular(expr.item)
-            return None if item is None else repeat(item, expr.min, expr.max)
-        parts = [self.regular(x) for x in expr.items]
-        if any(p is None for p in parts):
-            return None
-        nodes = [p for p in parts if p is not None]
-        return concat(nodes) if isinstance(expr, _Seq) else alternation(nodes)
 
     def helper(self, alternatives: list[list[str]]) -> str:
         name = f"<ebnf {self.helpers}>"
@@ -453,41 +355,20 @@ class _Builder:
 
     def symbols(self, expr: _Expr) -> list[str]:
         """Symbols deriving exactly the language of `expr` (helper rules added as needed)."""
-        node = self.regular(expr)
-        if node is not None:
-            if not _nullable(node):
-                return [self.terminal(node)]
-            if isinstance(node, Empty):
-                return []
-            if isinstance(node, Repeat) and node.min == 0 and not _nullable(node.item):
-                # x*, x?, x{0,n}: one non-empty terminal, made optional by a helper rule
-                return [self.helper([[], [self.terminal(repeat(node.item, 1, node.max))]])]
-            # any other nullable regular expression: split it structurally below
+        one = _single_char(expr)
+        if one is not None:
+            return [self.terminal(one)]
+        if isinstance(expr, _Lit):
+            return [self.terminal(literal_node(ch)) for ch in expr.text]
         if isinstance(expr, _Ref):
             return [self.names[expr.name]]
         if isinstance(expr, _Seq):
-            out: list[str] = []
-            chunk: list[_Expr] = []
-            for item in (*expr.items, None):
-                if item is not None and self.regular(item) is not None:
-                    chunk.append(item)
-                    continue
-                if chunk:  # consecutive rule-free items fold into one terminal when possible
-                    folded = self.regular(_Seq(tuple(chunk)))
-                    if folded is not None and not _nullable(folded):
-                        out.append(self.terminal(folded))
-                    else:
-                        for part in chunk:
-                            out.extend(self.symbols(part))
-                    chunk = []
-                if item is not None:
-                    out.extend(self.symbols(item))
-            return out
+            return [symbol for item in expr.items for symbol in self.symbols(item)]
         if isinstance(expr, _Alt):
             return [self.helper([self.symbols(x) for x in expr.items])]
         if isinstance(expr, _Rep):
             return self.repetition(expr)
-        raise AssertionError(expr)  # _Lit and _Class are always regular
+        raise AssertionError(expr)  # _Class is a single character
 
     def repetition(self, expr: _Rep) -> list[str]:
         body = self.symbols(expr.item)
@@ -532,11 +413,8 @@ def ebnf_to_ir(text: str, start: str = "root") -> Grammar:
         for ref in _refs(body):
             if ref.name not in names:
                 raise parser.error(f"rule {ref.name!r} is used but never defined", ref.offset)
-    inlined = _regular_rules({name: body for name, _, body in parsed})
-    builder = _Builder(names, inlined)
+    builder = _Builder(names)
     for name, _, body in parsed:
-        if name in inlined and name != start:
-            continue  # every use of it became part of a terminal
         if isinstance(body, _Alt):
             for alternative in body.items:
                 builder.rules.append(Rule(names[name], tuple(builder.symbols(alternative))))
