@@ -114,7 +114,9 @@ def main() -> None:
     gen = Generator(model, tokenizer, prefix_cache=None)
     compiler = Compiler(gen.vocab)
     drafts: list[tuple[str, Any]] = [
-        (f"first {n} layers", truncated_draft(model, int(n))) for n in args.layers.split(",")
+        (f"first {n} layers", truncated_draft(model, int(n)))
+        for n in args.layers.split(",")
+        if n  # --layers "" : no truncated drafts
     ]
     drafts.append(("prompt lookup", PromptLookupDraft()))
     drafts.append(("target itself", model))
