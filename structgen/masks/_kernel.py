@@ -224,21 +224,37 @@ class SharingTables(NamedTuple):
 
 
 class _Binding:
-    """A DFA's arrays for one C call, and the row builder that refreshes them (ctypes)."""
+    """A DFA's arrays for one C call, and the row builder that refreshes them (ctypes).
 
-    __slots__ = ("build_seconds", "callback", "dfa", "failure", "view")
+    Creating the ctypes callback costs more than a small walk, so each thread keeps one binding
+    and rebinds it to the DFA of each call (`bind`); `busy` guards against a nested call on the
+    same thread, which gets a fresh binding instead.
+    """
 
-    def __init__(self, dfa: Any) -> None:
-        self.dfa = dfa
-        self.view = _DfaView(
-            dfa.table_address,
-            dfa.accepting_address,
-            getattr(dfa, "native_builder", 0) or None,
-            getattr(dfa, "native_context", 0) or None,
-        )
-        self.failure: list[BaseException] = []
+    __slots__ = ("build_seconds", "busy", "callback", "dfa", "failure", "view", "view_ref")
+
+    def __init__(self, dfa: Any = None) -> None:
+        self.view = _DfaView(0, 0, None, None)
+        self.view_ref = ctypes.byref(self.view)
         self.callback = _ROW_BUILDER(self._build)
+        self.busy = False
+        self.dfa: Any = None
+        self.failure: list[BaseException] = []
         self.build_seconds = 0.0  # time spent building rows during the call
+        if dfa is not None:
+            self.bind(dfa)
+
+    def bind(self, dfa: Any) -> None:
+        """Point the view at `dfa`'s current arrays and reset the per-call results."""
+        self.dfa = dfa
+        view = self.view
+        view.table = dfa.table_address
+        view.accepting = dfa.accepting_address
+        view.native_build = getattr(dfa, "native_builder", 0) or None
+        view.native_ctx = getattr(dfa, "native_context", 0) or None
+        if self.failure:
+            self.failure = []
+        self.build_seconds = 0.0
 
     def _build(self, need: int) -> int:
         try:
@@ -322,6 +338,7 @@ class NativeWalk:
             out = _EventsOut(
                 ev_lo.ctypes.data, ev_hi.ctypes.data, ev_cut.ctypes.data, ev_state.ctypes.data, 0
             )
+            ws = _WalkState(0, -1, 0, 0, -1)
             bufs = (
                 stack,
                 ev_lo,
@@ -331,6 +348,9 @@ class NativeWalk:
                 out,
                 stack.ctypes.data,
                 ctypes.byref(out),
+                ws,
+                ctypes.byref(ws),
+                _Binding(),
             )
             self._scratch.bufs = bufs
         return bufs  # type: ignore[no-any-return]
@@ -353,6 +373,10 @@ class NativeWalk:
         assert _FN is not None
         if words is None:
             words = np.zeros(self.words, dtype=np.uint32)
+            # (cheaper than `words.ctypes.data`, which builds a ctypes helper object per call)
+            p_words = ctypes.addressof(ctypes.c_char.from_buffer(words))  # type: ignore[arg-type]
+        else:
+            p_words = words.ctypes.data
         keep: tuple[Any, ...] = ()
         if ranges is None:
             a_lo, a_hi, a_base = self._whole_addresses
@@ -364,38 +388,48 @@ class NativeWalk:
             keep = (r_lo, r_hi, r_base)  # alive until the call returns
             a_lo, a_hi, a_base = r_lo.ctypes.data, r_hi.ctypes.data, r_base.ctypes.data
             n_ranges = len(r_lo)
-        _, ev_lo, ev_hi, ev_cut, ev_state, out, p_stack, p_out = self._buffers()
+        bufs = self._buffers()
+        ev_lo, ev_hi, ev_cut, ev_state, out, p_stack, p_out, ws, p_ws, binding = bufs[1:]
         out.cap = self.n if boundaries else 0
-        ws = _WalkState(0, -1, 0, 0, -1)
+        ws.n_events = 0  # (the C walk sets `range` itself and uses no other field)
         dfa.row(state)
-        binding = _Binding(dfa)
-        if ranges is None and _ROOT is not None:
-            result = _ROOT(
-                self._view_ref,
-                self._root_address,
-                state,
-                ctypes.byref(binding.view),
-                binding.callback,
-                p_stack,
-                ctypes.byref(ws),
-                words.ctypes.data,
-                p_out,
-            )
-        else:
-            result = _FN(
-                self._view_ref,
-                a_lo,
-                a_hi,
-                a_base,
-                n_ranges,
-                state,
-                ctypes.byref(binding.view),
-                binding.callback,
-                p_stack,
-                ctypes.byref(ws),
-                words.ctypes.data,
-                p_out,
-            )
+        if binding.busy:  # a walk nested in this thread's walk (from a row build): not shared
+            binding = _Binding()
+            ws = _WalkState(0, -1, 0, 0, -1)
+            p_ws = ctypes.byref(ws)
+        binding.bind(dfa)
+        binding.busy = True
+        try:
+            if ranges is None and _ROOT is not None:
+                result = _ROOT(
+                    self._view_ref,
+                    self._root_address,
+                    state,
+                    binding.view_ref,
+                    binding.callback,
+                    p_stack,
+                    p_ws,
+                    p_words,
+                    p_out,
+                )
+            else:
+                result = _FN(
+                    self._view_ref,
+                    a_lo,
+                    a_hi,
+                    a_base,
+                    n_ranges,
+                    state,
+                    binding.view_ref,
+                    binding.callback,
+                    p_stack,
+                    p_ws,
+                    p_words,
+                    p_out,
+                )
+        finally:
+            binding.busy = False
+            binding.dfa = None  # do not keep the DFA alive
         del keep
         if result != 0:
             binding.raise_failure()

@@ -200,8 +200,7 @@ def native_walk(vocab: Vocabulary) -> NativeWalk | None:
     """The C walk's token arrays for `vocab` (None when the extension is not available)."""
     if not native_available():
         return None
-    with _CLASS_CACHE_LOCK:
-        hit = _NATIVE.get(vocab.fingerprint)
+    hit = _NATIVE.get(vocab.fingerprint)  # (one dict read is atomic: no lock on the hot path)
     if hit is None:
         hit = NativeWalk(vocab.trie, vocab.size)
         with _CLASS_CACHE_LOCK:
@@ -256,6 +255,7 @@ class TokenMaskWalker:
         self._walk_seconds: dict[bytes, float] = {}  # the last walk per live-byte pattern
         self._share_hits = 0
         self._share_misses = 0
+        self._share_ready = 0  # patterns in `_shared` with enough candidates to be checked
         self._sharing: SharingTables | None = None
 
     @property
@@ -297,7 +297,7 @@ class TokenMaskWalker:
                 self._share_hits
             )
             key = None
-            if sharing and self._shared:
+            if sharing and self._share_ready:  # (the key costs ~1 µs: only when it can hit)
                 key = (self.dfa.row(state) >= 0).tobytes()
                 shared = self._shared_mask(native, key, state)
                 if shared is not None:
@@ -311,8 +311,10 @@ class TokenMaskWalker:
                     if key is None:
                         key = (self.dfa.row(state) >= 0).tobytes()
                     self._remember(key, state, packed, seconds)
-                elif key is not None and self._shared.pop(key, None) is not None:
+                elif key is not None and (dropped := self._shared.pop(key, None)) is not None:
                     del self._walk_seconds[key]  # these states walk fast: not worth a check
+                    if len(dropped) >= _SHARE_CANDIDATES:
+                        self._share_ready -= 1
             return packed
         classes = self.classes
         ok = self._walk(state, classes)
@@ -367,12 +369,16 @@ class TokenMaskWalker:
         self._walk_seconds[key] = seconds
         candidates = self._shared.setdefault(key, [])
         candidates.append((state, packed))
-        if len(candidates) > _SHARE_CANDIDATES:
+        if len(candidates) == _SHARE_CANDIDATES:
+            self._share_ready += 1
+        elif len(candidates) > _SHARE_CANDIDATES:
             del candidates[0]
         self._shared.move_to_end(key)
         while len(self._shared) > self._max_cached:
-            old, _ = self._shared.popitem(last=False)
+            old, evicted = self._shared.popitem(last=False)
             self._walk_seconds.pop(old, None)
+            if len(evicted) >= _SHARE_CANDIDATES:
+                self._share_ready -= 1
 
     def boundary_candidates(self, state: int) -> list[tuple[int, int, npt.NDArray[np.int64]]]:
         """Tokens whose walk from `state` dies at a byte where the automaton accepts.
