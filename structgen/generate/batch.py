@@ -220,6 +220,10 @@ class DecodeBatch:
                 state.counts = torch.cat([old.counts, state.counts])
                 state.seen = torch.cat([old.seen, state.seen])
             self._penalties = state
+        else:
+            # No row uses penalties (the last one may have finished while its counts stayed):
+            # drop them, or they would have fewer rows than the batch.
+            self._penalties = None
         self._constrained = self._constrained or any(r.matcher is not None for r in rows)
         if self._host_mask.shape[0] < len(self._active):
             self._alloc_masks(max(len(self._active), 2 * self._host_mask.shape[0]))
@@ -358,7 +362,10 @@ class DecodeBatch:
         self._positions = [self._positions[j] for j in keep]
         self._tensors = SamplingTensors.build([r.params for r in self._active], self._runner.device)
         if self._penalties is not None:
-            self._penalties.select(index)
+            if self._tensors.any_penalty:
+                self._penalties.select(index)
+            else:
+                self._penalties = None  # no remaining row uses penalties
 
     def _finish(self, row: _Row) -> None:
         assert row.finish is not None

@@ -243,3 +243,19 @@ def test_bad_requests_fail_at_submit() -> None:
     with pytest.raises(GenerationError, match="kv_budget_tokens"):
         Scheduler(generator(), kv_budget_tokens=0)
     assert not scheduler.step()  # nothing queued: idle
+
+
+def test_a_row_joining_after_the_last_penalty_row_finished() -> None:
+    """Regression: penalty counts outlived their last user and had fewer rows than the batch."""
+    scheduler = Scheduler(generator(), max_batch=4)
+    short_penalty = SamplingParams(max_new_tokens=1, repetition_penalty=1.5)
+    long = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    penalty = scheduler.submit(chat_ids(QUESTIONS[3]), short_penalty)
+    running = scheduler.submit(chat_ids(QUESTIONS[1]), long)
+    scheduler.step()  # both prefilled; the penalty row's single token ends it
+    scheduler.step()
+    assert penalty.done
+    late = submit(scheduler, "free")  # joins a batch whose rows use no penalties
+    scheduler.run_until_idle()
+    assert running.result(timeout=0).finish_reason == "length"
+    assert late.result(timeout=0).token_ids == alone("free").token_ids
