@@ -333,8 +333,7 @@ class _Builder:
     language is exact.
     """
 
-    def __init__(self, names: dict[str, str]) -> None:
-        self.names = names  # EBNF rule name -> IR rule name
+    def __init__(self) -> None:
         self.rules: list[Rule] = []
         self.terminals: dict[Node, str] = {}
         self.helpers = 0
@@ -361,7 +360,7 @@ class _Builder:
         if isinstance(expr, _Lit):
             return [self.terminal(literal_node(ch)) for ch in expr.text]
         if isinstance(expr, _Ref):
-            return [self.names[expr.name]]
+            return [expr.name]
         if isinstance(expr, _Seq):
             return [symbol for item in expr.items for symbol in self.symbols(item)]
         if isinstance(expr, _Alt):
@@ -389,21 +388,18 @@ class _Builder:
         return out
 
 
-def _rule_name(name: str) -> str:
-    return name
-
-
 def ebnf_to_ir(text: str, start: str = "root") -> Grammar:
-    """The IR of a GBNF-style EBNF grammar whose start rule is `start` (``root`` by default)."""
+    """The IR of a GBNF-style EBNF grammar whose start rule is `start` (``root`` by default).
+
+    IR rules keep the EBNF rule names; helper rules and terminals get names EBNF cannot spell.
+    """
     parser = _Parser(text)
     parsed = parser.rules()
-    names: dict[str, str] = {}
-    first: dict[str, int] = {}
+    names: set[str] = set()
     for name, offset, _ in parsed:
         if name in names:
             raise parser.error(f"rule {name!r} is defined twice", offset)
-        names[name] = _rule_name(name)
-        first[name] = offset
+        names.add(name)
     if start not in names:
         raise GrammarError(
             f"EBNF grammar: there is no rule named {start!r} (the start rule); define it or "
@@ -413,15 +409,15 @@ def ebnf_to_ir(text: str, start: str = "root") -> Grammar:
         for ref in _refs(body):
             if ref.name not in names:
                 raise parser.error(f"rule {ref.name!r} is used but never defined", ref.offset)
-    builder = _Builder(names)
+    builder = _Builder()
     for name, _, body in parsed:
         if isinstance(body, _Alt):
             for alternative in body.items:
-                builder.rules.append(Rule(names[name], tuple(builder.symbols(alternative))))
+                builder.rules.append(Rule(name, tuple(builder.symbols(alternative))))
         else:
-            builder.rules.append(Rule(names[name], tuple(builder.symbols(body))))
+            builder.rules.append(Rule(name, tuple(builder.symbols(body))))
     terminals = tuple(TerminalDef(n, node) for node, n in builder.terminals.items())
-    return Grammar(start=names[start], rules=tuple(builder.rules), terminals=terminals)
+    return Grammar(start=start, rules=tuple(builder.rules), terminals=terminals)
 
 
 def _refs(expr: _Expr) -> list[_Ref]:

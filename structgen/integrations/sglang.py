@@ -183,7 +183,7 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
             options["max_whitespace"] = int(max_whitespace)
         self.schema_options = SchemaOptions(**options)
 
-    def _grammar(self, build: Any, kind: str, key_string: str) -> Any:
+    def _grammar(self, build: Any, kind: str) -> Any:
         try:
             compiled: CompiledGrammar = build()
         except (StructgenError, ValueError, TypeError) as exc:
@@ -193,22 +193,19 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
 
     def dispatch_json(self, key_string: str) -> Any:
         if key_string == "$$ANY$$":  # SGLang's spelling of JSON mode (any JSON value)
-            return self._grammar(
-                lambda: self.compiler.json(options=self.schema_options), "json", ""
-            )
+            return self._grammar(lambda: self.compiler.json(options=self.schema_options), "json")
         return self._grammar(
             lambda: self.compiler.json_schema(json.loads(key_string), options=self.schema_options),
             "json",
-            key_string,
         )
 
     def dispatch_regex(self, key_string: str) -> Any:
-        return self._grammar(lambda: self.compiler.regex(key_string), "regex", key_string)
+        return self._grammar(lambda: self.compiler.regex(key_string), "regex")
 
     def dispatch_ebnf(self, key_string: str) -> Any:
         if looks_like_ebnf(key_string):
-            return self._grammar(lambda: self.compiler.ebnf(key_string), "ebnf", key_string)
-        return self._grammar(lambda: self.compiler.grammar(key_string), "lark", key_string)
+            return self._grammar(lambda: self.compiler.ebnf(key_string), "ebnf")
+        return self._grammar(lambda: self.compiler.grammar(key_string), "lark")
 
     def dispatch_structural_tag(self, key_string: str) -> Any:
         return InvalidGrammarObject(
