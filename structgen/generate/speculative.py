@@ -449,73 +449,60 @@ class _Run:
 
     # ------------------------------------------------------------------ one round
 
+    def _propose_model(
+        self, draft: _Model, pending: list[int], row: int
+    ) -> tuple[int, torch.Tensor | None]:
+        """The draft model's token under mask row `row`, and its distribution (None: greedy)."""
+        allowed = self._allowed(row) if self.matcher is not None else None
+        if allowed is not None:
+            logits = draft.feed_allowed(pending, allowed, self.vocab.size).to(self.device)
+        else:
+            logits = draft.feed(pending, 1).to(self.device)
+        if self.matcher is not None:
+            apply_bitmask(logits, torch.from_numpy(self.host[row : row + 1]))
+        if self.params.greedy:
+            return int(logits[0].argmax()), None
+        q = self._probs(logits)[0]
+        return self._draw(q), q
+
+    def _propose_lookup(
+        self, lookup: PromptLookupDraft, context: list[int], row: int
+    ) -> tuple[int, torch.Tensor | None] | None:
+        """Prompt lookup's token if mask row `row` allows it; its distribution is a point mass."""
+        token = lookup.propose(context)
+        if token is None:
+            return None
+        if self.matcher is not None and not (int(self.host[row][token >> 5]) >> (token & 31)) & 1:
+            return None
+        if self.params.greedy:
+            return token, None
+        q = torch.zeros(self.vocab.size, device=self.device)
+        q[token] = 1.0
+        return token, q
+
     def _draft(self) -> _Draft:
         """Up to `k` tokens from the draft, each under the mask of its position."""
         spec = self.spec
         draft = spec._draft
         matcher = self.matcher
-        greedy = self.params.greedy
         steps: list[_Step] = []
         block: list[int] = []
         outputs = len(self.output)
-        pending = (self.prompt + self.output)[draft.length :]
+        context = self.prompt + self.output  # what prompt lookup searches, grown as we draft
+        pending = context[draft.length :]
         finished = False
-        lookup = draft if isinstance(draft, PromptLookupDraft) else None
-        context = self.prompt + self.output if lookup is not None else []
         for i in range(spec.k):
             if matcher is not None:
                 matcher.fill_bitmask(self.host, i)
                 if not self.host[i].any():  # nothing allowed: the target's own step ends it
                     break
-            if lookup is not None:
-                proposed = lookup.propose(context + block)
-                if proposed is None or (
-                    matcher is not None
-                    and not (int(self.host[i][proposed >> 5]) >> (proposed & 31)) & 1
-                ):
-                    break  # no proposal the grammar allows: verify what we have
-                token = proposed
-                q: torch.Tensor | None = None
-                if not greedy:
-                    q = torch.zeros(self.vocab.size, device=self.device)
-                    q[token] = 1.0
-                terminated = False
-                if matcher is not None:
-                    if not matcher.accept_token(token):
-                        break
-                    terminated = matcher.is_terminated()
-                step = _Step(len(block), token, q, terminated)
-                steps.append(step)
-                block.append(token)
-                outputs += 1
-                if terminated or (
-                    matcher is None and token in spec.eos_token_ids and not self.params.ignore_eos
-                ):
-                    finished = True
-                    break
-                if outputs >= self.params.max_new_tokens or self._context_full(
-                    len(self.prompt) + outputs
-                ):
-                    finished = True
-                    break
-                step.forced = self._take_forced(outputs)
-                block.extend(step.forced)
-                outputs += len(step.forced)
-                continue
-            assert isinstance(draft, _Model)
-            allowed = self._allowed(i) if matcher is not None else None
-            if allowed is not None:
-                logits = draft.feed_allowed(pending, allowed, self.vocab.size).to(self.device)
+            if isinstance(draft, PromptLookupDraft):
+                proposal = self._propose_lookup(draft, context, i)
             else:
-                logits = draft.feed(pending, 1).to(self.device)
-            if matcher is not None:
-                apply_bitmask(logits, torch.from_numpy(self.host[i : i + 1]))
-            q = None
-            if greedy:
-                token = int(logits[0].argmax())
-            else:
-                q = self._probs(logits)[0]
-                token = self._draw(q)
+                proposal = self._propose_model(draft, pending, i)
+            if proposal is None:
+                break  # nothing (allowed) to propose: verify what we have
+            token, q = proposal
             terminated = False
             if matcher is not None:
                 if not matcher.accept_token(token):  # only a lazily hit compile limit
@@ -524,6 +511,7 @@ class _Run:
             step = _Step(len(block), token, q, terminated)
             steps.append(step)
             block.append(token)
+            context.append(token)
             pending = [token]
             outputs += 1
             if terminated or (
@@ -538,6 +526,7 @@ class _Run:
                 break
             step.forced = self._take_forced(outputs)
             block.extend(step.forced)
+            context.extend(step.forced)
             pending.extend(step.forced)
             outputs += len(step.forced)
         masks = None
