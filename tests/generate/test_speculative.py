@@ -226,18 +226,7 @@ class TestPromptLookup:
         prompt = gen.encode("x:ab x:ba x:aa x:bb x:ab x:")  # after "x:", lookup proposes "ab"
         expected = exact_distribution(model_and_tokenizer()[0], prompt, g, temperature=1.0)
         spec = SpeculativeGenerator(gen, PromptLookupDraft(max_ngram=2, min_ngram=1), k=2)
-        runs = 60
-        counts: Counter[str] = Counter()
-        drafted = accepted = 0
-        for seed in range(runs):
-            params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=seed)
-            result = spec.generate(prompt, params, grammar=g)
-            assert result.finish_reason == "eos" and re.fullmatch("[ab]{2}", result.text)
-            counts[result.text] += 1
-            drafted += result.metrics.drafted_tokens
-            accepted += result.metrics.accepted_tokens
-        assert 0 < accepted < drafted  # both paths of the rule ran
-        assert_fits(counts, expected, runs)
+        assert_two_letters_follow(spec, prompt, g, expected)
 
 
 class TestSampling:
@@ -283,18 +272,7 @@ class TestSampling:
         expected = exact_distribution(model_and_tokenizer()[0], prompt, g, temperature=1.0)
         assert len(expected) == 4 and abs(sum(expected.values()) - 1) < 1e-4
         spec = SpeculativeGenerator(gen, truncated_draft(model_and_tokenizer()[0], 2), k=2)
-        runs = 60
-        counts: Counter[str] = Counter()
-        drafted = accepted = 0
-        for seed in range(runs):
-            params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=seed)
-            result = spec.generate(prompt, params, grammar=g)
-            assert result.finish_reason == "eos" and re.fullmatch("[ab]{2}", result.text)
-            counts[result.text] += 1
-            drafted += result.metrics.drafted_tokens
-            accepted += result.metrics.accepted_tokens
-        assert 0 < accepted < drafted  # both paths of the rule ran
-        assert_fits(counts, expected, runs)
+        assert_two_letters_follow(spec, prompt, g, expected)
 
     @pytest.mark.parametrize("name", ["regex", "json", "lark"])
     def test_sampled_outputs_are_valid(self, name: str) -> None:
@@ -312,6 +290,25 @@ class TestSampling:
         params = SamplingParams(max_new_tokens=10, temperature=0.8, seed=7)
         first = spec.generate("Hi", params)
         assert spec.generate("Hi", params).token_ids == first.token_ids
+
+
+def assert_two_letters_follow(
+    spec: SpeculativeGenerator, prompt: list[int], g: Any, expected: dict[str, float]
+) -> None:
+    """60 seeded samples of the `[ab]{2}` grammar fit `expected`, and the rule both kept and
+    rejected drafted tokens on the way."""
+    runs = 60
+    counts: Counter[str] = Counter()
+    drafted = accepted = 0
+    for seed in range(runs):
+        params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=seed)
+        result = spec.generate(prompt, params, grammar=g)
+        assert result.finish_reason == "eos" and re.fullmatch("[ab]{2}", result.text)
+        counts[result.text] += 1
+        drafted += result.metrics.drafted_tokens
+        accepted += result.metrics.accepted_tokens
+    assert 0 < accepted < drafted  # both paths of the rule ran
+    assert_fits(counts, expected, runs)
 
 
 def exact_distribution(
