@@ -173,10 +173,8 @@ class EarleySet:
         own_items = grammar.own_items
         by_next = self.by_next
         predicted: set[int] = set()
-        complete = False
 
         def predict(symbol: int) -> None:
-            nonlocal complete
             for nt in predicts.get(symbol, ()):
                 if nt in predicted:
                     continue
@@ -187,11 +185,10 @@ class EarleySet:
                         by_next[sym] = [(rid, dot, self)]
                     else:
                         entry.append((rid, dot, self))
-            if symbol == rules[grammar.start_rule][0] and grammar.start_nullable:
-                complete = True
 
         seen: set[Item] = set()
         work: list[Item] = list(kernel)
+        complete = seed and grammar.start_nullable  # the empty input is a sentence
         if seed:
             predict(rules[grammar.start_rule][0])
         # Kernel items (their origins are earlier sets) and what completes from them; every
