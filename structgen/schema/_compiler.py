@@ -1550,15 +1550,14 @@ def _empty_range(r: NumRange) -> bool:
     return r.lo > r.hi or (r.lo == r.hi and (r.lo_excl or r.hi_excl))
 
 
-def _top_level_alternatives(pattern: str) -> list[tuple[int, int]]:
-    """Spans of the top-level `|` alternatives of a regex (outside groups and classes)."""
-    spans: list[tuple[int, int]] = []
+def _structure(text: str) -> Iterator[tuple[int, str, int]]:
+    """(offset, character, group depth before it) for every character of a regex that is
+    neither escaped nor inside a character class."""
     depth = 0
     in_class = False
-    start = 0
     i = 0
-    while i < len(pattern):
-        c = pattern[i]
+    while i < len(text):
+        c = text[i]
         if c == "\\":
             i += 2
             continue
@@ -1567,17 +1566,27 @@ def _top_level_alternatives(pattern: str) -> list[tuple[int, int]]:
                 in_class = False
         elif c == "[":
             in_class = True
-            if pattern[i + 1 : i + 2] == "]" or pattern[i + 1 : i + 3] == "^]":
-                i += 2 if pattern[i + 1] == "]" else 3
-                continue
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
+            if text[i + 1 : i + 2] == "^":
+                i += 1
+            if text[i + 1 : i + 2] == "]":  # a leading `]` is a literal
+                i += 1
+        else:
+            yield i, c, depth
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+        i += 1
+
+
+def _top_level_alternatives(pattern: str) -> list[tuple[int, int]]:
+    """Spans of the top-level `|` alternatives of a regex (outside groups and classes)."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for i, c, depth in _structure(pattern):
+        if c == "|" and depth == 0:
             spans.append((start, i))
             start = i + 1
-        i += 1
     spans.append((start, len(pattern)))
     return spans
 
@@ -1639,30 +1648,9 @@ def _whole_group(text: str) -> str | None:
         return None  # lookaround, scoped flags, named references: not a plain group
     else:
         body = 1
-    depth = 0
-    in_class = False
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            if c == "]":
-                in_class = False
-        elif c == "[":
-            in_class = True
-            if text[i + 1 : i + 2] == "^":
-                i += 1
-            if text[i + 1 : i + 2] == "]":
-                i += 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return text[body:i] if i == len(text) - 1 else None
-        i += 1
+    for i, c, depth in _structure(text):
+        if c == ")" and depth == 1:  # the group opened at offset 0 closes here
+            return text[body:i] if i == len(text) - 1 else None
     return None
 
 
