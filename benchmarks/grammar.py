@@ -322,15 +322,19 @@ class EngineError(Exception):
 
 class StructgenEngine:
     name = "structgen"
+    warm_up_source = WARM_UP_LARK
 
-    def __init__(self, tokenizer: Any) -> None:
-        self.vocab = Vocabulary.from_hf(tokenizer)
-        self.vocab.trie  # noqa: B018  (built once, like the peers' tokenizer tables)
-        structgen.masks._walker.native_walk(self.vocab)  # the C walk's token table, ditto
+    def __init__(self, tokenizer: Any, vocab: Vocabulary | None = None) -> None:
+        """`vocab`: another structgen engine's vocabulary, tables already built (shared)."""
+        if vocab is None:
+            vocab = Vocabulary.from_hf(tokenizer)
+            vocab.trie  # noqa: B018  (built once, like the peers' tokenizer tables)
+            structgen.masks._walker.native_walk(vocab)  # the C walk's token table, ditto
+        self.vocab = vocab
         self.bitmask = allocate_bitmask(1, self.vocab.size, backend="numpy")
 
     def warm_up(self) -> None:
-        self.compile(WARM_UP_LARK)
+        self.compile(self.warm_up_source)
         self.fill()
 
     def clear_caches(self) -> None:
@@ -341,9 +345,12 @@ class StructgenEngine:
             if memo is not None:
                 memo.cache_clear()
 
+    def build(self, compiler: Compiler, source: str) -> Any:
+        return compiler.grammar(source)
+
     def compile(self, source: str) -> None:
         try:
-            self.matcher = Matcher(Compiler(self.vocab).grammar(source))
+            self.matcher = Matcher(self.build(Compiler(self.vocab), source))
         except StructgenError as e:
             raise EngineError(str(e)) from e
 
@@ -364,16 +371,10 @@ class StructgenEbnfEngine(StructgenEngine):
     """structgen reading the same GBNF-style EBNF text xgrammar gets (`Compiler.ebnf`)."""
 
     name = "structgen-ebnf"
+    warm_up_source = WARM_UP_EBNF
 
-    def warm_up(self) -> None:
-        self.compile(WARM_UP_EBNF)
-        self.fill()
-
-    def compile(self, source: str) -> None:
-        try:
-            self.matcher = Matcher(Compiler(self.vocab).ebnf(source))
-        except StructgenError as e:
-            raise EngineError(str(e)) from e
+    def build(self, compiler: Compiler, source: str) -> Any:
+        return compiler.ebnf(source)
 
 
 class LLGuidanceEngine:
@@ -761,9 +762,7 @@ def main() -> None:
     if "structgen" in wanted_engines:
         engines.append(ours)
     if "structgen-ebnf" in wanted_engines:
-        ebnf = StructgenEbnfEngine.__new__(StructgenEbnfEngine)
-        ebnf.__dict__.update(ours.__dict__)  # the same vocabulary and tables
-        engines.append(ebnf)
+        engines.append(StructgenEbnfEngine(tokenizer, vocab=ours.vocab))
     if "llguidance" in wanted_engines and peer("llguidance") is not None:
         start = time.perf_counter()
         engines.append(LLGuidanceEngine(tokenizer, vocab_size))
