@@ -56,6 +56,16 @@ class _EventsOut(ctypes.Structure):
 
 
 _ROW_BUILDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32)
+# The arguments both walks (`sg_walk_nodes`, `sg_walk_root`) end with.
+_WALK_TAIL: list[Any] = [
+    ctypes.c_int32,  # start state
+    ctypes.POINTER(_DfaView),
+    _ROW_BUILDER,
+    ctypes.c_void_p,  # stack
+    ctypes.POINTER(_WalkState),
+    ctypes.c_void_p,  # mask words
+    ctypes.POINTER(_EventsOut),
+]
 
 
 def _load() -> tuple[Any, Any]:
@@ -77,13 +87,7 @@ def _load() -> tuple[Any, Any]:
         ctypes.c_void_p,  # range hi
         ctypes.c_void_p,  # range base
         ctypes.c_int64,  # number of ranges
-        ctypes.c_int32,  # start state
-        ctypes.POINTER(_DfaView),
-        _ROW_BUILDER,
-        ctypes.c_void_p,  # stack
-        ctypes.POINTER(_WalkState),
-        ctypes.c_void_p,  # mask words
-        ctypes.POINTER(_EventsOut),
+        *_WALK_TAIL,
     ]
     ends.restype = None
     ends.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
@@ -105,13 +109,7 @@ def _load_more() -> tuple[Any, Any]:
     root.argtypes = [
         ctypes.POINTER(_NodeView),
         ctypes.c_void_p,  # root children by byte
-        ctypes.c_int32,  # start state
-        ctypes.POINTER(_DfaView),
-        _ROW_BUILDER,
-        ctypes.c_void_p,  # stack
-        ctypes.POINTER(_WalkState),
-        ctypes.c_void_p,  # mask words
-        ctypes.POINTER(_EventsOut),
+        *_WALK_TAIL,
     ]
     fn.restype = ctypes.c_int64
     fn.argtypes = [
