@@ -1,8 +1,9 @@
-"""ctypes binding of the C subset construction (`_subset.c`), with a clean fallback.
+"""ctypes binding of the C row builders (`_subset.c`), with a clean fallback.
 
 The extension is optional like the C trie walk: without it (or with `STRUCTGEN_NATIVE=0`, or an
-older build that lacks these functions) `NFASource.expand` builds the rows in Python. Both give
-the same DFA: the states are the same element sets (see `NFASource`), only the ids may differ.
+older build that lacks these functions) `NFASource.expand` and `UnionSource.expand` build the rows
+in Python. Both give the same DFA: the states are the same keys (see `NFASource`, `UnionSource`),
+only the ids may differ.
 """
 
 from __future__ import annotations
@@ -18,9 +19,17 @@ import numpy.typing as npt
 
 from structgen.automata.nfa import ByteNFA
 
-__all__ = ["BUDGET", "GROW", "LIMIT", "NativeSubset", "native_subset_available"]
+__all__ = [
+    "BUDGET",
+    "GROW",
+    "LIMIT",
+    "NEED_ROW",
+    "NativeSubset",
+    "NativeUnion",
+    "native_subset_available",
+]
 
-OK, GROW, LIMIT, BUDGET, NOMEM, BAD_STATE = range(6)
+OK, GROW, LIMIT, BUDGET, NOMEM, BAD_STATE, NEED_ROW = range(7)
 
 
 class _Header(ctypes.Structure):
@@ -40,7 +49,7 @@ def _load() -> Any:
         return None
     try:
         lib = ctypes.CDLL(spec.origin)
-        lib.sg_subset_walk_build  # noqa: B018 - present in this build?
+        lib.sg_union_walk_build  # noqa: B018 - present in this build?
     except (OSError, AttributeError):
         return None
     lib.sg_subset_new.restype = _P
@@ -59,33 +68,106 @@ def _load() -> Any:
     lib.sg_subset_intern.argtypes = [_P, _P, ctypes.c_int64]
     lib.sg_subset_build.restype = ctypes.c_int
     lib.sg_subset_build.argtypes = [_P, ctypes.c_int32]
-    lib.sg_subset_set_table.restype = None
-    lib.sg_subset_set_table.argtypes = [_P, _P, _P, ctypes.c_int64]
-    lib.sg_subset_budget_checked.restype = None
-    lib.sg_subset_budget_checked.argtypes = [_P]
-    lib.sg_subset_key.restype = ctypes.c_int64
-    lib.sg_subset_key.argtypes = [_P, ctypes.c_int32, _P, ctypes.c_int64]
+    lib.sg_states_set_table.restype = None
+    lib.sg_states_set_table.argtypes = [_P, _P, _P, ctypes.c_int64]
+    lib.sg_states_budget_checked.restype = None
+    lib.sg_states_budget_checked.argtypes = [_P]
+    lib.sg_states_key.restype = ctypes.c_int64
+    lib.sg_states_key.argtypes = [_P, ctypes.c_int32, _P, ctypes.c_int64]
+    lib.sg_union_new.restype = _P
+    lib.sg_union_new.argtypes = [ctypes.c_int32, _P, ctypes.c_int64]
+    lib.sg_union_free.restype = None
+    lib.sg_union_free.argtypes = [_P]
+    lib.sg_union_set_part.restype = None
+    lib.sg_union_set_part.argtypes = [_P, ctypes.c_int32, _P, _P, ctypes.c_int64, _P, _P]
+    lib.sg_union_need.restype = None
+    lib.sg_union_need.argtypes = [_P, _P]
+    lib.sg_union_intern.restype = ctypes.c_int64
+    lib.sg_union_intern.argtypes = [_P, _P, ctypes.c_int64]
+    lib.sg_union_build.restype = ctypes.c_int
+    lib.sg_union_build.argtypes = [_P, ctypes.c_int32]
     return lib
 
 
 _LIB = _load()
-#: the address of `sg_subset_walk_build`, for the C trie walk (0: unavailable)
-WALK_BUILD: int = (
-    ctypes.cast(_LIB.sg_subset_walk_build, ctypes.c_void_p).value or 0 if _LIB is not None else 0
-)
+
+
+def _address(name: str) -> int:
+    return ctypes.cast(getattr(_LIB, name), ctypes.c_void_p).value or 0 if _LIB is not None else 0
+
+
+#: the addresses of `sg_subset_walk_build` and `sg_union_walk_build`, for the C trie walk (0:
+#: unavailable)
+WALK_BUILD: int = _address("sg_subset_walk_build")
+UNION_WALK_BUILD: int = _address("sg_union_walk_build")
 
 
 def native_subset_available() -> bool:
-    """Whether regex DFA rows are built in C."""
+    """Whether regex and union DFA rows are built in C."""
     return _LIB is not None
 
 
-class NativeSubset:
-    """One regex DFA's C context: the NFA's arrays, the interned element sets, the builder.
+class _NativeStates:
+    """What both C contexts share: the interned states and the arrays rows go into.
 
     The DFA's table and accepting arrays are owned by ``ByteDFA`` and installed with
     ``set_table``; the C side writes rows and new states' acceptance into them.
     """
+
+    ctx: int
+    #: the C builder the trie walk calls directly
+    walk_build: int
+
+    def _adopt(self, ctx: int | None, what: str) -> None:
+        if not ctx:
+            raise MemoryError(f"could not allocate the C {what}")
+        self.ctx = ctx
+        self._lib = _LIB  # keep the library for __del__ at interpreter exit
+        self._header = _Header.from_address(ctx)
+
+    @property
+    def num_states(self) -> int:
+        return int(self._header.n_states)
+
+    def set_table(self, table: npt.NDArray[np.int32], accepting: npt.NDArray[np.bool_]) -> None:
+        """Install new (``-2``/False filled) arrays; the states so far are copied into them."""
+        assert table.shape[0] == accepting.shape[0]
+        _LIB.sg_states_set_table(self.ctx, table.ctypes.data, accepting.ctypes.data, table.shape[0])
+
+    def budget_checked(self) -> None:
+        _LIB.sg_states_budget_checked(self.ctx)
+
+    def build(self, state: int) -> int:
+        """Build ``state``'s row: OK or a stop code (see `_subset.c`)."""
+        raise NotImplementedError
+
+    def intern(self, key: Any) -> int:
+        """The id of a (non-empty) key, created if new: id or ``-1 - code``."""
+        raise NotImplementedError
+
+    def key(self, state: int) -> Any:
+        """The key of ``state``, as the Python source writes it."""
+        raise NotImplementedError
+
+    def provide_row(self) -> None:
+        """After NEED_ROW: build (in Python) the row the C side asked for."""
+        raise NotImplementedError
+
+    def _elements(self, state: int) -> list[int]:
+        buf = np.empty(64, dtype=np.int64)
+        n = int(_LIB.sg_states_key(self.ctx, state, buf.ctypes.data, len(buf)))
+        if n < 0:
+            raise IndexError(f"state {state} has not been created")
+        if n > len(buf):
+            buf = np.empty(n, dtype=np.int64)
+            n = int(_LIB.sg_states_key(self.ctx, state, buf.ctypes.data, len(buf)))
+        return buf[:n].tolist()  # type: ignore[no-any-return]
+
+
+class NativeSubset(_NativeStates):
+    """One regex DFA's C context: the NFA's arrays, the interned element sets, the builder."""
+
+    walk_build = WALK_BUILD
 
     def __init__(
         self, nfa: ByteNFA, p: int, byte_classes: npt.NDArray[np.uint8], max_states: int
@@ -117,27 +199,13 @@ class NativeSubset:
             np.ascontiguousarray(byte_classes, dtype=np.uint8),
         )
         a = [x.ctypes.data for x in self._arrays]
-        ctx = _LIB.sg_subset_new(n, *a[:6], p, *a[6:], max_states)
-        if not ctx:
-            raise MemoryError("could not allocate the C subset construction")
-        self.ctx: int = ctx
-        self._lib = _LIB  # keep the library for __del__ at interpreter exit
-        self._header = _Header.from_address(ctx)
+        self._adopt(_LIB.sg_subset_new(n, *a[:6], p, *a[6:], max_states), "subset construction")
 
     def __del__(self) -> None:
         ctx = getattr(self, "ctx", 0)
         if ctx:
             self.ctx = 0
             self._lib.sg_subset_free(ctx)
-
-    @property
-    def num_states(self) -> int:
-        return int(self._header.n_states)
-
-    def set_table(self, table: npt.NDArray[np.int32], accepting: npt.NDArray[np.bool_]) -> None:
-        """Install new (``-2``/False filled) arrays; the states so far are copied into them."""
-        assert table.shape[0] == accepting.shape[0]
-        _LIB.sg_subset_set_table(self.ctx, table.ctypes.data, accepting.ctypes.data, table.shape[0])
 
     def start(self, nfa_state: int) -> int:
         """Create the start state: its id, -1 for an empty language, or ``-1 - code``."""
@@ -147,21 +215,74 @@ class NativeSubset:
         """Build ``state``'s row: OK or a stop code (see `_subset.c`)."""
         return int(_LIB.sg_subset_build(self.ctx, state))
 
-    def budget_checked(self) -> None:
-        _LIB.sg_subset_budget_checked(self.ctx)
-
-    def intern(self, elements: frozenset[int]) -> int:
+    def intern(self, key: frozenset[int]) -> int:
         """The id of a (non-empty) element set, created if new: id or ``-1 - code``."""
-        arr = np.array(sorted(elements), dtype=np.int64)
+        arr = np.array(sorted(key), dtype=np.int64)
         return int(_LIB.sg_subset_intern(self.ctx, arr.ctypes.data, len(arr)))
 
     def key(self, state: int) -> frozenset[int]:
         """The element set of ``state`` (as ``NFASource`` writes it)."""
-        buf = np.empty(64, dtype=np.int64)
-        n = int(_LIB.sg_subset_key(self.ctx, state, buf.ctypes.data, len(buf)))
-        if n < 0:
-            raise IndexError(f"state {state} has not been created")
-        if n > len(buf):
-            buf = np.empty(n, dtype=np.int64)
-            n = int(_LIB.sg_subset_key(self.ctx, state, buf.ctypes.data, len(buf)))
-        return frozenset(buf[:n].tolist())
+        return frozenset(self._elements(state))
+
+    def provide_row(self) -> None:
+        raise AssertionError("the subset construction never asks for a component row")
+
+
+UnionKey = tuple[tuple[int, int], ...]
+
+
+class NativeUnion(_NativeStates):
+    """One union DFA's C context (a grammar lexer): the components' arrays and the interned
+    tuples of component states. ``parts`` are the components' ``ByteDFA``s."""
+
+    walk_build = UNION_WALK_BUILD
+
+    def __init__(
+        self, parts: list[Any], byte_classes: npt.NDArray[np.uint8], max_states: int
+    ) -> None:
+        assert _LIB is not None
+        self.parts = parts
+        self._classes = np.ascontiguousarray(byte_classes, dtype=np.uint8)
+        self._adopt(_LIB.sg_union_new(len(parts), self._classes.ctypes.data, max_states), "union")
+        self._need = np.zeros(2, dtype=np.int64)
+        for i in range(len(parts)):
+            self.refresh_part(i)
+
+    def __del__(self) -> None:
+        ctx = getattr(self, "ctx", 0)
+        if ctx:
+            self.ctx = 0
+            self._lib.sg_union_free(ctx)
+
+    def refresh_part(self, i: int) -> None:
+        """Point the C side at component ``i``'s current arrays and C builder."""
+        part = self.parts[i]
+        _LIB.sg_union_set_part(
+            self.ctx,
+            i,
+            part.table_address,
+            part.accepting_address,
+            part.capacity,
+            part.native_builder or None,
+            part.native_context or None,
+        )
+
+    def build(self, state: int) -> int:
+        """Build ``state``'s row: OK or a stop code (see `_subset.c`)."""
+        return int(_LIB.sg_union_build(self.ctx, state))
+
+    def provide_row(self) -> None:
+        """After NEED_ROW: build the component row the C side asked for (in Python)."""
+        _LIB.sg_union_need(self.ctx, self._need.ctypes.data)
+        i, state = self._need.tolist()
+        self.parts[i].row(state)
+        self.refresh_part(i)
+
+    def intern(self, key: UnionKey) -> int:
+        """The id of a (non-empty) key, created if new: id or ``-1 - code``."""
+        arr = np.array([(i << 32) | s for i, s in key], dtype=np.int64)
+        return int(_LIB.sg_union_intern(self.ctx, arr.ctypes.data, len(arr)))
+
+    def key(self, state: int) -> UnionKey:
+        """The key of ``state`` (as ``UnionSource`` writes it)."""
+        return tuple((e >> 32, e & 0xFFFFFFFF) for e in self._elements(state))

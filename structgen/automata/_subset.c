@@ -1,18 +1,29 @@
-/* Subset construction of structgen's lazy regex DFAs, in C (see dfa.py, `NFASource`).
+/* Lazy DFA rows in C: the subset construction of structgen's regex DFAs and the tagged union of
+ * a grammar's lexer (see dfa.py, `NFASource` and `UnionSource`).
  *
- * A DFA state is a sorted set of int64 *elements*: `next * P + node` ("inside a character at
- * pool DAG node `node`, continuing at NFA state `next`", P = pool size) or -1 (the match state),
- * exactly the elements of the Python `NFASource`. `sg_subset_build` expands one state: per byte
- * class it collects the moved elements, closes the completed characters over epsilon moves,
- * interns the resulting set (an open-addressing hash table) and writes the row into the DFA's
- * `int32 [capacity, 256]` table (-1 dead, -2 not built), byte 0 last, so a row whose byte 0 is
- * not -2 is complete.
+ * Both kinds of context intern their states the same way (`sg_states`): a state is a sorted set
+ * of int64 *elements*, kept in an arena and found through an open-addressing hash table; rows go
+ * into the DFA's `int32 [capacity, 256]` table (-1 dead, -2 not built), byte 0 last, so a row
+ * whose byte 0 is not -2 is complete.
  *
- * Python owns the table and the accepting array and keeps the limits: when a new state would
- * need a bigger table, pass `max_states`, or is due for a compile-budget check (every 1024
- * states) the build stops and returns a code; Python acts and calls again (interning is
- * idempotent, so a retried row gives the same ids). A mutex serialises builds, because the C
- * trie walk builds rows directly (`sg_subset_walk_build`) with the GIL released.
+ * Subset construction: an element is `next * P + node` ("inside a character at pool DAG node
+ * `node`, continuing at NFA state `next`", P = pool size) or -1 (the match state), exactly the
+ * elements of the Python `NFASource`. `sg_subset_build` expands one state: per byte class it
+ * collects the moved elements, closes the completed characters over epsilon moves and interns the
+ * result.
+ *
+ * Union: an element is `component << 32 | component state`, one per component still alive, as
+ * the Python `UnionSource` keys. A row reads each component's row (built by the component's own C
+ * builder when it has one) and interns, per byte class, the components that move. A component
+ * whose rows Python builds and whose row is not there yet stops the build with SG_NEED_ROW
+ * (`sg_union_need` says which); Python builds it, refreshes the component's arrays and retries.
+ *
+ * Python owns the tables and accepting arrays and keeps the limits: when a new state would need a
+ * bigger table, pass `max_states`, or is due for a compile-budget check (every 1024 states) the
+ * build stops and returns a code; Python acts and calls again (interning is idempotent, so a
+ * retried row gives the same ids). A mutex per context serialises builds, because the C trie walk
+ * builds rows directly (`sg_subset_walk_build`, `sg_union_walk_build`) with the GIL released. A
+ * union build may take its components' locks, never the other way round.
  *
  * Loaded with ctypes (see _native_subset.py); the module init only makes the file importable.
  */
@@ -28,10 +39,13 @@
 #define SG_BUDGET 3
 #define SG_NOMEM 4
 #define SG_BAD_STATE 5
+#define SG_NEED_ROW 6
 
 #define K_SPLIT 0
 #define K_CONSUME 1
 
+/* The states of one lazy DFA: the interned element sets and the arrays rows go into. First in
+ * every context, so Python reads `n_states` and `capacity` at the same offsets in both. */
 typedef struct {
     /* read by Python through ctypes: keep these first and in this order */
     int64_t n_states;
@@ -40,6 +54,18 @@ typedef struct {
     uint8_t *accepting;
     int64_t max_states;
     int64_t budget_checked; /* the state count at which the budget was last checked */
+    int64_t *elems;         /* the element sets, in an arena */
+    int64_t elems_len, elems_cap;
+    int64_t *set_off;       /* per state (n_states + 1 used) */
+    uint64_t *set_hash;
+    int64_t sets_cap;
+    int32_t *slots;         /* hash table of state ids, -1 empty */
+    int64_t n_slots;
+    pthread_mutex_t lock;
+} sg_states;
+
+typedef struct {
+    sg_states st;
     /* the NFA */
     int32_t n;
     int64_t p;
@@ -55,14 +81,6 @@ typedef struct {
     uint8_t *mc;
     uint8_t classes[256];
     int32_t n_classes;
-    /* the states: elements in an arena */
-    int64_t *elems;
-    int64_t elems_len, elems_cap;
-    int64_t *set_off; /* per state (n_states + 1 used) */
-    uint64_t *set_hash;
-    int64_t sets_cap;
-    int32_t *slots; /* hash table of state ids, -1 empty */
-    int64_t n_slots;
     /* scratch */
     int64_t *items;
     int64_t items_cap;
@@ -76,7 +94,6 @@ typedef struct {
     int32_t row[256];
     uint64_t memo_hash[256];
     int32_t memo_class[512];
-    pthread_mutex_t lock;
 } sg_subset;
 
 static uint64_t hash_elems(const int64_t *a, int64_t n)
@@ -127,13 +144,33 @@ static int reserve_i64(int64_t **buf, int64_t *cap, int64_t need)
     return 0;
 }
 
+static int states_init(sg_states *st, int64_t max_states)
+{
+    pthread_mutex_init(&st->lock, NULL);
+    st->max_states = max_states;
+    st->n_slots = 1024;
+    st->slots = (int32_t *)malloc((size_t)st->n_slots * sizeof(int32_t));
+    st->sets_cap = 256;
+    st->set_off = (int64_t *)malloc((size_t)(st->sets_cap + 1) * sizeof(int64_t));
+    st->set_hash = (uint64_t *)malloc((size_t)st->sets_cap * sizeof(uint64_t));
+    if (!st->slots || !st->set_off || !st->set_hash) return -1;
+    memset(st->slots, 0xFF, (size_t)st->n_slots * sizeof(int32_t));
+    st->set_off[0] = 0;
+    return 0;
+}
+
+static void states_free(sg_states *st)
+{
+    pthread_mutex_destroy(&st->lock);
+    free(st->elems); free(st->set_off); free(st->set_hash); free(st->slots);
+}
+
 void sg_subset_free(sg_subset *s)
 {
     if (!s) return;
-    pthread_mutex_destroy(&s->lock);
-    free(s->mc_off); free(s->mc); free(s->elems); free(s->set_off); free(s->set_hash);
-    free(s->slots); free(s->items); free(s->count); free(s->start); free(s->target);
-    free(s->seen); free(s->stack);
+    states_free(&s->st);
+    free(s->mc_off); free(s->mc); free(s->items); free(s->count); free(s->start);
+    free(s->target); free(s->seen); free(s->stack);
     free(s);
 }
 
@@ -146,10 +183,9 @@ sg_subset *sg_subset_new(
 {
     sg_subset *s = (sg_subset *)calloc(1, sizeof(sg_subset));
     if (!s) return NULL;
-    pthread_mutex_init(&s->lock, NULL);
+    if (states_init(&s->st, max_states)) { sg_subset_free(s); return NULL; }
     s->n = n; s->p = p; s->kind = kind; s->live = live; s->node = node; s->next = next;
     s->eps_off = eps_off; s->eps = eps; s->mv_off = mv_off; s->mv_child = mv_child;
-    s->max_states = max_states;
     memcpy(s->classes, classes, 256);
     int32_t nc = 0;
     for (int b = 0; b < 256; b++) if (classes[b] + 1 > nc) nc = classes[b] + 1;
@@ -163,18 +199,10 @@ sg_subset *sg_subset_new(
     s->start = (int32_t *)calloc(257, sizeof(int32_t));
     s->seen = (uint32_t *)calloc((size_t)(n > 0 ? n : 1), sizeof(uint32_t));
     s->stack = (int32_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-    s->n_slots = 1024;
-    s->slots = (int32_t *)malloc((size_t)s->n_slots * sizeof(int32_t));
-    s->sets_cap = 256;
-    s->set_off = (int64_t *)malloc((size_t)(s->sets_cap + 1) * sizeof(int64_t));
-    s->set_hash = (uint64_t *)malloc((size_t)s->sets_cap * sizeof(uint64_t));
-    if (!s->mc_off || !s->mc || !s->count || !s->start || !s->seen || !s->stack || !s->slots
-        || !s->set_off || !s->set_hash) {
+    if (!s->mc_off || !s->mc || !s->count || !s->start || !s->seen || !s->stack) {
         sg_subset_free(s);
         return NULL;
     }
-    memset(s->slots, 0xFF, (size_t)s->n_slots * sizeof(int32_t));
-    s->set_off[0] = 0;
     /* each move's distinct classes, in increasing order */
     uint8_t mark[256];
     int64_t w = 0;
@@ -219,9 +247,9 @@ static void next_stamp(sg_subset *s)
     }
 }
 
-/* The id of the (sorted, unique, non-empty) set a[0..n), creating it if needed: >= 0, or
- * -SG_GROW / -SG_LIMIT / -SG_BUDGET / -SG_NOMEM. */
-static int64_t intern(sg_subset *s, const int64_t *a, int64_t n)
+/* The id of the (sorted, unique, non-empty) set a[0..n), creating it (with `accepting`) if
+ * needed: >= 0, or -SG_GROW / -SG_LIMIT / -SG_BUDGET / -SG_NOMEM. */
+static int64_t intern(sg_states *s, const int64_t *a, int64_t n, uint8_t accepting)
 {
     uint64_t h = hash_elems(a, n);
     uint64_t mask = (uint64_t)s->n_slots - 1;
@@ -272,7 +300,7 @@ static int64_t intern(sg_subset *s, const int64_t *a, int64_t n)
     s->set_off[sid + 1] = s->elems_len;
     s->set_hash[sid] = h;
     s->slots[i] = (int32_t)sid;
-    s->accepting[sid] = a[0] == -1;
+    s->accepting[sid] = accepting;
     __atomic_store_n(&s->n_states, sid + 1, __ATOMIC_RELEASE);
     return sid;
 }
@@ -281,36 +309,37 @@ static int64_t intern(sg_subset *s, const int64_t *a, int64_t n)
  * state is created), or a negative code -1 - SG_x. */
 int64_t sg_subset_start(sg_subset *s, int32_t q)
 {
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&s->st.lock);
     next_stamp(s);
     int64_t len = 0, r;
     if (closure(s, q, &len)) r = -1 - SG_NOMEM;
     else if (len == 0) r = -1;
     else {
         len = sort_unique(s->target, len);
-        r = intern(s, s->target, len);
+        r = intern(&s->st, s->target, len, s->target[0] == -1);
         if (r < 0) r = -1 + r;
     }
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->st.lock);
     return r;
 }
 
 /* Creates the state of a sorted, unique, non-empty element set (unpickling); id or -1 - SG_x. */
 int64_t sg_subset_intern(sg_subset *s, const int64_t *a, int64_t n)
 {
-    pthread_mutex_lock(&s->lock);
-    int64_t r = n > 0 ? intern(s, a, n) : -SG_BAD_STATE;
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&s->st.lock);
+    int64_t r = n > 0 ? intern(&s->st, a, n, a[0] == -1) : -SG_BAD_STATE;
+    pthread_mutex_unlock(&s->st.lock);
     return r < 0 ? -1 + r : r;
 }
 
 static int build_locked(sg_subset *s, int32_t state)
 {
-    if (state < 0 || state >= s->n_states) return SG_BAD_STATE;
-    int32_t *out = s->table + (int64_t)state * 256;
+    sg_states *st = &s->st;
+    if (state < 0 || state >= st->n_states) return SG_BAD_STATE;
+    int32_t *out = st->table + (int64_t)state * 256;
     if (out[0] != -2) return SG_OK;  /* built meanwhile */
-    const int64_t *key = s->elems + s->set_off[state];
-    int64_t klen = s->set_off[state + 1] - s->set_off[state];
+    const int64_t *key = st->elems + st->set_off[state];
+    int64_t klen = st->set_off[state + 1] - st->set_off[state];
     int32_t nc = s->n_classes;
     const int64_t p = s->p;
     /* pass 1: bucket sizes */
@@ -374,7 +403,7 @@ static int build_locked(sg_subset *s, int32_t state)
         len += n - k;
         if (len == 0) { s->row[c] = -1; continue; }
         len = sort_unique(s->target, len);
-        int64_t sid = intern(s, s->target, len);
+        int64_t sid = intern(st, s->target, len, s->target[0] == -1);
         if (sid < 0) return (int)-sid;
         s->row[c] = (int32_t)sid;
     }
@@ -383,14 +412,14 @@ static int build_locked(sg_subset *s, int32_t state)
     return SG_OK;
 }
 
-/* Builds the row of `state`: SG_OK, or SG_GROW (a bigger table first: sg_subset_set_table),
+/* Builds the row of `state`: SG_OK, or SG_GROW (a bigger table first: sg_states_set_table),
  * SG_LIMIT (max_states reached), SG_BUDGET (check the compile budget, then
- * sg_subset_budget_checked), SG_NOMEM, SG_BAD_STATE. States created before the stop stay. */
+ * sg_states_budget_checked), SG_NOMEM, SG_BAD_STATE. States created before the stop stay. */
 int sg_subset_build(sg_subset *s, int32_t state)
 {
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&s->st.lock);
     int r = build_locked(s, state);
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->st.lock);
     return r;
 }
 
@@ -399,16 +428,18 @@ int sg_subset_build(sg_subset *s, int32_t state)
 int sg_subset_walk_build(sg_subset *s, int32_t state, const int32_t **table,
                          const uint8_t **accepting)
 {
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&s->st.lock);
     int r = build_locked(s, state);
-    *table = s->table;
-    *accepting = s->accepting;
-    pthread_mutex_unlock(&s->lock);
+    *table = s->st.table;
+    *accepting = s->st.accepting;
+    pthread_mutex_unlock(&s->st.lock);
     return r;
 }
 
+/* ------------------------------------------------------------------------ any context */
+
 /* Installs bigger arrays (filled with -2 / 0): copies the states so far and switches. */
-void sg_subset_set_table(sg_subset *s, int32_t *table, uint8_t *accepting, int64_t capacity)
+void sg_states_set_table(sg_states *s, int32_t *table, uint8_t *accepting, int64_t capacity)
 {
     pthread_mutex_lock(&s->lock);
     if (s->table && s->n_states) {
@@ -421,7 +452,7 @@ void sg_subset_set_table(sg_subset *s, int32_t *table, uint8_t *accepting, int64
     pthread_mutex_unlock(&s->lock);
 }
 
-void sg_subset_budget_checked(sg_subset *s)
+void sg_states_budget_checked(sg_states *s)
 {
     pthread_mutex_lock(&s->lock);
     s->budget_checked = s->n_states;
@@ -429,7 +460,7 @@ void sg_subset_budget_checked(sg_subset *s)
 }
 
 /* The elements of `state` into out[0..cap); returns their number (-1: no such state). */
-int64_t sg_subset_key(sg_subset *s, int32_t state, int64_t *out, int64_t cap)
+int64_t sg_states_key(sg_states *s, int32_t state, int64_t *out, int64_t cap)
 {
     pthread_mutex_lock(&s->lock);
     int64_t r = -1;
@@ -439,6 +470,215 @@ int64_t sg_subset_key(sg_subset *s, int32_t state, int64_t *out, int64_t cap)
         if (r <= cap) memcpy(out, s->elems + off, (size_t)r * sizeof(int64_t));
     }
     pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ union */
+
+/* A component's row builder in C (`sg_subset_walk_build`): builds the row and hands back the
+ * current arrays (0), or asks for Python (nonzero). */
+typedef int (*part_builder)(void *ctx, int32_t state, const int32_t **table,
+                            const uint8_t **accepting);
+
+typedef struct {
+    const int32_t *table;     /* the component's arrays, as of the last refresh */
+    const uint8_t *accepting;
+    int64_t capacity;         /* their number of rows */
+    part_builder build;       /* NULL: the component's rows come from Python */
+    void *ctx;
+} sg_part;
+
+typedef struct {
+    sg_states st;
+    int32_t n_parts;
+    sg_part *parts;
+    uint8_t classes[256];
+    uint8_t reps[256];        /* the smallest byte of each class */
+    int32_t n_classes;
+    int64_t need_part, need_state;  /* after SG_NEED_ROW: the row Python must build */
+    int32_t *moves;           /* scratch: [n_classes][elements] component targets */
+    int64_t moves_cap;
+    int64_t *target;          /* scratch: one element per component at most */
+    int64_t *base;            /* scratch: the key's components, `component << 32` */
+    int32_t row[256];
+    uint64_t memo_hash[256];
+    int32_t memo_class[512];
+} sg_union;
+
+void sg_union_free(sg_union *u)
+{
+    if (!u) return;
+    states_free(&u->st);
+    free(u->parts); free(u->moves); free(u->target); free(u->base);
+    free(u);
+}
+
+/* A union of `n_parts` (>= 1) components with the union's byte classes; the components' arrays
+ * come with sg_union_set_part. */
+sg_union *sg_union_new(int32_t n_parts, const uint8_t *classes, int64_t max_states)
+{
+    if (n_parts < 1) return NULL;
+    sg_union *u = (sg_union *)calloc(1, sizeof(sg_union));
+    if (!u) return NULL;
+    u->parts = (sg_part *)calloc((size_t)n_parts, sizeof(sg_part));
+    u->target = (int64_t *)malloc((size_t)n_parts * sizeof(int64_t));
+    u->base = (int64_t *)malloc((size_t)n_parts * sizeof(int64_t));
+    if (!u->parts || !u->target || !u->base || states_init(&u->st, max_states)) {
+        sg_union_free(u);
+        return NULL;
+    }
+    u->n_parts = n_parts;
+    memcpy(u->classes, classes, 256);
+    int32_t nc = 0;
+    for (int b = 255; b >= 0; b--) {
+        u->reps[classes[b]] = (uint8_t)b;
+        if (classes[b] + 1 > nc) nc = classes[b] + 1;
+    }
+    u->n_classes = nc;
+    return u;
+}
+
+/* Points component `i` at its current arrays (`capacity` rows) and C builder (NULL: Python
+ * builds its rows). The arrays may go stale when the component grows: rows built since read as
+ * -2 there (and states created since lie beyond `capacity`), so a stale view only ever asks
+ * Python for a refresh; the C builder hands back the current arrays with each row. */
+void sg_union_set_part(sg_union *u, int32_t i, const int32_t *table, const uint8_t *accepting,
+                       int64_t capacity, part_builder build, void *ctx)
+{
+    pthread_mutex_lock(&u->st.lock);
+    if (i >= 0 && i < u->n_parts) {
+        sg_part *p = &u->parts[i];
+        p->table = table; p->accepting = accepting; p->capacity = capacity;
+        p->build = build; p->ctx = ctx;
+    }
+    pthread_mutex_unlock(&u->st.lock);
+}
+
+/* After SG_NEED_ROW: out[0] = the component, out[1] = its state whose row Python must build. */
+void sg_union_need(sg_union *u, int64_t *out)
+{
+    out[0] = u->need_part;
+    out[1] = u->need_state;
+}
+
+static uint8_t union_accepting(sg_union *u, const int64_t *a, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++)
+        if (u->parts[a[k] >> 32].accepting[a[k] & 0xFFFFFFFF]) return 1;
+    return 0;
+}
+
+/* Creates the state of a sorted, unique, non-empty element set (the start state, unpickling):
+ * its id or -1 - SG_x. The components' arrays must be set. */
+int64_t sg_union_intern(sg_union *u, const int64_t *a, int64_t n)
+{
+    pthread_mutex_lock(&u->st.lock);
+    int64_t r = -SG_BAD_STATE;
+    if (n > 0 && n <= u->n_parts) {
+        r = 0;
+        for (int64_t k = 0; k < n; k++) {
+            int64_t i = a[k] >> 32, s = a[k] & 0xFFFFFFFF;
+            if (i < 0 || i >= u->n_parts || s >= u->parts[i].capacity) r = -SG_BAD_STATE;
+        }
+        if (r == 0) r = intern(&u->st, a, n, union_accepting(u, a, n));
+    }
+    pthread_mutex_unlock(&u->st.lock);
+    return r < 0 ? -1 + r : r;
+}
+
+static int union_build_locked(sg_union *u, int32_t state)
+{
+    sg_states *st = &u->st;
+    if (state < 0 || state >= st->n_states) return SG_BAD_STATE;
+    int32_t *out = st->table + (int64_t)state * 256;
+    if (out[0] != -2) return SG_OK;  /* built meanwhile */
+    const int64_t *key = st->elems + st->set_off[state];
+    int64_t klen = st->set_off[state + 1] - st->set_off[state];
+    int32_t nc = u->n_classes;
+    if (klen * nc > u->moves_cap) {
+        int32_t *m = (int32_t *)realloc(u->moves, (size_t)(klen * nc) * sizeof(int32_t));
+        if (!m) return SG_NOMEM;
+        u->moves = m;
+        u->moves_cap = klen * nc;
+    }
+    /* each component's moves on the class representatives (its row built first); the key is
+     * read only here, because interning may move the arena */
+    for (int64_t k = 0; k < klen; k++) {
+        int32_t i = (int32_t)(key[k] >> 32), s = (int32_t)(key[k] & 0xFFFFFFFF);
+        u->base[k] = (int64_t)i << 32;
+        sg_part *p = &u->parts[i];
+        if (p->build ? p->build(p->ctx, s, &p->table, &p->accepting) != 0 : s >= p->capacity) {
+            u->need_part = i;  /* its C builder stopped (e.g. a bigger table first), or the */
+            u->need_state = s; /* Python-built component's view is stale */
+            return SG_NEED_ROW;
+        }
+        const int32_t *prow = p->table + (int64_t)s * 256;
+        int32_t *col = u->moves + k;
+        for (int32_t c = 0; c < nc; c++) {
+            int32_t t = prow[u->reps[c]];
+            if (t == -2) {
+                u->need_part = i;
+                u->need_state = s;
+                return SG_NEED_ROW;
+            }
+            col[(int64_t)c * klen] = t;
+        }
+    }
+    /* per class: the moved components (classes that move them all alike share the target) */
+    memset(u->memo_class, 0xFF, sizeof u->memo_class);
+    for (int32_t c = 0; c < nc; c++) {
+        const int32_t *mv = u->moves + (int64_t)c * klen;
+        uint64_t h = 0x9E3779B97F4A7C15ull;
+        for (int64_t k = 0; k < klen; k++) {
+            h ^= (uint64_t)(uint32_t)mv[k];
+            h *= 0xFF51AFD7ED558CCDull;
+            h ^= h >> 32;
+        }
+        uint32_t j = (uint32_t)(h & 511);
+        int32_t found = -1;
+        for (; u->memo_class[j] >= 0; j = (j + 1) & 511) {
+            int32_t d = u->memo_class[j];
+            if (u->memo_hash[d] == h
+                && !memcmp(u->moves + (int64_t)d * klen, mv, (size_t)klen * sizeof(int32_t))) {
+                found = d;
+                break;
+            }
+        }
+        if (found >= 0) { u->row[c] = u->row[found]; continue; }
+        u->memo_hash[c] = h;
+        u->memo_class[j] = c;
+        int64_t n = 0;
+        for (int64_t k = 0; k < klen; k++)
+            if (mv[k] >= 0) u->target[n++] = u->base[k] | mv[k];
+        if (n == 0) { u->row[c] = -1; continue; }
+        int64_t sid = intern(st, u->target, n, union_accepting(u, u->target, n));
+        if (sid < 0) return (int)-sid;
+        u->row[c] = (int32_t)sid;
+    }
+    for (int b = 255; b >= 1; b--) out[b] = u->row[u->classes[b]];
+    __atomic_store_n(&out[0], u->row[u->classes[0]], __ATOMIC_RELEASE);
+    return SG_OK;
+}
+
+/* Builds the row of `state`: the codes of sg_subset_build, and SG_NEED_ROW (build the component
+ * row sg_union_need names, refresh that component with sg_union_set_part, then call again). */
+int sg_union_build(sg_union *u, int32_t state)
+{
+    pthread_mutex_lock(&u->st.lock);
+    int r = union_build_locked(u, state);
+    pthread_mutex_unlock(&u->st.lock);
+    return r;
+}
+
+/* The trie walk's entry, as sg_subset_walk_build. */
+int sg_union_walk_build(sg_union *u, int32_t state, const int32_t **table,
+                        const uint8_t **accepting)
+{
+    pthread_mutex_lock(&u->st.lock);
+    int r = union_build_locked(u, state);
+    *table = u->st.table;
+    *accepting = u->st.accepting;
+    pthread_mutex_unlock(&u->st.lock);
     return r;
 }
 

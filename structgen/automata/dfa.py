@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from structgen._budget import check_budget
 from structgen.automata import _native_subset
+from structgen.automata._native_subset import _NativeStates
 from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
 from structgen.errors import LimitExceededError
 
@@ -34,8 +35,10 @@ IntArray = npt.NDArray[np.int32]
 _DEAD_ROW: IntArray = np.full(256, -1, dtype=np.int32)
 _DEAD_ROW.flags.writeable = False
 _MATCH = -1  # the element standing for the NFA match state in a subset
-#: build regex (``NFASource``) rows in C when the extension is there (tests switch it off)
+#: build regex (``NFASource``) and lexer (``UnionSource``) rows in C when the extension is there
+#: (tests switch them off)
 NATIVE_SUBSET = True
+NATIVE_UNION = True
 
 
 def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[np.uint8]:
@@ -80,6 +83,10 @@ class _Source(ABC):
     def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
         """Target state id per byte class (-1 dead), interning new keys with ``intern``."""
 
+    def make_native(self, max_states: int) -> _NativeStates | None:
+        """A C context that builds this source's rows (None: Python builds them)."""
+        return None
+
 
 class ByteDFA:
     """A lazily built DFA over bytes (see the module docstring for the table layout).
@@ -99,9 +106,9 @@ class ByteDFA:
         self.byte_classes: npt.NDArray[np.uint8] = classes
         self.num_byte_classes = int(classes.max()) + 1
         self._lock = threading.RLock()
-        # Set once the rows of an ``NFASource`` are built in C: the C context then owns the
-        # states (``_keys``/``_ids`` are emptied) and writes rows into ``_table``.
-        self._native: _native_subset.NativeSubset | None = None
+        # Set once the rows are built in C (``NFASource``, ``UnionSource``): the C context then
+        # owns the states (``_keys``/``_ids`` are emptied) and writes rows into ``_table``.
+        self._native: _NativeStates | None = None
         self._retired: list[npt.NDArray[Any]] = []
         self._ids: dict[Hashable, int] = {}
         self._keys: list[Hashable] = []
@@ -245,10 +252,11 @@ class ByteDFA:
         # Raw addresses for the C walk, refreshed only when the buffers are replaced.
         self.table_address: int = int(self._table.ctypes.data)
         self.accepting_address: int = int(self._accepting.ctypes.data)
+        self.capacity: int = int(self._table.shape[0])  # rows at table_address
         # The C row builder the walk may call directly (0: none, rows come from `row`).
         native = self._native
         self.native_context: int = 0 if native is None else native.ctx
-        self.native_builder: int = 0 if native is None else _native_subset.WALK_BUILD
+        self.native_builder: int = 0 if native is None else native.walk_build
 
     def _intern(self, key: Hashable) -> int:
         sid = self._ids.get(key)
@@ -301,6 +309,8 @@ class ByteDFA:
         elif code == _native_subset.BUDGET:
             check_budget()
             native.budget_checked()
+        elif code == _native_subset.NEED_ROW:
+            native.provide_row()
         elif code == _native_subset.LIMIT:
             raise self._limit_error()
         elif code == _native_subset.BAD_STATE:
@@ -309,17 +319,16 @@ class ByteDFA:
             raise MemoryError("the C subset construction ran out of memory")
 
     def _go_native(self) -> None:
-        """Hand the states so far to a new C context (under the lock, Python mode)."""
-        source = self._source
-        assert isinstance(source, NFASource)
-        native = _native_subset.NativeSubset(
-            source.nfa, source.p, self.byte_classes, self.limits.max_dfa_states
-        )
+        """Hand the states so far to a new C context, if the source has one (under the lock,
+        Python mode)."""
+        native = self._source.make_native(self.limits.max_dfa_states)
+        if native is None:
+            return
         native.set_table(self._table, self._accepting)
         native.budget_checked()  # Python checked the budget for the states so far
         self._native = native
         for i, key in enumerate(self._keys):
-            assert isinstance(key, frozenset) and key
+            assert key
             while (sid := native.intern(key)) < 0:
                 self._native_stop(-1 - sid)
             assert sid == i
@@ -332,12 +341,7 @@ class ByteDFA:
         if state >= self.num_states:
             raise IndexError(f"state {state} has not been created (num_states={self.num_states})")
         with self._lock:
-            if self._native is None and (
-                NATIVE_SUBSET
-                and _native_subset.native_subset_available()
-                and isinstance(self._source, NFASource)
-                and not self._empty
-            ):
+            if self._native is None and not self._empty:
                 self._go_native()
             native = self._native
             if native is not None:
@@ -417,6 +421,11 @@ class NFASource(_Source):
 
     def is_accepting(self, key: frozenset[int]) -> bool:
         return _MATCH in key
+
+    def make_native(self, max_states: int) -> _NativeStates | None:
+        if not (NATIVE_SUBSET and _native_subset.native_subset_available()):
+            return None
+        return _native_subset.NativeSubset(self.nfa, self.p, self.byte_classes, max_states)
 
     def expand(self, key: frozenset[int], intern: Callable[[Hashable], int]) -> list[int]:
         p = self.p
@@ -630,21 +639,18 @@ class UnionSource(_Source):
     def __init__(self, parts: Sequence[ByteDFA]) -> None:
         self.parts = list(parts)
         if self.parts:
-            stacked = np.stack([p.byte_classes.astype(np.int64) for p in self.parts], axis=1)
-            _, inverse = np.unique(stacked, axis=0, return_inverse=True)
-            # renumber in order of smallest byte so byte 0 is class 0
-            order: dict[int, int] = {}
-            classes = np.empty(256, dtype=np.uint8)
-            for byte, cls in enumerate(np.asarray(inverse).reshape(-1).tolist()):
-                classes[byte] = order.setdefault(cls, len(order))
-            self.byte_classes = classes
+            # Two bytes share a class iff they do in every component: number the distinct
+            # rows of component classes in order of smallest byte (so byte 0 is class 0).
+            n = len(self.parts)
+            raw = np.stack([p.byte_classes for p in self.parts], axis=1).tobytes()
+            ids: dict[bytes, int] = {}
+            numbered = bytes(ids.setdefault(raw[b * n : b * n + n], len(ids)) for b in range(256))
+            self.byte_classes = np.frombuffer(numbered, dtype=np.uint8).copy()
         else:
             self.byte_classes = np.zeros(256, dtype=np.uint8)
         self.num_classes = int(self.byte_classes.max()) + 1
-        reps = np.zeros(self.num_classes, dtype=np.int64)
-        for byte in range(255, -1, -1):
-            reps[self.byte_classes[byte]] = byte
-        self.reps = reps
+        # each class's smallest byte (classes are numbered by it, so these come in order)
+        self.reps = np.unique(self.byte_classes, return_index=True)[1].astype(np.int64)
 
     # Keys are sparse: ((component index, component state), ...) for the live components only,
     # so a lexer over 40 terminals of which 3 are still alive hashes 3 pairs, not 40 states.
@@ -658,6 +664,11 @@ class UnionSource(_Source):
     def is_accepting(self, key: tuple[tuple[int, int], ...]) -> bool:
         parts = self.parts
         return any(parts[i].is_accepting(s) for i, s in key)
+
+    def make_native(self, max_states: int) -> _NativeStates | None:
+        if not (NATIVE_UNION and self.parts and _native_subset.native_subset_available()):
+            return None
+        return _native_subset.NativeUnion(self.parts, self.byte_classes, max_states)
 
     def accepted(self, key: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
         """Indices of the components that accept in ``key``."""

@@ -1,0 +1,215 @@
+"""The C union rows (`_subset.c`, `sg_union_*`) build the same lexer DFAs as
+`UnionSource.expand`: the same keys state by state, whatever builds the components' rows (C
+regex contexts, Python tries and products) and however stale the C side's view of them is."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import re
+import threading
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+
+import structgen.automata.dfa as dfa_module
+from structgen.automata import (
+    AutomataLimits,
+    ByteDFA,
+    alternatives,
+    compile_regex,
+    intersect,
+)
+from structgen.automata._native_subset import native_subset_available
+from structgen.automata.dfa import UnionSource
+
+pytestmark = pytest.mark.skipif(
+    not native_subset_available(), reason="the C row builders are not built"
+)
+
+LIMITS = AutomataLimits()
+PARTS: list[Callable[[], ByteDFA]] = [
+    lambda: compile_regex(r"[a-z_][a-z0-9_]*"),
+    lambda: compile_regex(r"(?i)select|from|where|not|null"),
+    lambda: compile_regex(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?"),
+    lambda: compile_regex(r'"([^"\\]|\\.)*"'),
+    lambda: compile_regex(r"[ \t\n]+"),
+    lambda: alternatives([b"<=", b">=", b"<>", b"=", b"<", b">", b"not", b"nothing"]),
+    lambda: intersect(compile_regex(r"[a-z]{2,12}"), compile_regex(r".*(ab|ba).*")),
+    lambda: compile_regex(r"[\u00e0-\u00ff\u4e00-\u4e0f]{1,3}"),
+]
+
+
+def _union(native: bool, parts: list[ByteDFA] | None = None) -> ByteDFA:
+    old = dfa_module.NATIVE_UNION
+    dfa_module.NATIVE_UNION = native
+    try:
+        parts = parts if parts is not None else [make() for make in PARTS]
+        d = ByteDFA(UnionSource(parts), fingerprint="test-union", limits=LIMITS)
+        d.row(d.start)
+        return d
+    finally:
+        dfa_module.NATIVE_UNION = old
+
+
+def _isomorphic(a: ByteDFA, b: ByteDFA) -> int:
+    """Breadth first from both starts: the state maps agree, with equal keys and acceptance."""
+    mapping = {a.start: b.start}
+    queue = deque([a.start])
+    while queue:
+        x = queue.popleft()
+        y = mapping[x]
+        assert a.key_of(x) == b.key_of(y)
+        assert a.is_accepting(x) == b.is_accepting(y)
+        for tx, ty in zip(a.row(x).tolist(), b.row(y).tolist()):
+            assert (tx < 0) == (ty < 0)
+            if tx < 0:
+                continue
+            if tx in mapping:
+                assert mapping[tx] == ty
+            else:
+                mapping[tx] = ty
+                queue.append(tx)
+    assert len(set(mapping.values())) == len(mapping)
+    return len(mapping)
+
+
+def _which(d: ByteDFA, data: bytes) -> tuple[int, ...] | None:
+    """The components that accept all of `data` (None: the union dies on it)."""
+    state = d.start
+    for byte in data:
+        state = d.next_state(state, byte)
+        if state < 0:
+            return None
+    source = d._source
+    assert isinstance(source, UnionSource)
+    return source.accepted(d.key_of(state))  # type: ignore[arg-type]
+
+
+def test_same_dfa_as_python() -> None:
+    native = _union(True)
+    python = _union(False)
+    assert native._native is not None and python._native is None
+    old = dfa_module.NATIVE_UNION
+    try:
+        dfa_module.NATIVE_UNION = False  # the Python union keeps building in Python
+        n = _isomorphic(native, python)
+    finally:
+        dfa_module.NATIVE_UNION = old
+    assert n == native.num_states > 100
+    assert (native.table != -2).all()
+
+
+def test_accepted_components_match_re() -> None:
+    d = _union(True)
+    patterns = [
+        r"[a-z_][a-z0-9_]*",
+        r"(?i)select|from|where|not|null",
+        r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?",
+        r'"([^"\\]|\\.)*"',
+        r"[ \t\n]+",
+        r"<=|>=|<>|=|<|>|not|nothing",
+        None,  # the intersection: checked by hand below
+        r"[\u00e0-\u00ff\u4e00-\u4e0f]{1,3}",
+    ]
+    rng = random.Random(3)
+    alphabet = 'abnotSELECT_09.-e" \\<>=é一'
+    for _ in range(600):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 9)))
+        expected = []
+        for i, pattern in enumerate(patterns):
+            if pattern is None:
+                ok = re.fullmatch(r"[a-z]{2,12}", text) and ("ab" in text or "ba" in text)
+            else:
+                ok = re.fullmatch(pattern, text)
+            if ok:
+                expected.append(i)
+        got = _which(d, text.encode())
+        if got is not None:
+            assert list(got) == expected, text
+        else:
+            assert not expected, text
+
+
+def test_python_built_components_and_stale_views() -> None:
+    """Components whose rows Python builds (a trie, a product) grow after the C side last saw
+    them: the union asks Python for the rows (and fresh arrays) and still matches Python."""
+    parts = [make() for make in PARTS]
+    native = _union(True, parts)
+    # grow the components well past their tables' first capacity, behind the union's back
+    for part in parts:
+        part.build_all()
+    assert max(p.capacity for p in parts) > 16
+    asked = []
+    provide = type(native._native).provide_row  # type: ignore[union-attr]
+
+    def counting(self: object) -> None:
+        asked.append(1)
+        provide(self)  # type: ignore[arg-type]
+
+    python = _union(False, [make() for make in PARTS])
+    old = dfa_module.NATIVE_UNION
+    try:
+        type(native._native).provide_row = counting  # type: ignore[method-assign,union-attr]
+        dfa_module.NATIVE_UNION = False
+        _isomorphic(native, python)
+    finally:
+        type(native._native).provide_row = provide  # type: ignore[method-assign,union-attr]
+        dfa_module.NATIVE_UNION = old
+    assert asked  # the stale views did send the C side back to Python
+
+
+def test_pickle_round_trip_goes_native_again() -> None:
+    d = _union(True)
+    for data in (b"select", b"12.5e3", b'"a\\"b"'):
+        _which(d, data)
+    n = d.num_states
+    clone = pickle.loads(pickle.dumps(d))
+    assert clone._native is None and clone.num_states == n
+    assert [clone.key_of(i) for i in range(n)] == [d.key_of(i) for i in range(n)]
+    assert _which(clone, b"nothing") == _which(d, b"nothing") == (0, 5)
+    assert clone._native is not None  # new rows from C, on the same ids
+    assert [clone.key_of(i) for i in range(n)] == [d.key_of(i) for i in range(n)]
+
+
+def test_threads_build_one_union() -> None:
+    ref = _union(False)
+    rng = random.Random(4)
+    inputs = [
+        bytes(rng.choice(b'abnotSELECT_09.-e" <>=') for _ in range(rng.randint(1, 30)))
+        for _ in range(400)
+    ]
+    old = dfa_module.NATIVE_UNION
+    try:
+        dfa_module.NATIVE_UNION = False
+        expected = {data: _which(ref, data) for data in inputs}
+    finally:
+        dfa_module.NATIVE_UNION = old
+    d = _union(True)
+    errors: list[BaseException] = []
+
+    def work(chunk: list[bytes]) -> None:
+        try:
+            for data in chunk:
+                assert _which(d, data) == expected[data]
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(inputs[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and d._native is not None
+
+
+def test_switch_off() -> None:
+    d = _union(False)
+    old = dfa_module.NATIVE_UNION
+    try:
+        dfa_module.NATIVE_UNION = False
+        assert _which(d, b"select") == (0, 1)
+        assert d._native is None
+    finally:
+        dfa_module.NATIVE_UNION = old
