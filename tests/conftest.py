@@ -67,7 +67,6 @@ def shared_dir(name: str) -> Path:
 def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run a test with the C trie walk and again with the numpy fallback (caches cleared)."""
     from structgen import compiler
-    from structgen.grammar import engine
     from structgen.masks import _walker
     from structgen.masks._kernel import native_available
 
@@ -75,7 +74,6 @@ def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
         pytest.skip("the C trie walk is not built")
     if request.param == "numpy":
         monkeypatch.setattr(_walker, "native_walk", lambda vocab: None)
-        monkeypatch.setattr(engine, "native_walk", lambda vocab: None)
     compiler._CACHE.clear()
     yield request.param
     compiler._CACHE.clear()

@@ -163,9 +163,8 @@ class EarleySet:
         self.by_next: dict[int, list[Item]] = {}
         #: per-set caches of the engine layered on top (lexer, masks); keyed freely
         self.memo: dict[Any, Any] = {}
-        self._children: weakref.WeakValueDictionary[frozenset[int], EarleySet] = (
-            weakref.WeakValueDictionary()
-        )
+        # (created on the first scan: many sets are never scanned)
+        self._children: weakref.WeakValueDictionary[frozenset[int], EarleySet] | None = None
         rules = grammar.rules
         nullable = grammar.nullable
         num_terminals = grammar.num_terminals
@@ -225,7 +224,10 @@ class EarleySet:
         usable = terminals & self.expected
         if not usable:
             return None
-        child = self._children.get(usable)
+        children = self._children
+        if children is None:
+            children = self._children = weakref.WeakValueDictionary()
+        child = children.get(usable)
         if child is None:
             kernel = frozenset(
                 (rid, dot + 1, origin) for t in usable for rid, dot, origin in self.by_next[t]
@@ -238,5 +240,5 @@ class EarleySet:
             if child is None:
                 child = EarleySet(self.grammar, list(kernel))
                 interned[kernel] = child
-            self._children[usable] = child
+            children[usable] = child
         return child

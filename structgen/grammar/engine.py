@@ -28,7 +28,6 @@ from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar, TerminalDef, node_digest
 from structgen.masks import TokenMaskWalker, pack_bool_mask
 from structgen.masks._kernel import Events
-from structgen.masks._walker import native_walk
 from structgen.vocab import Vocabulary
 
 __all__ = ["GrammarEngine", "ParseState", "terminal_dfa"]
@@ -122,17 +121,23 @@ class _Lexer:
     """The union DFA of one set of terminals (shared across grammars), with this grammar's
     terminal numbering: component `i` of the union is grammar terminal `terminals[i]`."""
 
-    __slots__ = ("dfa", "source", "terminals", "walker")
+    __slots__ = ("_accepted", "dfa", "source", "terminals", "walker")
 
     def __init__(self, terminals: tuple[int, ...], union: _SharedUnion) -> None:
         self.terminals = terminals
         self.source = union.source
         self.dfa = union.dfa
         self.walker = union.walker
+        self._accepted: dict[int, frozenset[int]] = {}  # every parse state with this lexer asks
 
     def accepted(self, state: int) -> frozenset[int]:
-        key = self.dfa.key_of(state)
-        return frozenset(self.terminals[i] for i in self.source.accepted(key))  # type: ignore[arg-type]
+        """The grammar terminals whose lexeme may end in `state`."""
+        hit = self._accepted.get(state)
+        if hit is None:
+            key = self.dfa.key_of(state)
+            hit = frozenset(self.terminals[i] for i in self.source.accepted(key))  # type: ignore[arg-type]
+            self._accepted[state] = hit
+        return hit
 
 
 class GrammarEngine:
@@ -275,8 +280,6 @@ class GrammarEngine:
         again with the next lexer (recursively), then tokens that start the next lexeme."""
         parse, lex_state, fresh = state
         walker = self.lexer(parse).walker
-        native = native_walk(self.vocab)
-        assert native is not None
         words = inside[0].copy()
         pending = [(parse, inside[1])]
         while pending:
@@ -287,8 +290,8 @@ class GrammarEngine:
                 after = self.end_lexeme(current, before)
                 if after is None:
                     continue
-                dfa = self.lexer(after).dfa
-                _, more = native.walk(dfa, dfa.start, words=words, ranges=spans, boundaries=True)
+                indices, values, more = self.lexer(after).walker.continue_walk(spans)
+                words[indices] |= values
                 if len(more):
                     pending.append((after, more))
         mask = words.view(np.int32)

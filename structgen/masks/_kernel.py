@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import itertools
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -140,31 +142,56 @@ MAX_EQUAL_PAIRS = 4096
 _EQUAL_SLOTS = 8192  # a power of two above MAX_EQUAL_PAIRS: the visited set's open addressing
 
 
-class Events(NamedTuple):
+class Events:
     """Boundary events of a walk, as arrays: the trie subtrees (preorder nodes `[lo, hi)`)
     whose tokens die after `cut` bytes in DFA state `state`, where the automaton accepts.
     Also used as walk ranges (nodes `[lo, hi)` whose parent is at depth `cut`)."""
 
-    lo: npt.NDArray[np.int64]
-    hi: npt.NDArray[np.int64]
-    cut: npt.NDArray[np.int32]
-    state: npt.NDArray[np.int32]
+    __slots__ = ("_groups", "cut", "hi", "lo", "state")
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __init__(
+        self,
+        lo: npt.NDArray[np.int64],
+        hi: npt.NDArray[np.int64],
+        cut: npt.NDArray[np.int32],
+        state: npt.NDArray[np.int32],
+    ) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.cut = cut
+        self.state = state
+        self._groups: list[tuple[int, Events]] | None = None
+
+    def __len__(self) -> int:
         return len(self.lo)
 
+    def __iter__(self) -> Iterator[npt.NDArray[Any]]:
+        return iter((self.lo, self.hi, self.cut, self.state))
+
     def groups(self) -> list[tuple[int, Events]]:
-        """The events split by `state`: `(state, events)` pairs."""
-        if not len(self.lo):
+        """The events split by `state`: `(state, events)` pairs (computed once: walk results
+        are cached, and the mask of every parse state that reaches them asks again)."""
+        groups = self._groups
+        if groups is None:
+            groups = self._groups = self._split()
+        return groups
+
+    def _split(self) -> list[tuple[int, Events]]:
+        n = len(self.lo)
+        if not n:
             return []
+        first = int(self.state[0])
+        if n == 1 or (self.state == first).all():  # the common case: one state
+            return [(first, self)]
         order = np.argsort(self.state, kind="stable")
         states = self.state[order]
-        cuts = np.flatnonzero(np.diff(states)) + 1
+        bounds = [0, *(np.flatnonzero(np.diff(states)) + 1).tolist(), n]
         out = []
-        for part in np.split(order, cuts):
+        for a, b in itertools.pairwise(bounds):
+            part = order[a:b]
             out.append(
                 (
-                    int(self.state[part[0]]),
+                    int(states[a]),
                     Events(self.lo[part], self.hi[part], self.cut[part], self.state[part]),
                 )
             )
@@ -281,7 +308,7 @@ _NO_EVENTS = Events(
     np.zeros(0, dtype=np.int32),
     np.zeros(0, dtype=np.int32),
 )
-for _array in _NO_EVENTS:
+for _array in (_NO_EVENTS.lo, _NO_EVENTS.hi, _NO_EVENTS.cut, _NO_EVENTS.state):
     _array.setflags(write=False)
 
 

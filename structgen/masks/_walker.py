@@ -249,6 +249,8 @@ class TokenMaskWalker:
         self._max_cached = max_cached_masks
         self._boundaries: dict[int, list[tuple[int, int, npt.NDArray[np.int64]]]] = {}
         self._events: dict[int, tuple[npt.NDArray[np.uint32], Events]] = {}
+        self._continued: dict[bytes, tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]]
+        self._continued = {}
         self._lock = threading.Lock()
         # Mask sharing: walked states by the pattern of their live first bytes, newest last.
         self._shared: OrderedDict[bytes, list[tuple[int, npt.NDArray[np.int32]]]] = OrderedDict()
@@ -427,6 +429,32 @@ class TokenMaskWalker:
                 self._events[state] = hit
                 while len(self._events) > self._max_cached:
                     self._events.pop(next(iter(self._events)))
+        return hit
+
+    def continue_walk(
+        self, spans: Events
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]:
+        """With the C walk: the tokens of `spans` (subtrees whose tokens end the previous lexeme
+        after `cut` bytes) that stay alive in a new lexeme of this automaton, as packed words
+        (`indices`, `values`: OR them into a mask), and their own boundary events.
+
+        The result depends on the spans and the automaton alone, not on the parse around them,
+        so it is cached here: every parse state that ends a lexeme the same way and expects the
+        same terminals next (one shared lexer) walks those subtrees once.
+        """
+        key = spans.lo.tobytes() + spans.hi.tobytes() + spans.cut.tobytes()
+        with self._lock:
+            hit = self._continued.get(key)
+        if hit is None:
+            native = native_walk(self.vocab)
+            assert native is not None
+            words, events = native.walk(self.dfa, self.dfa.start, ranges=spans, boundaries=True)
+            indices = np.flatnonzero(words)
+            hit = (indices, words[indices], events)
+            with self._lock:
+                self._continued[key] = hit
+                while len(self._continued) > self._max_cached:
+                    self._continued.pop(next(iter(self._continued)))
         return hit
 
     def first_byte_dead(self, state: int) -> npt.NDArray[np.int32]:
