@@ -47,6 +47,7 @@ from _common import (
 )
 
 import structgen.compiler
+import structgen.grammar.engine
 import structgen.masks._walker
 from structgen import Compiler, Matcher, StructgenError, Vocabulary, allocate_bitmask
 from structgen.grammar.lark_frontend import load_builtin
@@ -330,6 +331,7 @@ class StructgenEngine:
             vocab = Vocabulary.from_hf(tokenizer)
             vocab.trie  # noqa: B018  (built once, like the peers' tokenizer tables)
             structgen.masks._walker.native_walk(vocab)  # the C walk's token table, ditto
+            structgen.masks._walker.first_byte_masks(vocab)  # and the tokens by first byte
         self.vocab = vocab
         self.bitmask = allocate_bitmask(1, self.vocab.size, backend="numpy")
 
@@ -340,6 +342,9 @@ class StructgenEngine:
     def clear_caches(self) -> None:
         structgen.compiler._CACHE.clear()
         structgen.masks._walker._CLASS_CACHE.clear()
+        # the terminal automata and lexers grammars share (with their rows and mask caches)
+        structgen.grammar.engine._TERMINAL_DFAS.clear()
+        structgen.grammar.engine._UNIONS.clear()
         for module, name in _STRUCTGEN_MEMOS:
             memo = getattr(sys.modules.get(module), name, None)
             if memo is not None:
