@@ -176,6 +176,18 @@ class ByteDFA:
         native = self._native
         return self._keys[state] if native is None else native.key(state)
 
+    def state_of(self, key: Hashable) -> int:
+        """The id of the state with the source's ``key``, created if new: another entry point
+        into the same automaton (a grammar lexer's start for one set of expected terminals).
+        The key must be live (reach acceptance)."""
+        with self._lock:
+            native = self._native
+            if native is None:
+                return self._intern(key)
+            while (sid := native.intern(key)) < 0:
+                self._native_stop(-1 - sid)
+            return sid
+
     def is_live(self, state: int) -> bool:
         """Whether some continuation from ``state`` is accepted (true for every id but an
         empty language's start)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -75,10 +76,17 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
 
 class _SharedUnion:
     """A union DFA of some terminal automata with its walker (mask caches), shared by every
-    grammar that expects the same set of terminals: schemas repeat lexers (the value lexer, the
-    number lexer, a key set), and a shared one keeps its rows and masks already built."""
+    grammar with the same terminals (a compiled grammar compiled again finds its rows and masks
+    already built).
 
-    __slots__ = ("dfa", "parts", "source", "walker")
+    Every lexer of a grammar is a *start state* of this one DFA: the components of the terminals
+    that parse state expects, each at its start. States are keyed by the components still alive,
+    so once a lexeme is past the bytes that tell its terminals apart (inside a key, a string),
+    the lexers of all parse states meet in the same states, and their rows and masks are built
+    once rather than once per set of expected terminals.
+    """
+
+    __slots__ = ("_accepted", "dfa", "parts", "source", "walker")
 
     def __init__(
         self,
@@ -92,11 +100,28 @@ class _SharedUnion:
         names = ",".join(p.fingerprint[:12] for p in parts)
         self.dfa = ByteDFA(self.source, fingerprint=f"lexer:{names}", limits=limits)
         self.walker = TokenMaskWalker(vocab, self.dfa, max_cached_masks=max_cached_masks)
+        self._accepted: dict[int, frozenset[int]] = {}
+
+    def start(self, components: frozenset[int]) -> int:
+        """The state where exactly `components` (live ones) are at their start."""
+        parts = self.parts
+        key = tuple((i, parts[i].start) for i in sorted(components))
+        return self.dfa.state_of(key)
+
+    def accepted(self, state: int) -> frozenset[int]:
+        """The components whose lexeme may end in `state` (every parse state asks again)."""
+        hit = self._accepted.get(state)
+        if hit is None:
+            hit = frozenset(self.source.accepted(self.dfa.key_of(state)))  # type: ignore[arg-type]
+            self._accepted[state] = hit
+        return hit
 
 
 _UNIONS: OrderedDict[tuple[Any, ...], _SharedUnion] = OrderedDict()
 _UNION_LOCK = threading.Lock()
 _UNION_CACHE_SIZE = 256
+#: a grammar's one lexer DFA serves all its parse states: it may grow larger than one regex's
+LEXER_STATES_FACTOR = 8
 
 
 def shared_union(
@@ -118,26 +143,16 @@ def shared_union(
 
 
 class _Lexer:
-    """The union DFA of one set of terminals (shared across grammars), with this grammar's
-    terminal numbering: component `i` of the union is grammar terminal `terminals[i]`."""
+    """The lexer of the parse states that expect one set of terminals: a start state of the
+    grammar's union DFA. Component `i` of the union is grammar terminal `i`."""
 
-    __slots__ = ("_accepted", "dfa", "source", "terminals", "walker")
+    __slots__ = ("accepted", "dfa", "start", "walker")
 
-    def __init__(self, terminals: tuple[int, ...], union: _SharedUnion) -> None:
-        self.terminals = terminals
-        self.source = union.source
+    def __init__(self, union: _SharedUnion, start: int) -> None:
         self.dfa = union.dfa
         self.walker = union.walker
-        self._accepted: dict[int, frozenset[int]] = {}  # every parse state with this lexer asks
-
-    def accepted(self, state: int) -> frozenset[int]:
-        """The grammar terminals whose lexeme may end in `state`."""
-        hit = self._accepted.get(state)
-        if hit is None:
-            key = self.dfa.key_of(state)
-            hit = frozenset(self.terminals[i] for i in self.source.accepted(key))  # type: ignore[arg-type]
-            self._accepted[state] = hit
-        return hit
+        self.start = start
+        self.accepted = union.accepted
 
 
 class GrammarEngine:
@@ -160,6 +175,7 @@ class GrammarEngine:
         names = self.parser.terminal_names
         self.ignore = frozenset(names.index(n) for n in grammar.ignore if n in usable)
         self._lexers: dict[frozenset[int], _Lexer] = {}
+        self._union: _SharedUnion | None = None
         self._lock = threading.RLock()
         self._initial = self.parser.initial_set()
         # Parse states are memoised weakly; the most recent ones are kept alive here so that the
@@ -176,22 +192,32 @@ class GrammarEngine:
             with self._lock:
                 lexer = self._lexers.get(wanted)
                 if lexer is None:
-                    # A canonical component order (by automaton fingerprint) lets grammars that
-                    # number their terminals differently share one union lexer.
-                    dfas = self.terminal_dfas
-                    ids = tuple(sorted(wanted, key=lambda i: (dfas[i].fingerprint, i)))
-                    parts = tuple(dfas[i] for i in ids)
-                    union = shared_union(parts, self.vocab, self.limits, self.max_cached_masks)
-                    lexer = _Lexer(ids, union)
+                    if wanted:
+                        union = self._grammar_union()
+                        lexer = _Lexer(union, union.start(wanted))
+                    else:  # nothing can follow: a lexer that reads nothing
+                        union = shared_union((), self.vocab, self.limits, self.max_cached_masks)
+                        lexer = _Lexer(union, union.dfa.start)
                     self._lexers[wanted] = lexer
             parse.memo["lexer"] = lexer
         return lexer
+
+    def _grammar_union(self) -> _SharedUnion:
+        union = self._union
+        if union is None:
+            limits = replace(
+                self.limits, max_dfa_states=self.limits.max_dfa_states * LEXER_STATES_FACTOR
+            )
+            parts = tuple(self.terminal_dfas)
+            union = shared_union(parts, self.vocab, limits, self.max_cached_masks)
+            self._union = union
+        return union
 
     # ------------------------------------------------------------------ the engine interface
 
     @property
     def initial_state(self) -> ParseState:
-        return (self._initial, self.lexer(self._initial).dfa.start, True)
+        return (self._initial, self.lexer(self._initial).start, True)
 
     def end_lexeme(self, parse: EarleySet, lexer_state: int) -> EarleySet | None:
         """The parse after the current lexeme ends in `lexer_state` (None: it cannot end)."""
@@ -223,7 +249,7 @@ class GrammarEngine:
                 parse = after
                 lexer = self.lexer(parse)
                 dfa = lexer.dfa
-                nxt = dfa.next_state(dfa.start, byte)
+                nxt = dfa.next_state(lexer.start, byte)
                 if nxt < 0:
                     return None
             lex_state = nxt
@@ -255,7 +281,7 @@ class GrammarEngine:
             if after is not None:
                 # The lexeme may end right here: a token whose first byte cannot extend it starts
                 # the next lexeme, so the next state's mask decides it.
-                fresh_mask = self.token_mask((after, self.lexer(after).dfa.start, True))
+                fresh_mask = self.token_mask((after, self.lexer(after).start, True))
                 mask = mask | (fresh_mask & walker.first_byte_dead(lex_state))
         extra: npt.NDArray[np.bool_] | None = None
         for cut, before, positions in walker.boundary_candidates(lex_state):
@@ -290,7 +316,8 @@ class GrammarEngine:
                 after = self.end_lexeme(current, before)
                 if after is None:
                     continue
-                indices, values, more = self.lexer(after).walker.continue_walk(spans)
+                lexer = self.lexer(after)
+                indices, values, more = lexer.walker.continue_walk(spans, lexer.start)
                 words[indices] |= values
                 if len(more):
                     pending.append((after, more))
@@ -298,7 +325,7 @@ class GrammarEngine:
         if not fresh:
             after = self.end_lexeme(parse, lex_state)
             if after is not None:
-                fresh_mask = self.token_mask((after, self.lexer(after).dfa.start, True))
+                fresh_mask = self.token_mask((after, self.lexer(after).start, True))
                 mask = mask | (fresh_mask & walker.first_byte_dead(lex_state))
         mask.setflags(write=False)
         return mask
@@ -313,7 +340,7 @@ class GrammarEngine:
         """
         trie = self.vocab.trie
         memo: dict[bytes, bool] = parse.memo.setdefault("suffix", {})
-        start: ParseState = (parse, self.lexer(parse).dfa.start, True)
+        start: ParseState = (parse, self.lexer(parse).start, True)
         token_bytes = self.vocab.token_bytes
         allowed: list[int] = []
         for pos, token_id in zip(positions.tolist(), trie.ids[positions].tolist()):
@@ -344,7 +371,7 @@ class GrammarEngine:
                 after = self.end_lexeme(parse, lex_state)
                 if after is None or after.complete:
                     break
-                parse, lex_state, fresh = after, self.lexer(after).dfa.start, True
+                parse, lex_state, fresh = after, self.lexer(after).start, True
                 continue
             if len(alive) != 1:
                 break

@@ -432,23 +432,24 @@ class TokenMaskWalker:
         return hit
 
     def continue_walk(
-        self, spans: Events
+        self, spans: Events, start: int
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]:
         """With the C walk: the tokens of `spans` (subtrees whose tokens end the previous lexeme
-        after `cut` bytes) that stay alive in a new lexeme of this automaton, as packed words
-        (`indices`, `values`: OR them into a mask), and their own boundary events.
+        after `cut` bytes) that stay alive in a new lexeme of this automaton from `start`, as
+        packed words (`indices`, `values`: OR them into a mask), and their own boundary events.
 
         The result depends on the spans and the automaton alone, not on the parse around them,
         so it is cached here: every parse state that ends a lexeme the same way and expects the
         same terminals next (one shared lexer) walks those subtrees once.
         """
-        key = spans.lo.tobytes() + spans.hi.tobytes() + spans.cut.tobytes()
+        key = start.to_bytes(4, "little") + spans.lo.tobytes() + spans.hi.tobytes()
+        key += spans.cut.tobytes()
         with self._lock:
             hit = self._continued.get(key)
         if hit is None:
             native = native_walk(self.vocab)
             assert native is not None
-            words, events = native.walk(self.dfa, self.dfa.start, ranges=spans, boundaries=True)
+            words, events = native.walk(self.dfa, start, ranges=spans, boundaries=True)
             indices = np.flatnonzero(words)
             hit = (indices, words[indices], events)
             with self._lock:
