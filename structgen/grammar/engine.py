@@ -178,6 +178,11 @@ class GrammarEngine:
         self._union: _SharedUnion | None = None
         self._lock = threading.RLock()
         self._initial = self.parser.initial_set()
+        # Set-up the first masks would otherwise pay: each terminal's first row (a regex DFA
+        # moves to its C builder there), the grammar's lexer and the initial parse state's.
+        for dfa in self.terminal_dfas:
+            dfa.row(dfa.start)
+        self.lexer(self._initial)
         # Parse states are memoised weakly; the most recent ones are kept alive here so that the
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
