@@ -1010,7 +1010,7 @@ class SchemaCompiler:
             if "maxLength" in s:
                 hi = s["maxLength"] if hi is None else min(hi, s["maxLength"])
             if "pattern" in s:
-                decoded.append(self.pattern_node(s["pattern"], f"{sub.ptr}/pattern"))
+                decoded.extend(self.pattern_nodes(s["pattern"], f"{sub.ptr}/pattern"))
             for pat in s.get(_NOTPAT_KW, ()):
                 node = self.pattern_node(pat, f"{sub.ptr}/not/pattern")
                 decoded.append(self.complement(node, sub))
@@ -1030,6 +1030,32 @@ class SchemaCompiler:
         if lo > 0 or hi is not None:
             parts.insert(0, length_body(lo, hi))
         return parts, bool(parts)
+
+    def pattern_nodes(self, pattern: JSON, ptr: str) -> list[Node]:
+        """`pattern_node`, also for lookaheads right after a leading `^` (`^(?!org\\.)...`,
+        `^(?=.{1,255}$)...`): each is a language of its own at the start of the string (or its
+        complement), intersected with the rest of the pattern."""
+        split = _leading_lookaheads(pattern) if isinstance(pattern, str) else None
+        if split is None:
+            return [self.pattern_node(pattern, ptr)]
+        flags, looks, rest = split
+        try:
+            nodes = [_search_node(rest)]
+            inners = [(p, _search_node(f"{flags}^(?:{inner})"), inner) for p, inner in looks]
+        except RegexError as exc:
+            raise UnsupportedSchemaError(f"pattern {pattern!r}: {exc.reason}", pointer=ptr) from exc
+        for positive, node, inner in inners:
+            if not positive:
+                try:
+                    node = complement(node)
+                except RegexError as exc:
+                    raise UnsupportedSchemaError(
+                        f"pattern {pattern!r}: the negative lookahead (?!{inner}) is too large"
+                        f" to complement: {exc.reason}",
+                        pointer=ptr,
+                    ) from exc
+            nodes.append(node)
+        return nodes
 
     def pattern_node(self, pattern: JSON, ptr: str) -> Node:
         if not isinstance(pattern, str):
@@ -1685,6 +1711,34 @@ def _anchored_alternatives(
             both = {end, e2}
             out.append((start or s2, "Z" if "Z" in both else "$" if "$" in both else None, c2))
     return out
+
+
+def _leading_lookaheads(pattern: str) -> tuple[str, list[tuple[bool, str]], str] | None:
+    """`(?i)^(?=A)(?!B)rest` -> ("(?i)", [(True, "A"), (False, "B")], "(?i)^rest"): the global
+    flags, the lookaheads right after a leading `^` (positive or not, their text) and the pattern
+    without them. None when the pattern does not start that way, or when `rest` has top-level
+    alternatives (the lookaheads would bind to the first one only)."""
+    flags = ""
+    head = 0
+    while m := _GLOBAL_FLAGS.match(pattern, head):
+        flags += m.group(0)
+        head = m.end()
+    if not pattern.startswith("^(?", head) or pattern[head + 3 : head + 4] not in ("=", "!"):
+        return None
+    looks: list[tuple[bool, str]] = []
+    i = head + 1
+    while pattern.startswith(("(?=", "(?!"), i):
+        close = next(
+            (j for j, c, depth in _structure(pattern[i:]) if c == ")" and depth == 1), None
+        )
+        if close is None:
+            return None  # unbalanced: the parser reports it
+        looks.append((pattern[i + 2] == "=", pattern[i + 3 : i + close]))
+        i += close + 1
+    rest = f"{flags}^{pattern[i:]}"
+    if len(_top_level_alternatives(pattern[i:])) > 1:
+        return None
+    return flags, looks, rest
 
 
 def _search_node(pattern: str) -> Node:

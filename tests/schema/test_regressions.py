@@ -15,6 +15,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
+from structgen import Compiler, UnsupportedSchemaError
 from structgen.automata import repeat
 from structgen.schema._strings import _unit, length_body
 from tests.conftest import load_tokenizer, load_vocab
@@ -107,6 +108,43 @@ def test_anchors_inside_a_leading_group(pattern: str, samples: list[str]) -> Non
     check({"type": "string", "pattern": pattern}, samples)
     if "{0,99}" not in pattern:  # (its complement is over the size limit)
         check({"not": {"pattern": pattern}}, samples)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "samples"),
+    [
+        # MaskBench-dev patterns with lookaheads right after the leading `^`
+        (
+            "^(?!org\\.bukkit\\.)([a-zA-Z_$][a-zA-Z\\d_$]*\\.)*[a-zA-Z_$][a-zA-Z\\d_$]*$",
+            ["com.x.Main", "org.bukkit.X", "org.bukkitx.Y", "org.bukkit", "a..b", "Org.bukkit.a"],
+        ),
+        ("^(?!@@)[@a-zA-Z0-9_-]+$", ["@a", "@@a", "a@@", "@", ""]),
+        ("^(?!pattern$).*$", ["pattern", "patterns", "xpattern", "", "pattern\n"]),
+        ("^(?!tag|category)$", ["", "tag", "x", "\n"]),
+        ("^(?=.{2,4}$)(?!.*--)[a-z-]+", ["ab", "a-b", "a--b", "abcde", "a", "ab-"]),
+        ("(?i)^(?!ab)[a-z]+$", ["AB", "Ac", "aBc", "xab", "ab"]),
+    ],
+)
+def test_lookaheads_after_the_leading_caret(pattern: str, samples: list[str]) -> None:
+    # each lookahead is its own language at the start of the string (negative: complemented)
+    check({"type": "string", "pattern": pattern}, samples)
+    assert any(is_valid({"pattern": pattern}, s) for s in samples)
+    assert not all(is_valid({"pattern": pattern}, s) for s in samples)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "^a(?!b)c",  # not right after `^`
+        "(?!a)b",  # unanchored: the lookahead applies at every search position
+        "^(?!a)b|c",  # top-level alternatives: it would bind to the first one only
+        "^(?=a)b(?<=c)",  # lookbehind
+    ],
+)
+def test_other_lookarounds_are_refused(pattern: str) -> None:
+    with pytest.raises(UnsupportedSchemaError, match="look") as info:
+        Compiler(load_vocab("llama3_1")).json_schema({"type": "string", "pattern": pattern})
+    assert info.value.pointer == "/pattern"
 
 
 # ---------------------------------------------------------------- negations
