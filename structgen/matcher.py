@@ -93,19 +93,35 @@ class Matcher:
     def can_terminate(self) -> bool:
         """True when the output so far is complete: an EOS token is allowed now."""
         state = self._state
-        return state is _TERMINATED or self._grammar.is_accepting(state)
+        if state is _TERMINATED:
+            return True
+        try:
+            return bool(self._grammar.is_accepting(state))
+        except StructgenError as exc:  # a lazily hit compile limit: not known complete
+            self.error = exc
+            return False
 
     # ------------------------------------------------------------------ masks
 
     def allowed_mask(self) -> npt.NDArray[np.int32]:
-        """The packed int32 mask [ceil(size/32)] of the tokens allowed now (EOS included)."""
+        """The packed int32 mask [ceil(size/32)] of the tokens allowed now (EOS included).
+
+        If a compile limit is hit while computing it (lazily built automata: `max_dfa_states`),
+        nothing raises: `error` holds the exception and the mask allows only the stop ids, so a
+        sampling loop ends the sequence (accept_token refuses them unless the output is complete).
+        """
         state = self._state
         if state is _TERMINATED:
             return self._eos_words.copy()
-        words = self._grammar.token_mask(state)
+        try:
+            words = self._grammar.token_mask(state)
+            accepting = self._grammar.is_accepting(state)
+        except StructgenError as exc:
+            self.error = exc
+            return self._eos_words.copy()
         if self._keep_words is not None:
             words = words & self._keep_words
-        if self._grammar.is_accepting(state):
+        if accepting:
             return words | self._eos_words
         return words.copy()
 
@@ -221,7 +237,11 @@ class Matcher:
         state = self._state
         if state is _TERMINATED:
             return b""
-        return self._grammar.forced_bytes(state)
+        try:
+            return bytes(self._grammar.forced_bytes(state))
+        except StructgenError as exc:  # a lazily hit compile limit: force nothing
+            self.error = exc
+            return b""
 
     def forced_tokens(self) -> list[int]:
         """Tokens that spell the forced continuation, safe to feed without sampling.

@@ -283,6 +283,27 @@ def test_a_limit_hit_while_generating_refuses_the_token_and_is_reported() -> Non
     assert matcher.can_terminate()
 
 
+def test_a_limit_hit_while_filling_a_mask_allows_only_stopping() -> None:
+    from structgen import CompileLimits, allocate_bitmask
+
+    # The mask walk reads whole tokens ahead: with 40 states it runs out inside a mask, not in
+    # accept_token (MaskBench: a `pattern` with `maxLength: 5000` hit this and raised).
+    limits = CompileLimits(max_dfa_states=40, eager_dfa_states=0)
+    grammar = Compiler(VOCAB, limits=limits).regex("[ab]{0,1000}")
+    matcher = Matcher(grammar)
+    bitmask = allocate_bitmask(1, VOCAB.size, backend="numpy")
+    for _ in range(60):
+        matcher.fill_bitmask(bitmask, 0)  # never raises
+        if matcher.error is not None:
+            break
+        assert matcher.accept_token(ord("a"))
+    assert isinstance(matcher.error, LimitExceededError)
+    allowed = {i for i in range(VOCAB.size) if (int(bitmask[0, i >> 5]) >> (i & 31)) & 1}
+    assert allowed == set(VOCAB.eos_token_ids)  # only stopping is offered
+    matcher.can_terminate()  # answers (True or False), never raises
+    matcher.forced_tokens()
+
+
 def test_non_integer_numbers_never_parse_to_integer_floats() -> None:
     """Found by the fuzzer: `{"not": {"type": "integer"}}` once let through a long decimal
     that Python parses to an integral float (jsonschema then calls it an integer)."""
