@@ -22,6 +22,8 @@ from structgen.grammar.ir import Grammar
 __all__ = ["EarleyGrammar", "EarleySet"]
 
 Item = tuple[int, int, "EarleySet"]  # (rule id, dot position, origin set)
+#: predicted items by next symbol as (rule id, dot) pairs, and the terminals among the symbols
+Prediction = tuple[dict[int, tuple[tuple[int, int], ...]], frozenset[int]]
 
 
 class EarleyGrammar:
@@ -130,10 +132,29 @@ class EarleyGrammar:
                         stack.append(nxt)
             self.predicts[nt] = frozenset(closure)
         self.start_nullable = start_nullable
+        self._predictions: dict[frozenset[int], Prediction] = {}
         #: Earley sets by kernel (weak): structurally equal parse states are one object
         self.interned: weakref.WeakValueDictionary[frozenset[Item], EarleySet] = (
             weakref.WeakValueDictionary()
         )
+
+    def prediction(self, nonterminals: frozenset[int]) -> Prediction:
+        """The items a set predicts when it predicts `nonterminals` (closed under prediction):
+        `(rule id, dot)` pairs by next symbol, and the terminals among those symbols. Every set
+        that predicts the same nonterminals shares one (its items' origin is the set itself)."""
+        hit = self._predictions.get(nonterminals)
+        if hit is None:
+            grouped: dict[int, list[tuple[int, int]]] = {}
+            for nt in nonterminals:
+                for sym, rid, dot in self.own_items[nt]:
+                    grouped.setdefault(sym, []).append((rid, dot))
+            by_symbol = {sym: tuple(pairs) for sym, pairs in grouped.items()}
+            terminals = frozenset(sym for sym in by_symbol if sym < self.num_terminals)
+            hit = (by_symbol, terminals)
+            if len(self._predictions) >= 65536:
+                self._predictions.clear()
+            self._predictions[nonterminals] = hit
+        return hit
 
     def is_terminal(self, symbol: int) -> bool:
         return symbol < self.num_terminals
@@ -153,6 +174,7 @@ class EarleySet:
         "expected",
         "grammar",
         "memo",
+        "predicted",
         "_children",
     )
 
@@ -160,7 +182,10 @@ class EarleySet:
         self, grammar: EarleyGrammar, kernel: Sequence[Item], *, seed: bool = False
     ) -> None:
         self.grammar = grammar
+        #: the items carried over from earlier sets (kernel and completions), by next symbol
         self.by_next: dict[int, list[Item]] = {}
+        #: the items predicted here (origin: this set), shared with sets predicting the same
+        self.predicted: dict[int, tuple[tuple[int, int], ...]]
         #: per-set caches of the engine layered on top (lexer, masks); keyed freely
         self.memo: dict[Any, Any] = {}
         # (created on the first scan: many sets are never scanned)
@@ -169,29 +194,16 @@ class EarleySet:
         nullable = grammar.nullable
         num_terminals = grammar.num_terminals
         predicts = grammar.predicts
-        own_items = grammar.own_items
         by_next = self.by_next
+        # Nonterminals predicted here. Their items all start here, so they are kept apart as
+        # (rule id, dot) pairs shared by every set predicting the same ones (`prediction`):
+        # completion never needs them while this set is built, only later sets do.
         predicted: set[int] = set()
-
-        def predict(symbol: int) -> None:
-            for nt in predicts.get(symbol, ()):
-                if nt in predicted:
-                    continue
-                predicted.add(nt)
-                for sym, rid, dot in own_items[nt]:
-                    entry = by_next.get(sym)
-                    if entry is None:
-                        by_next[sym] = [(rid, dot, self)]
-                    else:
-                        entry.append((rid, dot, self))
-
         seen: set[Item] = set()
         work: list[Item] = list(kernel)
         complete = seed and grammar.start_nullable  # the empty input is a sentence
         if seed:
-            predict(rules[grammar.start_rule][0])
-        # Kernel items (their origins are earlier sets) and what completes from them; every
-        # item predicted here comes from `predict`, all at once.
+            predicted.update(predicts.get(rules[grammar.start_rule][0], ()))
         while work:
             item = work.pop()
             if item in seen:
@@ -207,7 +219,7 @@ class EarleySet:
                 else:
                     entry.append(item)
                 if sym >= num_terminals:
-                    predict(sym)
+                    predicted.update(predicts.get(sym, ()))
                     if sym in nullable:
                         work.append((rid, dot + 1, origin))
             else:
@@ -216,8 +228,12 @@ class EarleySet:
                     continue
                 for prid, pdot, porigin in origin.by_next.get(lhs, ()):
                     work.append((prid, pdot + 1, porigin))
+                for prid, pdot in origin.predicted.get(lhs, ()):
+                    work.append((prid, pdot + 1, origin))
+        self.predicted, predicted_terminals = grammar.prediction(frozenset(predicted))
         self.complete = complete
-        self.expected = frozenset(s for s in by_next if s < num_terminals)
+        carried = [s for s in by_next if s < num_terminals]
+        self.expected = predicted_terminals.union(carried) if carried else predicted_terminals
 
     def scan(self, terminals: frozenset[int]) -> EarleySet | None:
         """The set after reading one of `terminals` here (None if none is expected)."""
@@ -229,9 +245,11 @@ class EarleySet:
             children = self._children = weakref.WeakValueDictionary()
         child = children.get(usable)
         if child is None:
-            kernel = frozenset(
-                (rid, dot + 1, origin) for t in usable for rid, dot, origin in self.by_next[t]
-            )
+            items: list[Item] = []
+            for t in usable:
+                items.extend((rid, dot + 1, origin) for rid, dot, origin in self.by_next.get(t, ()))
+                items.extend((rid, dot + 1, self) for rid, dot in self.predicted.get(t, ()))
+            kernel = frozenset(items)
             # Hash-consing: a set is determined by its kernel, and origins are themselves
             # interned, so equal kernels mean equal parse futures. Reusing the object shares
             # its cached masks, e.g. after every element of one JSON array.
