@@ -88,6 +88,44 @@ class TestSequences:
         assert byte_dag(((0xD800, 0xDFFF),)).is_empty
 
 
+class TestSharedTails:
+    """Classes built on `\\w`/`\\d` (or their negations) plus ASCII share the non-ASCII DAG."""
+
+    @pytest.mark.parametrize("pattern", [r"[\w.-]", r"\w", r"\W", r"[^\d]", r"[\D ]", r"[\w\d_-]"])
+    def test_same_language_as_building_it_alone(self, pattern: str) -> None:
+        from structgen.automata.regex_syntax import parse_regex
+        from structgen.automata.utf8 import _TAIL, _build_dag, _standard_tail_dag
+
+        ranges = parse_regex(pattern).ranges  # type: ignore[attr-defined]
+        shared, alone = byte_dag(ranges), _build_dag(ranges)
+        tail = _standard_tail_dag(iv.intersect(ranges, _TAIL))
+        assert shared.nodes[1:] == tail.nodes[1:]  # the shared DAG was used
+        rng = random.Random(5)
+        points = list(range(0x800)) + [rng.randrange(0x110000) for _ in range(20_000)]
+        points += [b for lo, hi in ranges for b in (lo, hi, lo - 1, hi + 1) if 0 <= b <= 0x10FFFF]
+        for cp in points:
+            if 0xD800 <= cp <= 0xDFFF:
+                continue
+            data = chr(cp).encode()
+            assert (
+                dag_accepts(shared, data) == dag_accepts(alone, data) == iv.contains(ranges, cp)
+            ), hex(cp)
+
+
+def dag_accepts(dag: ByteDag, data: bytes) -> bool:
+    node = 0
+    for i, byte in enumerate(data):
+        for lo, hi, child in dag.nodes[node]:
+            if lo <= byte <= hi:
+                if child < 0:
+                    return i == len(data) - 1
+                node = child
+                break
+        else:
+            return False
+    return False
+
+
 class TestUtf8Dfa:
     def test_dotall_accepts_exactly_one_encoded_character(self) -> None:
         counts = count_accepted_by_length(compile_regex(".", dotall=True), 5)
