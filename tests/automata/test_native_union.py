@@ -8,7 +8,6 @@ import pickle
 import random
 import re
 import threading
-from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -23,6 +22,7 @@ from structgen.automata import (
 )
 from structgen.automata._native_subset import native_subset_available
 from structgen.automata.dfa import UnionSource
+from tests.automata.test_native_subset import _assert_isomorphic
 
 pytestmark = pytest.mark.skipif(
     not native_subset_available(), reason="the C row builders are not built"
@@ -53,28 +53,6 @@ def _union(native: bool, parts: list[ByteDFA] | None = None) -> ByteDFA:
         dfa_module.NATIVE_UNION = old
 
 
-def _isomorphic(a: ByteDFA, b: ByteDFA) -> int:
-    """Breadth first from both starts: the state maps agree, with equal keys and acceptance."""
-    mapping = {a.start: b.start}
-    queue = deque([a.start])
-    while queue:
-        x = queue.popleft()
-        y = mapping[x]
-        assert a.key_of(x) == b.key_of(y)
-        assert a.is_accepting(x) == b.is_accepting(y)
-        for tx, ty in zip(a.row(x).tolist(), b.row(y).tolist()):
-            assert (tx < 0) == (ty < 0)
-            if tx < 0:
-                continue
-            if tx in mapping:
-                assert mapping[tx] == ty
-            else:
-                mapping[tx] = ty
-                queue.append(tx)
-    assert len(set(mapping.values())) == len(mapping)
-    return len(mapping)
-
-
 def _which(d: ByteDFA, data: bytes) -> tuple[int, ...] | None:
     """The components that accept all of `data` (None: the union dies on it)."""
     state = d.start
@@ -94,7 +72,7 @@ def test_same_dfa_as_python() -> None:
     old = dfa_module.NATIVE_UNION
     try:
         dfa_module.NATIVE_UNION = False  # the Python union keeps building in Python
-        n = _isomorphic(native, python)
+        n = _assert_isomorphic(native, python)
     finally:
         dfa_module.NATIVE_UNION = old
     assert n == native.num_states > 100
@@ -153,7 +131,7 @@ def test_python_built_components_and_stale_views() -> None:
     try:
         type(native._native).provide_row = counting  # type: ignore[method-assign,union-attr]
         dfa_module.NATIVE_UNION = False
-        _isomorphic(native, python)
+        _assert_isomorphic(native, python)
     finally:
         type(native._native).provide_row = provide  # type: ignore[method-assign,union-attr]
         dfa_module.NATIVE_UNION = old
