@@ -11,7 +11,6 @@ import contextlib
 import gc
 import hashlib
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -64,11 +63,7 @@ class CompileLimits:
 
 def build_eagerly(dfa: Any, budget: int, seconds: float) -> None:
     """Build the rows of the first `budget` states, breadth first, within `seconds`."""
-    deadline = time.perf_counter() + seconds
-    state = 0
-    while state < min(dfa.num_states, budget) and time.perf_counter() < deadline:
-        dfa.row(state)
-        state += 1
+    dfa.build_first(budget, seconds)
 
 
 class _RegexEngine:

@@ -68,6 +68,8 @@ def _load() -> Any:
     lib.sg_subset_intern.argtypes = [_P, _P, ctypes.c_int64]
     lib.sg_subset_build.restype = ctypes.c_int
     lib.sg_subset_build.argtypes = [_P, ctypes.c_int32]
+    lib.sg_subset_build_range.restype = ctypes.c_int
+    lib.sg_subset_build_range.argtypes = [_P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int64, _P]
     lib.sg_states_set_table.restype = None
     lib.sg_states_set_table.argtypes = [_P, _P, _P, ctypes.c_int64]
     lib.sg_states_budget_checked.restype = None
@@ -214,6 +216,15 @@ class NativeSubset(_NativeStates):
     def build(self, state: int) -> int:
         """Build ``state``'s row: OK or a stop code (see `_subset.c`)."""
         return int(_LIB.sg_subset_build(self.ctx, state))
+
+    def build_range(self, first: int, last: int, seconds: float) -> tuple[int, int]:
+        """Build the rows of states `first..last-1` (those that exist, in id order) for at most
+        `seconds`: (OK or the stop code, the first state not built)."""
+        nxt = ctypes.c_int32(first)
+        code = _LIB.sg_subset_build_range(
+            self.ctx, first, last, int(seconds * 1e9), ctypes.byref(nxt)
+        )
+        return int(code), int(nxt.value)
 
     def intern(self, key: frozenset[int]) -> int:
         """The id of a (non-empty) element set, created if new: id or ``-1 - code``."""

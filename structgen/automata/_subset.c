@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SG_OK 0
 #define SG_GROW 1
@@ -419,6 +420,32 @@ int sg_subset_build(sg_subset *s, int32_t state)
 {
     pthread_mutex_lock(&s->st.lock);
     int r = build_locked(s, state);
+    pthread_mutex_unlock(&s->st.lock);
+    return r;
+}
+
+/* Builds the rows of states first, first + 1, ... (in id order: breadth first) while below
+ * `last` and the states created so far, for at most `budget_ns` nanoseconds. *next: the first
+ * state not built. Returns SG_OK or the stop code of the row that stopped (not built). */
+int sg_subset_build_range(sg_subset *s, int32_t first, int32_t last, int64_t budget_ns,
+                          int32_t *next)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_mutex_lock(&s->st.lock);
+    int r = SG_OK;
+    int32_t state = first;
+    while (state < last && state < s->st.n_states) {
+        r = build_locked(s, state);
+        if (r != SG_OK) break;
+        state++;
+        if (!(state & 7)) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            int64_t spent = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+            if (spent > budget_ns) break;
+        }
+    }
+    *next = state;
     pthread_mutex_unlock(&s->st.lock);
     return r;
 }

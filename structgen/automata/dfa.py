@@ -14,6 +14,7 @@ lock, and a row becomes visible only after it is complete.
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections import deque
@@ -206,6 +207,31 @@ class ByteDFA:
                 return False
             state = v
         return bool(self._accepting[state])
+
+    def build_first(self, limit: int, seconds: float) -> int:
+        """Build the rows of the first `limit` states in id order (breadth first from the
+        start) for about `seconds` at most; return how many states have their row. Regex rows
+        go through the C builder in one call (a few times faster than row by row)."""
+        deadline = time.perf_counter() + seconds
+        state = 0
+        if limit > 0 and self.num_states:
+            self.row(0)  # (a regex DFA moves to its C builder here)
+            state = 1
+        native = self._native
+        if isinstance(native, _native_subset.NativeSubset):
+            with self._lock:
+                while state < min(limit, self.num_states):
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    code, state = native.build_range(state, limit, left)
+                    if code != _native_subset.OK:
+                        self._native_stop(code)  # then go on from the row that stopped
+            return state
+        while state < min(limit, self.num_states) and time.perf_counter() < deadline:
+            self.row(state)
+            state += 1
+        return state
 
     def build_all(self) -> int:
         """Build every reachable state eagerly (bounded by ``max_dfa_states``); return the count."""

@@ -194,3 +194,29 @@ def test_threads_build_one_dfa() -> None:
 def test_switch_off(python_subset: None) -> None:
     d = compile_regex(r"[0-9]{3}")
     assert d.build_all() == 4 and d._native is None
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_build_first_rows_in_id_order(native: bool) -> None:
+    """Compile-time eager building: the first states' rows, in C in one call when it can."""
+    d = _compile(r"[a-f0-9]{0,64}-[a-z]{0,16}", native)
+    old = dfa_module.NATIVE_SUBSET
+    try:
+        dfa_module.NATIVE_SUBSET = native
+        assert d.build_first(0, 1.0) == 0
+        built = d.build_first(40, 1.0)
+        assert built == 40
+        table = d.table
+        assert (table[:40] != -2).all()
+        assert d.build_first(256, 0.0) <= 256  # no time: stops at once
+        assert d.build_first(10_000, 5.0) == d.num_states  # all of them (breadth first)
+        assert (d.table != -2).all()
+        assert (d._native is not None) == native
+    finally:
+        dfa_module.NATIVE_SUBSET = old
+    ref = _compile(r"[a-f0-9]{0,64}-[a-z]{0,16}", False)
+    try:
+        dfa_module.NATIVE_SUBSET = False
+        _assert_isomorphic(d, ref)
+    finally:
+        dfa_module.NATIVE_SUBSET = old
