@@ -51,7 +51,7 @@ class CompileLimits:
     max_nfa_states: int = 200_000
     max_dfa_states: int = 50_000
     max_cached_masks: int = 4096
-    eager_dfa_states: int = 256
+    eager_dfa_states: int = 128
     eager_seconds: float = 0.0008
     max_compile_seconds: float | None = 60.0
 
