@@ -61,11 +61,6 @@ class CompileLimits:
         )
 
 
-def build_eagerly(dfa: Any, budget: int, seconds: float) -> None:
-    """Build the rows of the first `budget` states, breadth first, within `seconds`."""
-    dfa.build_first(budget, seconds)
-
-
 class _RegexEngine:
     """A single lazy DFA: states are DFA state ids."""
 
@@ -79,7 +74,7 @@ class _RegexEngine:
         eager_seconds: float = 0.0,
     ) -> None:
         self._dfa = dfa
-        build_eagerly(dfa, eager_states, eager_seconds)
+        dfa.build_first(eager_states, eager_seconds)
         self._walker = TokenMaskWalker(vocab, dfa, max_cached_masks=max_cached_masks)
         self.fingerprint = dfa.fingerprint
 

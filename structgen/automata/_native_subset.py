@@ -120,12 +120,19 @@ class _NativeStates:
     #: the C builder the trie walk calls directly
     walk_build: int
 
-    def _adopt(self, ctx: int | None, what: str) -> None:
+    def _adopt(self, ctx: int | None, free: Any, what: str) -> None:
+        """Own the new context `ctx` (freed with `free`)."""
         if not ctx:
             raise MemoryError(f"could not allocate the C {what}")
         self.ctx = ctx
-        self._lib = _LIB  # keep the library for __del__ at interpreter exit
+        self._free = free  # (kept: the library may be gone by __del__ at interpreter exit)
         self._header = _Header.from_address(ctx)
+
+    def __del__(self) -> None:
+        ctx = getattr(self, "ctx", 0)
+        if ctx:
+            self.ctx = 0
+            self._free(ctx)
 
     @property
     def num_states(self) -> int:
@@ -201,13 +208,8 @@ class NativeSubset(_NativeStates):
             np.ascontiguousarray(byte_classes, dtype=np.uint8),
         )
         a = [x.ctypes.data for x in self._arrays]
-        self._adopt(_LIB.sg_subset_new(n, *a[:6], p, *a[6:], max_states), "subset construction")
-
-    def __del__(self) -> None:
-        ctx = getattr(self, "ctx", 0)
-        if ctx:
-            self.ctx = 0
-            self._lib.sg_subset_free(ctx)
+        ctx = _LIB.sg_subset_new(n, *a[:6], p, *a[6:], max_states)
+        self._adopt(ctx, _LIB.sg_subset_free, "subset construction")
 
     def start(self, nfa_state: int) -> int:
         """Create the start state: its id, -1 for an empty language, or ``-1 - code``."""
@@ -254,16 +256,11 @@ class NativeUnion(_NativeStates):
         assert _LIB is not None
         self.parts = parts
         self._classes = np.ascontiguousarray(byte_classes, dtype=np.uint8)
-        self._adopt(_LIB.sg_union_new(len(parts), self._classes.ctypes.data, max_states), "union")
+        ctx = _LIB.sg_union_new(len(parts), self._classes.ctypes.data, max_states)
+        self._adopt(ctx, _LIB.sg_union_free, "union")
         self._need = np.zeros(2, dtype=np.int64)
         for i in range(len(parts)):
             self.refresh_part(i)
-
-    def __del__(self) -> None:
-        ctx = getattr(self, "ctx", 0)
-        if ctx:
-            self.ctx = 0
-            self._lib.sg_union_free(ctx)
 
     def refresh_part(self, i: int) -> None:
         """Point the C side at component ``i``'s current arrays and C builder."""

@@ -333,6 +333,14 @@ int64_t sg_subset_intern(sg_subset *s, const int64_t *a, int64_t n)
     return r < 0 ? -1 + r : r;
 }
 
+/* Writes a row (per class targets) into the table, byte 0 last: a reader that sees byte 0 built
+ * sees the whole row. */
+static void publish_row(int32_t *out, const int32_t *row, const uint8_t *classes)
+{
+    for (int b = 255; b >= 1; b--) out[b] = row[classes[b]];
+    __atomic_store_n(&out[0], row[classes[0]], __ATOMIC_RELEASE);
+}
+
 static int build_locked(sg_subset *s, int32_t state)
 {
     sg_states *st = &s->st;
@@ -408,8 +416,7 @@ static int build_locked(sg_subset *s, int32_t state)
         if (sid < 0) return (int)-sid;
         s->row[c] = (int32_t)sid;
     }
-    for (int b = 255; b >= 1; b--) out[b] = s->row[s->classes[b]];
-    __atomic_store_n(&out[0], s->row[s->classes[0]], __ATOMIC_RELEASE);
+    publish_row(out, s->row, s->classes);
     return SG_OK;
 }
 
@@ -682,8 +689,7 @@ static int union_build_locked(sg_union *u, int32_t state)
         if (sid < 0) return (int)-sid;
         u->row[c] = (int32_t)sid;
     }
-    for (int b = 255; b >= 1; b--) out[b] = u->row[u->classes[b]];
-    __atomic_store_n(&out[0], u->row[u->classes[0]], __ATOMIC_RELEASE);
+    publish_row(out, u->row, u->classes);
     return SG_OK;
 }
 

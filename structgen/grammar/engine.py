@@ -226,11 +226,7 @@ class GrammarEngine:
 
     def end_lexeme(self, parse: EarleySet, lexer_state: int) -> EarleySet | None:
         """The parse after the current lexeme ends in `lexer_state` (None: it cannot end)."""
-        key = ("end", lexer_state)
-        accepted: frozenset[int] | None = parse.memo.get(key)
-        if accepted is None:
-            accepted = self.lexer(parse).accepted(lexer_state)
-            parse.memo[key] = accepted
+        accepted = self.lexer(parse).accepted(lexer_state)  # (memoised per lexer state)
         # scan() memoises children weakly: states stay alive only while a matcher holds them.
         result = parse.scan(accepted) if accepted else None
         if result is None and accepted & self.ignore:

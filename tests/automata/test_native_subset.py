@@ -6,7 +6,7 @@ import pickle
 import random
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -160,6 +160,27 @@ def test_python_rows_then_native() -> None:
     assert d.accepts(b"12.5") and not d.accepts(b"1.")
 
 
+def run_in_threads(check: Callable[[bytes], None], inputs: list[bytes], threads: int = 4) -> None:
+    """`check` every input, the inputs dealt out to `threads` threads at once; re-raise the
+    first failure."""
+    errors: list[BaseException] = []
+
+    def work(part: list[bytes]) -> None:
+        try:
+            for data in part:
+                check(data)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    running = [threading.Thread(target=work, args=(inputs[i::threads],)) for i in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def test_threads_build_one_dfa() -> None:
     pattern = r"[a-f0-9]{0,64}-[a-z]{0,16}"
     d = _compile(pattern, True)
@@ -168,21 +189,11 @@ def test_threads_build_one_dfa() -> None:
     inputs = [
         bytes(rng.choice(b"abcdef0123-xyz") for _ in range(rng.randint(0, 90))) for _ in range(400)
     ]
-    errors: list[BaseException] = []
 
-    def work(part: list[bytes]) -> None:
-        try:
-            for data in part:
-                assert d.accepts(data) == ref.accepts(data)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+    def check(data: bytes) -> None:
+        assert d.accepts(data) == ref.accepts(data)
 
-    threads = [threading.Thread(target=work, args=(inputs[i::4],)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_in_threads(check, inputs)
     old = dfa_module.NATIVE_SUBSET
     try:
         dfa_module.NATIVE_SUBSET = False

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pickle
 import random
 import re
-import threading
 from collections.abc import Callable
 
 import pytest
@@ -22,7 +21,7 @@ from structgen.automata import (
 )
 from structgen.automata._native_subset import native_subset_available
 from structgen.automata.dfa import UnionSource
-from tests.automata.test_native_subset import _assert_isomorphic
+from tests.automata.test_native_subset import _assert_isomorphic, run_in_threads
 
 pytestmark = pytest.mark.skipif(
     not native_subset_available(), reason="the C row builders are not built"
@@ -165,21 +164,12 @@ def test_threads_build_one_union() -> None:
     finally:
         dfa_module.NATIVE_UNION = old
     d = _union(True)
-    errors: list[BaseException] = []
 
-    def work(chunk: list[bytes]) -> None:
-        try:
-            for data in chunk:
-                assert _which(d, data) == expected[data]
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+    def check(data: bytes) -> None:
+        assert _which(d, data) == expected[data]
 
-    threads = [threading.Thread(target=work, args=(inputs[i::4],)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and d._native is not None
+    run_in_threads(check, inputs)
+    assert d._native is not None
 
 
 def test_switch_off() -> None:
