@@ -177,6 +177,18 @@ class ByteDFA:
         native = self._native
         return self._keys[state] if native is None else native.key(state)
 
+    def parts_of(self, state: int) -> list[tuple[ByteDFA, int]] | None:
+        """For a union's state, its live components as (component DFA, its state); else None.
+
+        A union state keeps every byte string alive that one of its components does, so what
+        holds for a component (its token slices, see structgen/masks/_slices.py) holds for the
+        union, and is much cheaper to prove there."""
+        source = self._source
+        if not isinstance(source, UnionSource):
+            return None
+        parts = source.parts
+        return [(parts[i], s) for i, s in self.key_of(state)]  # type: ignore[attr-defined]
+
     def state_of(self, key: Hashable) -> int:
         """The id of the state with the source's ``key``, created if new: another entry point
         into the same automaton (a grammar lexer's start for one set of expected terminals).

@@ -12,11 +12,14 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+
+from structgen.masks._slices import DEFAULT_SLICES, SlicePlan, TokenSlice, forest_order, plan_slices
 
 __all__ = ["Events", "NativeWalk", "equality_available", "native_available"]
 
@@ -58,7 +61,7 @@ class _EventsOut(ctypes.Structure):
 
 
 _ROW_BUILDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32)
-# The arguments both walks (`sg_walk_nodes`, `sg_walk_root`) end with.
+# The arguments both walks (`sg_walk_nodes`, `sg_walk_forest`) end with.
 _WALK_TAIL: list[Any] = [
     ctypes.c_int32,  # start state
     ctypes.POINTER(_DfaView),
@@ -96,25 +99,52 @@ def _load() -> tuple[Any, Any]:
     return fn, ends
 
 
-def _load_more() -> tuple[Any, Any]:
-    """`sg_walk_root` and `sg_bounded_equal`, or None each (no extension, or an older build)."""
+class _SliceView(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in ("start", "byte", "next")]
+
+
+def _load_more() -> tuple[Any, Any, Any]:
+    """`sg_walk_forest`, `sg_contained_groups` and `sg_bounded_equal`, or None each (no
+    extension, or an older build)."""
     if _FN is None:
-        return None, None
+        return None, None, None
     spec = importlib.util.find_spec("structgen.masks._native")
     assert spec is not None and spec.origin is not None
     try:
         lib = ctypes.CDLL(spec.origin)
-        root, fn = lib.sg_walk_root, lib.sg_bounded_equal
+        forest, contained = lib.sg_walk_forest, lib.sg_contained_groups
+        equal = lib.sg_bounded_equal
     except (OSError, AttributeError):
-        return None, None
-    root.restype = ctypes.c_int64
-    root.argtypes = [
+        return None, None, None
+    forest.restype = ctypes.c_int64
+    forest.argtypes = [
         ctypes.POINTER(_NodeView),
-        ctypes.c_void_p,  # root children by byte
+        ctypes.c_void_p,  # root children by group and byte
+        ctypes.c_int32,  # number of groups
+        ctypes.c_uint64,  # groups to skip
         *_WALK_TAIL,
     ]
-    fn.restype = ctypes.c_int64
-    fn.argtypes = [
+    # The visited-set buffers both searches end with (see `NativeWalk._equal_buffers`).
+    search_tail: list[Any] = [ctypes.c_int64]  # n_slots, then slots, pa, pb, pd, ps
+    search_tail += [ctypes.c_void_p] * 5
+    contained.restype = ctypes.c_int64
+    contained.argtypes = [
+        ctypes.POINTER(_DfaView),
+        _ROW_BUILDER,
+        ctypes.c_int32,  # the DFA state
+        ctypes.POINTER(_SliceView),
+        ctypes.c_int32,  # number of checks
+        ctypes.c_void_p,  # their slice start states
+        ctypes.c_void_p,  # their byte bounds
+        ctypes.c_void_p,  # the groups each implies
+        ctypes.c_void_p,  # their own groups
+        ctypes.c_int32,  # floor
+        ctypes.c_int64,  # max_pairs
+        ctypes.c_int64,  # max_builds
+        *search_tail,
+    ]
+    equal.restype = ctypes.c_int64
+    equal.argtypes = [
         ctypes.POINTER(_DfaView),
         _ROW_BUILDER,
         ctypes.c_void_p,  # representative bytes
@@ -125,21 +155,23 @@ def _load_more() -> tuple[Any, Any]:
         ctypes.c_int32,  # max_len
         ctypes.c_int64,  # max_pairs
         ctypes.c_int64,  # max_builds
-        ctypes.c_int64,  # n_slots
-        ctypes.c_void_p,  # slots
-        ctypes.c_void_p,  # pa
-        ctypes.c_void_p,  # pb
-        ctypes.c_void_p,  # pd
-        ctypes.c_void_p,  # ps
+        *search_tail,
     ]
-    return root, fn
+    return forest, contained, equal
 
 
 _FN, _ENDS = _load()
-_ROOT, _EQUAL = _load_more()
+_FOREST, _CONTAINED, _EQUAL = _load_more()
 #: pairs of states an equality check may visit before it gives up ("not known equal")
 MAX_EQUAL_PAIRS = 4096
 _EQUAL_SLOTS = 8192  # a power of two above MAX_EQUAL_PAIRS: the visited set's open addressing
+#: DFA rows the slice checks of one state may build before they give up. Rows cost ~2-25 µs and
+#: a skipped slice saves a walk of up to ~1 ms; most rows a proof builds, the walks of the
+#: states it passes through would build anyway (a budget of 64 left MaskBench's mask p99 at
+#: 1.4 ms, 1,024 brought it to 0.46 ms).
+MAX_SLICE_BUILDS = 1024
+_GAVE_UP = 1 << 62  # flag in `sg_contained_groups`' result: some check gave up
+_SLICE_RETRIES = 4  # checks of a terminal state that gave up, before its partial answer stands
 
 
 class Events:
@@ -315,8 +347,16 @@ for _array in (_NO_EVENTS.lo, _NO_EVENTS.hi, _NO_EVENTS.cut, _NO_EVENTS.state):
 class NativeWalk:
     """The vocabulary's trie as preorder node arrays, ready for `sg_walk_nodes`."""
 
-    def __init__(self, trie: Any, vocab_size: int) -> None:
+    def __init__(
+        self, trie: Any, vocab_size: int, slices: tuple[TokenSlice, ...] | None = DEFAULT_SLICES
+    ) -> None:
         lex = trie.lexicographic_arrays()
+        self.plan: SlicePlan | None = None
+        bounds = np.array([0, len(lex["ids"])], dtype=np.int64)
+        if slices and _FOREST is not None and len(lex["ids"]):
+            # One trie per token slice, one after another (see _slices.py).
+            self.plan = plan_slices(lex, slices)
+            lex, bounds = forest_order(lex, self.plan.group)
         nodes = trie_nodes(lex)
         self.byte: npt.NDArray[np.uint8] = nodes["byte"]
         self.depth: npt.NDArray[np.int32] = nodes["depth"]
@@ -344,11 +384,46 @@ class NativeWalk:
             np.zeros(1, dtype=np.int32),
         )
         self._whole_addresses = tuple(a.ctypes.data for a in self._whole)
-        # the node of each byte at depth 1 (-1: no token starts with it), for `sg_walk_root`
-        self.root_child = np.full(256, -1, dtype=np.int32)
+        # per group, the node of each byte at depth 1 (-1: no token starts with it)
         top = np.flatnonzero(self.depth == 1)
-        self.root_child[self.byte[top]] = top.astype(np.int32)
-        self._root_address = self.root_child.ctypes.data
+        self.n_groups = len(bounds) - 1
+        self.group_roots = np.full((self.n_groups, 256), -1, dtype=np.int32)
+        # the tokens of each group as packed mask words, ORed in when a walk skips the group
+        self.group_words = np.zeros((self.n_groups, self.words), dtype=np.uint32)
+        new_nodes = np.maximum(lex["lengths"].astype(np.int64) - lex["lcp"], 0)
+        first_node = np.concatenate([[0], np.cumsum(new_nodes)])[bounds]
+        token_group = np.repeat(np.arange(self.n_groups), np.diff(bounds))
+        for g in range(self.n_groups):
+            in_group = top[(top >= first_node[g]) & (top < first_node[g + 1])]
+            self.group_roots[g, self.byte[in_group]] = in_group.astype(np.int32)
+            ids = self.ids[token_group == g].astype(np.int64)
+            np.bitwise_or.at(
+                self.group_words[g], ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32)
+            )
+        self._group_roots_address = self.group_roots.ctypes.data
+        self._slice_args: tuple[Any, ...] = ()
+        # per terminal DFA and state: its contained groups (see `contained_groups`)
+        self._part_memo: weakref.WeakKeyDictionary[Any, dict[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        plan = self.plan
+        if plan is not None:
+            arrays = (
+                plan.u_start,
+                plan.u_byte,
+                plan.u_next,
+                plan.check_u0,
+                plan.check_len,
+                plan.check_implies,
+                plan.check_group,
+            )
+            self._slice_view = _SliceView(*(a.ctypes.data for a in arrays[:3]))
+            self._slice_args = (
+                ctypes.byref(self._slice_view),
+                len(plan.check_u0),
+                *(a.ctypes.data for a in arrays[3:]),
+                int(plan.floor),
+            )
 
     def _buffers(self) -> tuple[Any, ...]:
         """Per-thread scratch: the stack, event buffers and the events descriptor."""
@@ -388,12 +463,15 @@ class NativeWalk:
         words: npt.NDArray[np.uint32] | None = None,
         ranges: Events | None = None,
         boundaries: bool = False,
+        skip: int = 0,
     ) -> tuple[npt.NDArray[np.uint32], Events]:
         """Set in `words` the bits of the tokens that stay alive from `state`.
 
         `ranges` is `Events` whose `lo`, `hi`, `cut` say: walk the nodes `[lo, hi)` (subtrees
         whose parent is at depth `cut`) reading from byte `cut`; default: the whole vocabulary
-        from byte 0. Returns `words` and the boundary events (none unless `boundaries`).
+        from byte 0, where `skip` (from `contained_groups`) names token groups known to be
+        allowed whole: their tokens are set without a walk. Returns `words` and the boundary
+        events (none unless `boundaries`).
         """
         assert _FN is not None
         if words is None:
@@ -425,10 +503,12 @@ class NativeWalk:
         binding.bind(dfa)
         binding.busy = True
         try:
-            if ranges is None and _ROOT is not None:
-                result = _ROOT(
+            if ranges is None and _FOREST is not None:
+                result = _FOREST(
                     self._view_ref,
-                    self._root_address,
+                    self._group_roots_address,
+                    self.n_groups,
+                    skip,
                     state,
                     binding.view_ref,
                     binding.callback,
@@ -459,11 +539,78 @@ class NativeWalk:
         if result != 0:
             binding.raise_failure()
         self._scratch.build_seconds = binding.build_seconds
+        if skip and ranges is None:
+            for g in range(self.n_groups):
+                if skip >> g & 1:
+                    np.bitwise_or(words, self.group_words[g], out=words)
         k = ws.n_events
         if not k:
             return words, _NO_EVENTS
         events = Events(ev_lo[:k].copy(), ev_hi[:k].copy(), ev_cut[:k].copy(), ev_state[:k].copy())
         return words, events
+
+    def contained_groups(self, dfa: Any, state: int) -> int:
+        """Bitmask of the token groups (slices) all of whose tokens `state` allows: every
+        string of the slice's characters, up to its longest token, keeps `dfa` alive from
+        `state` (`sg_contained_groups`). 0 without slices.
+
+        A grammar lexer's state is a union of terminal states; it is proved on each component
+        (what one keeps alive, the union does), memoised per component state: the search over
+        the union itself would meet every prefix of every key literal still alive, while the
+        generic string terminal alone decides in a few steps — for every union it is part of.
+        """
+        if not self._slice_args:
+            return 0
+        parts = dfa.parts_of(state) if hasattr(dfa, "parts_of") else None
+        if parts is None:
+            return self._contained(dfa, state) & ~_GAVE_UP
+        found = 0
+        everything = (1 << (self.n_groups - 1)) - 1
+        memo = self._part_memo
+        for part, s in parts:
+            known = memo.get(part)
+            if known is None:
+                known = memo[part] = {}
+            hit = known.get(s)
+            if hit is None or hit < 0:
+                # A check that gave up is tried again a few times (negative: tries left), each
+                # time with more of the DFA built, then its partial answer stands.
+                result = self._contained(part, s)
+                if result & _GAVE_UP and (hit is None or hit < -1):
+                    known[s] = -_SLICE_RETRIES if hit is None else hit + 1
+                else:
+                    known[s] = result & ~_GAVE_UP
+                hit = result & ~_GAVE_UP
+            found |= hit
+            if found == everything:
+                break
+        return found
+
+    def _contained(self, dfa: Any, state: int) -> int:
+        _, *addresses = self._equal_buffers()
+        dfa.row(state)
+        binding = self._buffers()[-1]
+        if binding.busy:  # nested in this thread's walk (from a row build): not shared
+            binding = _Binding()
+        binding.bind(dfa)
+        binding.busy = True
+        try:
+            result = _CONTAINED(
+                binding.view_ref,
+                binding.callback,
+                state,
+                *self._slice_args,
+                MAX_EQUAL_PAIRS,
+                MAX_SLICE_BUILDS,
+                _EQUAL_SLOTS,
+                *addresses,
+            )
+        finally:
+            binding.busy = False
+            binding.dfa = None
+        if result < 0:
+            binding.raise_failure()
+        return int(result)
 
     def last_build_seconds(self) -> float:
         """Seconds this thread's last `walk` spent building DFA rows (in Python)."""

@@ -126,25 +126,134 @@ int64_t sg_walk_nodes(
     return 0;
 }
 
-/* The whole vocabulary from `start` (whose row must be built): only the subtrees of the root's
- * children whose byte is live in `start` (root_child[b]: the node of byte b at depth 1, or -1).
- * The root's children lie far apart in preorder, so skipping the dead ones without touching
- * them saves a cache miss each; a dead first byte never makes a boundary event. */
-int64_t sg_walk_root(
-    const node_view *v, const int32_t *root_child, int32_t start, dfa_view *dfa,
-    row_builder build, int32_t *stack, walk_state *ws, uint32_t *mask_words, events_out *ev)
+/* The visited-set slot of a pair of 32-bit values packed as (a << 32 | b): the product's high
+ * half folded onto the low one, so both values spread the slots (the low bits of the product
+ * alone depend on b only, and a slice check's b takes a handful of values). */
+static inline int64_t pair_slot(int64_t key, uint64_t mask)
 {
-    int64_t lo[256], hi[256];
-    int32_t base[256];
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
+    return (int64_t)((h ^ (h >> 32)) & mask);
+}
+
+#define SG_MAX_GROUPS 16  /* token groups of a forest (structgen/masks/_slices.py: MAX_GROUPS) */
+
+/* The whole vocabulary from `start` (whose row must be built). The tokens are split into groups
+ * (token *slices*, see structgen/masks/_slices.py), each group a trie of its own, one after
+ * another in the node arrays (root_child[g * 256 + b]: group g's node of byte b at depth 1, or
+ * -1; one group: the plain trie). Walks the groups whose bit is not set in `skip` (the caller
+ * ORs in the skipped groups' tokens: it proved them all alive), and of those only the subtrees
+ * of the root's children whose byte is live in `start`: the root's children lie far apart in
+ * preorder, so skipping the dead ones without touching them saves a cache miss each (a dead
+ * first byte never makes a boundary event). */
+int64_t sg_walk_forest(
+    const node_view *v, const int32_t *root_child, int32_t n_groups, uint64_t skip,
+    int32_t start, dfa_view *dfa, row_builder build, int32_t *stack, walk_state *ws,
+    uint32_t *mask_words, events_out *ev)
+{
+    int64_t lo[256 * SG_MAX_GROUPS], hi[256 * SG_MAX_GROUPS];
+    int32_t base[256 * SG_MAX_GROUPS];
     int64_t n = 0;
     const int32_t *row = dfa->table + (int64_t)start * 256;
-    for (int b = 0; b < 256; b++) {
-        int32_t k = root_child[b];
-        if (k < 0 || row[b] == -1) continue;
-        lo[n] = k; hi[n] = v->end[k]; base[n] = 0;
-        n++;
+    if (n_groups > SG_MAX_GROUPS) return -2;
+    for (int32_t g = 0; g < n_groups; g++) {
+        if ((skip >> g) & 1u) continue;
+        const int32_t *children = root_child + (int64_t)g * 256;
+        for (int b = 0; b < 256; b++) {
+            int32_t k = children[b];
+            if (k < 0 || row[b] == -1) continue;
+            lo[n] = k; hi[n] = v->end[k]; base[n] = 0;
+            n++;
+        }
     }
     return sg_walk_nodes(v, lo, hi, base, n, start, dfa, build, stack, ws, mask_words, ev);
+}
+
+typedef struct {        /* the slice automata, all in one table (see sg_contained_groups) */
+    const int64_t *start;   /* state u's live bytes: byte[start[u] .. start[u+1]) */
+    const uint8_t *byte;
+    const int32_t *next;    /* the slice state after each of those bytes */
+} slice_view;
+
+/* Whether every byte string of at most max_len bytes that is a prefix of a slice string (a path
+ * from slice state u0) keeps the DFA alive from q: then every token of the slice is allowed in q.
+ * Breadth first over pairs (DFA state, slice state), each visited once at its smallest depth
+ * (a later visit could only go less deep). Returns 1 contained, 0 not, 2 gave up (after
+ * max_pairs pairs, or before building more DFA rows than *builds_left — a counter's states, each
+ * with its UTF-8 continuations, can cost more rows than the walk it would save; a later check,
+ * with more rows built, may get further), -1 when building a row failed. Same buffers as
+ * sg_bounded_equal. */
+static int64_t slice_contained(
+    dfa_view *dfa, row_builder build, const slice_view *sl, int32_t u0, int32_t q0,
+    int32_t max_len, int64_t max_pairs, int64_t *builds_left, int64_t n_slots,
+    int64_t *slots, int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
+{
+    uint64_t mask = (uint64_t)n_slots - 1;
+    int64_t head = 0, tail = 0, result = 1;
+    {
+        int64_t key = ((int64_t)q0 << 32) | (uint32_t)u0;
+        int64_t slot = pair_slot(key, mask);
+        slots[slot] = key;
+        pa[0] = q0; pb[0] = u0; pd[0] = 0; ps[0] = slot;
+        tail = 1;
+    }
+    while (head < tail && result == 1) {
+        int32_t q = pa[head], u = pb[head], d = pd[head];
+        head++;
+        if (d >= max_len) continue;
+        const int32_t *row = dfa->table + (int64_t)q * 256;
+        int64_t j0 = sl->start[u], j1 = sl->start[u + 1];
+        if (j0 < j1 && row[sl->byte[j0]] == -2) {
+            if (*builds_left <= 0) { result = 2; break; }
+            --*builds_left;
+            if (build_row(dfa, build, q) < 0) { result = -1; break; }
+            row = dfa->table + (int64_t)q * 256;
+        }
+        for (int64_t j = j0; j < j1; j++) {
+            int32_t t = row[sl->byte[j]];
+            if (t < 0) { result = 0; break; }
+            if (d + 1 >= max_len) continue;  /* its successors would not be expanded */
+            int32_t w = sl->next[j];
+            int64_t key = ((int64_t)t << 32) | (uint32_t)w;
+            int64_t slot = pair_slot(key, mask);
+            while (slots[slot] != -1 && slots[slot] != key) slot = (slot + 1) & (int64_t)mask;
+            if (slots[slot] == key) continue;
+            if (tail >= max_pairs) { result = 2; break; }
+            slots[slot] = key;
+            pa[tail] = t; pb[tail] = w; pd[tail] = d + 1; ps[tail] = slot;
+            tail++;
+        }
+    }
+    for (int64_t i = 0; i < tail; i++) slots[ps[i]] = -1;
+    return result;
+}
+
+/* The token groups whose every token is provably allowed in q, as a bitmask, with bit 62 set
+ * when a check gave up (its answer may change once more rows are built); -1: building a row
+ * failed. All checks together build at most max_builds DFA rows. Checks run in the given order: check i asks slice automaton state u0[i] with byte
+ * bound len[i] and, when it holds, adds implies[i] (its group and every group it contains);
+ * a check whose groups are already known is skipped. When `floor` is set, check 0 is implied by
+ * every other, so its failure ends the search (the common case: a state that allows few bytes
+ * costs one short check). */
+int64_t sg_contained_groups(
+    dfa_view *dfa, row_builder build, int32_t q, const slice_view *sl,
+    int32_t n_checks, const int32_t *u0, const int32_t *len, const int64_t *implies,
+    const int32_t *group, int32_t floor,
+    int64_t max_pairs, int64_t max_builds, int64_t n_slots,
+    int64_t *slots, int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
+{
+    int64_t found = 0, gave_up = 0, builds_left = max_builds;
+    for (int32_t i = 0; i < n_checks; i++) {
+        if ((found >> group[i]) & 1) continue;
+        int64_t ok = slice_contained(dfa, build, sl, u0[i], q, len[i], max_pairs, &builds_left,
+                                     n_slots, slots, pa, pb, pd, ps);
+        if (ok < 0) return -1;
+        if (ok == 1) found |= implies[i];
+        else {
+            if (ok == 2) gave_up = 1;
+            if (i == 0 && floor) break;
+        }
+    }
+    return found | (gave_up << 62);
 }
 
 /* Whether states p and q keep the same byte strings of length <= max_len alive.
@@ -177,8 +286,7 @@ int64_t sg_bounded_equal(
     int32_t a0 = p < q ? p : q, b0 = p < q ? q : p;
     {
         int64_t key = ((int64_t)a0 << 32) | (uint32_t)b0;
-        uint64_t h = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 17;
-        int64_t slot = (int64_t)(h & mask);
+        int64_t slot = pair_slot(key, mask);
         slots[slot] = key;
         pa[0] = a0; pb[0] = b0; pd[0] = 0; ps[0] = slot;
         tail = 1;
@@ -208,8 +316,7 @@ int64_t sg_bounded_equal(
             if (ta < 0 || ta == tb || d + 1 >= max_len) continue;
             int32_t x = ta < tb ? ta : tb, y = ta < tb ? tb : ta;
             int64_t key = ((int64_t)x << 32) | (uint32_t)y;
-            uint64_t h = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 17;
-            int64_t slot = (int64_t)(h & mask);
+            int64_t slot = pair_slot(key, mask);
             while (slots[slot] != -1 && slots[slot] != key) slot = (slot + 1) & (int64_t)mask;
             if (slots[slot] == key) continue;
             if (tail >= max_pairs) { result = 0; break; }

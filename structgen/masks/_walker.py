@@ -305,7 +305,7 @@ class TokenMaskWalker:
                 if shared is not None:
                     return shared
             started = time.perf_counter()
-            words, _ = native.walk(self.dfa, state)
+            words, _ = native.walk(self.dfa, state, skip=native.contained_groups(self.dfa, state))
             packed = _frozen(words.view(np.int32))
             if sharing:
                 seconds = time.perf_counter() - started - native.last_build_seconds()
@@ -422,7 +422,8 @@ class TokenMaskWalker:
         with self._lock:
             hit = self._events.get(state)
         if hit is None:
-            words, events = native.walk(self.dfa, state, boundaries=True)
+            skip = native.contained_groups(self.dfa, state)
+            words, events = native.walk(self.dfa, state, boundaries=True, skip=skip)
             words.setflags(write=False)
             hit = (words, events)
             with self._lock:

@@ -1,0 +1,196 @@
+"""Token slices: the vocabulary split into groups a state may allow whole, and the proof that it
+does. Masks with slices must equal masks without them, on real tokenizers."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from structgen import Compiler, Matcher, allocate_bitmask, compiler
+from structgen.grammar import engine
+from structgen.masks import _kernel, _walker
+from structgen.masks._kernel import NativeWalk, native_available
+from structgen.masks._slices import DEFAULT_SLICES, forest_order, plan_slices
+from tests.conftest import load_tokenizer, load_vocab
+
+pytestmark = pytest.mark.skipif(not native_available(), reason="the C trie walk is not built")
+
+_PYTHON_CLASS = {
+    r"[A-Za-z0-9_]": re.compile(r"[A-Za-z0-9_]+"),
+    r'[^"\\\x00-\x1f\x7f]': re.compile(r'[^"\\\x00-\x1f\x7f]+'),
+}
+
+
+@pytest.fixture(scope="module", params=["llama3_1", "gpt2", "mistral"])
+def walks(request: pytest.FixtureRequest) -> tuple[object, NativeWalk, NativeWalk]:
+    vocab = load_vocab(request.param)
+    return vocab, NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)
+
+
+def test_groups_follow_python_re(walks: tuple[object, NativeWalk, NativeWalk]) -> None:
+    """Each token joins the first slice whose class `re` says it is made of (within the byte
+    cap), tokens that are not whole UTF-8 text join the rest."""
+    vocab, _, _ = walks
+    lex = vocab.trie.lexicographic_arrays()  # type: ignore[attr-defined]
+    plan = plan_slices(lex, DEFAULT_SLICES)
+    used = sorted(set(plan.group.tolist()) - {plan.n_groups - 1})
+    assert len(used) == plan.n_groups - 1  # groups are numbered densely, the rest last
+    blob, offsets, lengths = lex["blob"], lex["offsets"], lex["lengths"]
+    expected_index = []
+    for i in range(len(lengths)):
+        data = bytes(blob[offsets[i] : offsets[i] + lengths[i]])
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        slot = len(DEFAULT_SLICES)
+        if text:
+            for k, sl in enumerate(DEFAULT_SLICES):
+                fits = _PYTHON_CLASS[sl.char_class].fullmatch(text) is not None
+                if fits and (sl.max_bytes is None or len(data) <= sl.max_bytes):
+                    slot = k
+                    break
+        expected_index.append(slot)
+    # map slice indices to the plan's dense group numbers (empty slices dropped)
+    present = sorted(set(expected_index) - {len(DEFAULT_SLICES)})
+    dense = {k: g for g, k in enumerate(present)}
+    dense[len(DEFAULT_SLICES)] = len(present)
+    assert plan.group.tolist() == [dense[k] for k in expected_index]
+
+
+def test_forest_keeps_every_token_once(walks: tuple[object, NativeWalk, NativeWalk]) -> None:
+    vocab, sliced, plain = walks
+    assert sliced.n_groups > 1
+    # every text token sits in exactly one group
+    total = np.zeros_like(sliced.group_words[0])
+    for words in sliced.group_words:
+        assert not (total & words).any()
+        total |= words
+    every, _ = plain.walk(Compiler(vocab).regex(r"(?s:.)*|[\x00-\xff]*")._engine._dfa, 0)  # type: ignore[arg-type,attr-defined]
+    assert np.array_equal(total & every, every)
+    # the regrouped order is lexicographic within each group, with exact shared prefixes
+    lex = vocab.trie.lexicographic_arrays()  # type: ignore[attr-defined]
+    plan = plan_slices(lex, DEFAULT_SLICES)
+    forest, bounds = forest_order(lex, plan.group)
+    tokens = [
+        bytes(forest["blob"][o : o + n])
+        for o, n in zip(forest["offsets"].tolist(), forest["lengths"].tolist())
+    ]
+    for g in range(len(bounds) - 1):
+        lo, hi = int(bounds[g]), int(bounds[g + 1])
+        assert forest["lcp"][lo] == 0
+        for i in range(lo + 1, hi):
+            a, b = tokens[i - 1], tokens[i]
+            assert a <= b
+            shared = 0
+            while shared < min(len(a), len(b)) and a[shared] == b[shared]:
+                shared += 1
+            assert forest["lcp"][i] == shared
+
+
+PATTERNS = [
+    # (pattern, text to walk along, groups a state along it must prove, at least)
+    (r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"', '"héllo wörld, ça va? 日本語"', 2),
+    (r"[A-Za-z_][A-Za-z0-9_]*", "snake_case_Identifier42", 1),
+    (r".{0,300}", "The quick brown fox — jumps over the lazy dog. " * 3, 2),
+    (r'"[^"\\]{0,6}"', '"abcdef"', 1),
+    (r"[a-z]{1,40}", "abcdefghijklmnopqrstuvwxyz", 0),
+    (r"\d+(\.\d+)?", "3.14159", 0),
+    # one character short of a slice's class: the slice must not be proved
+    (r'[^ "\\\x00-\x1f]*', "no_spaces-here!", 1),
+    (r"[1-9A-Za-z_]*", "abc_XYZ", 0),
+    (r"(name|namespace|[^\"\\]{3,})\"", 'namespaces"', 1),
+]
+
+
+@pytest.mark.parametrize(("pattern", "text", "proved"), PATTERNS)
+def test_sliced_masks_equal_plain_masks(
+    walks: tuple[object, NativeWalk, NativeWalk], pattern: str, text: str, proved: int
+) -> None:
+    """Along a match: the skipped groups' tokens are all allowed (the proof is sound), and the
+    sliced walk, with or without skipping, gives the whole vocabulary walk's mask."""
+    vocab, sliced, plain = walks
+    compiled = Compiler(vocab).regex(pattern)
+    dfa = compiled._engine._dfa  # type: ignore[attr-defined]
+    state = dfa.start
+    best = 0
+    for byte in text.encode():
+        skip = sliced.contained_groups(dfa, state)
+        want, _ = plain.walk(dfa, state)
+        got, _ = sliced.walk(dfa, state, skip=skip)
+        assert np.array_equal(got, want), (pattern, state, bin(skip))
+        unskipped, _ = sliced.walk(dfa, state)
+        assert np.array_equal(unskipped, want)
+        for g in range(sliced.n_groups):
+            if skip >> g & 1:
+                assert not (sliced.group_words[g] & ~want).any()  # sound: all allowed
+        best = max(best, bin(skip).count("1"))
+        state = dfa.next_state(state, byte)
+        assert state >= 0
+    assert best >= proved  # the optimisation is exercised where it should be
+
+
+def test_a_proof_that_gives_up_is_still_exact(
+    walks: tuple[object, NativeWalk, NativeWalk], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With almost no row budget the proofs give up (fewer groups skipped), masks stay exact."""
+    vocab, sliced, plain = walks
+    monkeypatch.setattr(_kernel, "MAX_SLICE_BUILDS", 1)
+    compiled = Compiler(vocab).regex(r"[^\n]{0,200}")
+    dfa = compiled._engine._dfa  # type: ignore[attr-defined]
+    state = dfa.start
+    for byte in b"a longer line of text":
+        skip = sliced.contained_groups(dfa, state)
+        got, _ = sliced.walk(dfa, state, skip=skip)
+        want, _ = plain.walk(dfa, state)
+        assert np.array_equal(got, want)
+        state = dfa.next_state(state, byte)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "namespace": {"type": "string", "maxLength": 12},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "count": {"type": "integer"},
+    },
+}
+INSTANCE = (
+    '{"name": "a name with spaces", "namespace": "kube-system",'
+    ' "labels": {"app": "web", "tier": "frontend-ü"}, "count": 3, "other key": [1, "x"]}'
+)
+
+
+def masks_along(compiled: object, ids: list[int], size: int) -> list[np.ndarray]:
+    matcher = Matcher(compiled)  # type: ignore[arg-type]
+    out = []
+    bitmask = allocate_bitmask(1, size, backend="numpy")
+    for tid in ids:
+        matcher.fill_bitmask(bitmask, 0)
+        out.append(bitmask[0].copy())
+        assert matcher.accept_token(tid)
+    assert matcher.can_terminate()
+    return out
+
+
+def test_grammar_masks_with_and_without_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSON Schema's lexer states (unions of terminals, proved per terminal): every mask along
+    an instance is the same with the sliced vocabulary as with the plain one."""
+    vocab = load_vocab("llama3_1")
+    ids = load_tokenizer("llama3_1").encode(INSTANCE, add_special_tokens=False)
+    runs = []
+    for walk in (NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)):
+        compiler._CACHE.clear()
+        engine._UNIONS.clear()  # the shared lexers keep their walk results: start afresh
+        engine._TERMINAL_DFAS.clear()
+        monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, walk)
+        runs.append(masks_along(Compiler(vocab).json_schema(SCHEMA), ids, vocab.size))
+    compiler._CACHE.clear()
+    engine._UNIONS.clear()
+    sliced, plain = runs
+    assert len(sliced) == len(plain) == len(ids)
+    for k, (a, b) in enumerate(zip(sliced, plain, strict=True)):
+        assert np.array_equal(a, b), k

@@ -1,0 +1,18 @@
+"""The C extensions are optional for users, but CI has a compiler: there, a build that failed
+(setuptools skips an optional extension silently) must fail the run, not skip the C tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from structgen.automata._native_subset import native_subset_available
+from structgen.masks import _kernel
+from tests.conftest import IN_CI
+
+
+@pytest.mark.skipif(not IN_CI, reason="only CI requires the C extensions to be built")
+def test_c_extensions_are_built() -> None:
+    assert _kernel.native_available(), "structgen.masks._native did not build"
+    assert _kernel.equality_available()
+    assert _kernel._FOREST is not None and _kernel._CONTAINED is not None
+    assert native_subset_available(), "structgen.automata._subset did not build"
