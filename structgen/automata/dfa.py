@@ -70,6 +70,7 @@ class _Source(ABC):
     """How to expand the states of one kind of automaton."""
 
     byte_classes: npt.NDArray[np.uint8]
+    is_union = False  # a `UnionSource` (see `ByteDFA.parts_of`)
 
     @abstractmethod
     def start_key(self) -> Hashable: ...
@@ -87,6 +88,21 @@ class _Source(ABC):
     def make_native(self, max_states: int) -> _NativeStates | None:
         """A C context that builds this source's rows (None: Python builds them)."""
         return None
+
+    def alphabet(self) -> int:
+        """Bytes that some transition may read, as a bitset (bit b: byte b), a superset: every
+        other byte is dead in every state. All bytes unless the source knows better."""
+        return ALL_BYTES
+
+
+ALL_BYTES = (1 << 256) - 1
+
+
+def _alphabet_of_ranges(ranges: Iterable[tuple[int, int]]) -> int:
+    out = 0
+    for lo, hi in ranges:
+        out |= ((1 << (hi - lo + 1)) - 1) << lo
+    return out
 
 
 class ByteDFA:
@@ -177,6 +193,15 @@ class ByteDFA:
         native = self._native
         return self._keys[state] if native is None else native.key(state)
 
+    @property
+    def alphabet(self) -> int:
+        """Bytes some transition may read, as a bitset (bit b: byte b); the others are dead in
+        every state (a superset, computed once)."""
+        out: int | None = getattr(self, "_alphabet", None)
+        if out is None:
+            out = self._alphabet = self._source.alphabet()
+        return out
+
     def parts_of(self, state: int) -> list[tuple[ByteDFA, int]] | None:
         """For a union's state, its live components as (component DFA, its state); else None.
 
@@ -184,9 +209,9 @@ class ByteDFA:
         holds for a component (its token slices, see structgen/masks/_slices.py) holds for the
         union, and is much cheaper to prove there."""
         source = self._source
-        if not isinstance(source, UnionSource):
+        if not source.is_union:  # (an attribute read: isinstance on an ABC costs microseconds)
             return None
-        parts = source.parts
+        parts = source.parts  # type: ignore[attr-defined]
         return [(parts[i], s) for i, s in self.key_of(state)]  # type: ignore[attr-defined]
 
     def state_of(self, key: Hashable) -> int:
@@ -427,6 +452,9 @@ class NFASource(_Source):
         self.moves: list[tuple[tuple[tuple[int, ...], int], ...] | None] = [None] * len(nfa.pool)
         self.num_classes = int(self.byte_classes.max()) + 1
 
+    def alphabet(self) -> int:
+        return _alphabet_of_ranges(self.nfa.byte_ranges())
+
     def node_moves(self, node: int) -> tuple[tuple[tuple[int, ...], int], ...]:
         """DAG node ``node``'s transitions with byte ranges turned into class ids."""
         moves = self.moves[node]
@@ -551,6 +579,7 @@ class TrieSource(_Source):
     def __init__(self, options: Sequence[bytes]) -> None:
         self.opts = sorted(set(options))
         used = set(b"".join(self.opts))
+        self._used = sum(1 << b for b in used)
         classes = np.zeros(256, dtype=np.uint8)
         next_id = 0
         unused_id = -1
@@ -565,6 +594,9 @@ class TrieSource(_Source):
                 classes[byte] = unused_id
         self.byte_classes = classes
         self.num_classes = next_id
+
+    def alphabet(self) -> int:
+        return self._used
 
     def start_key(self) -> tuple[int, int, int]:
         return (0, len(self.opts), 0)
@@ -616,6 +648,9 @@ class ProductSource(_Source):
         self.reps = reps
         self.live: set[tuple[int, int]] = set()
         self.dead: set[tuple[int, int]] = set()
+
+    def alphabet(self) -> int:
+        return self.a.alphabet & self.b.alphabet
 
     def start_key(self) -> tuple[int, int]:
         return (self.a.start, self.b.start)
@@ -686,6 +721,8 @@ class UnionSource(_Source):
     live whenever one component is, because each component's live states can reach acceptance.
     """
 
+    is_union = True
+
     def __init__(self, parts: Sequence[ByteDFA]) -> None:
         self.parts = list(parts)
         if self.parts:
@@ -704,6 +741,12 @@ class UnionSource(_Source):
 
     # Keys are sparse: ((component index, component state), ...) for the live components only,
     # so a lexer over 40 terminals of which 3 are still alive hashes 3 pairs, not 40 states.
+
+    def alphabet(self) -> int:
+        out = 0
+        for part in self.parts:
+            out |= part.alphabet
+        return out
 
     def start_key(self) -> tuple[tuple[int, int], ...]:
         return tuple((i, p.start) for i, p in enumerate(self.parts) if p.is_live(p.start))

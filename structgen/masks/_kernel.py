@@ -103,6 +103,28 @@ class _SliceView(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in ("start", "byte", "next")]
 
 
+class _SliceChecks(ctypes.Structure):
+    """`slice_checks` in _native.c: a vocabulary's slice checks and one thread's buffers."""
+
+    _fields_ = [
+        ("sl", _SliceView),
+        ("n_checks", ctypes.c_int32),
+        ("u0", ctypes.c_void_p),
+        ("len", ctypes.c_void_p),
+        ("implies", ctypes.c_void_p),
+        ("group", ctypes.c_void_p),
+        ("floor", ctypes.c_int32),
+        ("max_pairs", ctypes.c_int64),
+        ("max_builds", ctypes.c_int64),
+        ("n_slots", ctypes.c_int64),
+        ("slots", ctypes.c_void_p),
+        ("pa", ctypes.c_void_p),
+        ("pb", ctypes.c_void_p),
+        ("pd", ctypes.c_void_p),
+        ("ps", ctypes.c_void_p),
+    ]
+
+
 def _load_more() -> tuple[Any, Any, Any]:
     """`sg_walk_forest`, `sg_contained_groups` and `sg_bounded_equal`, or None each (no
     extension, or an older build)."""
@@ -124,24 +146,12 @@ def _load_more() -> tuple[Any, Any, Any]:
         ctypes.c_uint64,  # groups to skip
         *_WALK_TAIL,
     ]
-    # The visited-set buffers both searches end with (see `NativeWalk._equal_buffers`).
-    search_tail: list[Any] = [ctypes.c_int64]  # n_slots, then slots, pa, pb, pd, ps
-    search_tail += [ctypes.c_void_p] * 5
     contained.restype = ctypes.c_int64
     contained.argtypes = [
         ctypes.POINTER(_DfaView),
         _ROW_BUILDER,
         ctypes.c_int32,  # the DFA state
-        ctypes.POINTER(_SliceView),
-        ctypes.c_int32,  # number of checks
-        ctypes.c_void_p,  # their slice start states
-        ctypes.c_void_p,  # their byte bounds
-        ctypes.c_void_p,  # the groups each implies
-        ctypes.c_void_p,  # their own groups
-        ctypes.c_int32,  # floor
-        ctypes.c_int64,  # max_pairs
-        ctypes.c_int64,  # max_builds
-        *search_tail,
+        ctypes.POINTER(_SliceChecks),
     ]
     equal.restype = ctypes.c_int64
     equal.argtypes = [
@@ -155,7 +165,12 @@ def _load_more() -> tuple[Any, Any, Any]:
         ctypes.c_int32,  # max_len
         ctypes.c_int64,  # max_pairs
         ctypes.c_int64,  # max_builds
-        *search_tail,
+        ctypes.c_int64,  # n_slots
+        ctypes.c_void_p,  # slots
+        ctypes.c_void_p,  # pa
+        ctypes.c_void_p,  # pb
+        ctypes.c_void_p,  # pd
+        ctypes.c_void_p,  # ps
     ]
     return forest, contained, equal
 
@@ -352,19 +367,35 @@ class NativeWalk:
     ) -> None:
         lex = trie.lexicographic_arrays()
         self.plan: SlicePlan | None = None
-        bounds = np.array([0, len(lex["ids"])], dtype=np.int64)
+        # The plain trie first; with slices, the forest (one trie per slice) after it, in the
+        # same node arrays: a walk that skips no slice takes the plain trie (fewer nodes: the
+        # forest repeats the prefixes its tries share), and boundary events and their sub-walks
+        # name nodes of either.
+        layouts = [(lex, np.array([0, len(lex["ids"])], dtype=np.int64))]
         if slices and _FOREST is not None and len(lex["ids"]):
-            # One trie per token slice, one after another (see _slices.py).
             self.plan = plan_slices(lex, slices)
-            lex, bounds = forest_order(lex, self.plan.group)
-        nodes = trie_nodes(lex)
-        self.byte: npt.NDArray[np.uint8] = nodes["byte"]
-        self.depth: npt.NDArray[np.int32] = nodes["depth"]
-        self.end: npt.NDArray[np.int32] = nodes["end"]
-        self.tok_lo: npt.NDArray[np.int32] = nodes["tok_lo"]
-        self.tok_hi: npt.NDArray[np.int32] = nodes["tok_hi"]
-        self.ids: npt.NDArray[np.int32] = np.ascontiguousarray(lex["ids"], dtype=np.int32)
+            layouts.append(forest_order(lex, self.plan.group))
+        parts = [trie_nodes(layout) for layout, _ in layouts]
+        sizes = [len(part["byte"]) for part in parts]
+        node_base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        id_base = [0, len(lex["ids"])]
+        self.byte: npt.NDArray[np.uint8] = np.concatenate([p["byte"] for p in parts])
+        self.depth: npt.NDArray[np.int32] = np.concatenate([p["depth"] for p in parts])
+        self.end: npt.NDArray[np.int32] = np.concatenate(
+            [p["end"] + np.int32(node_base[k]) for k, p in enumerate(parts)]
+        )
+        self.tok_lo: npt.NDArray[np.int32] = np.concatenate(
+            [p["tok_lo"] + np.int32(id_base[k]) for k, p in enumerate(parts)]
+        )
+        self.tok_hi: npt.NDArray[np.int32] = np.concatenate(
+            [p["tok_hi"] + np.int32(id_base[k]) for k, p in enumerate(parts)]
+        )
+        self.ids: npt.NDArray[np.int32] = np.ascontiguousarray(
+            np.concatenate([layout["ids"] for layout, _ in layouts]), dtype=np.int32
+        )
         self.n = len(self.byte)
+        #: the plain trie's nodes are [0, plain_nodes); the forest's follow
+        self.plain_nodes = sizes[0]
         #: the longest token's length in bytes (the trie's depth)
         self.max_depth = int(self.depth.max()) if self.n else 0
         self.words = (vocab_size + 31) // 32
@@ -378,36 +409,47 @@ class NativeWalk:
         )
         self._view_ref = ctypes.byref(self._view)
         self._scratch = threading.local()
-        self._whole = (
+        self._whole = (  # the plain trie's nodes (for a build without `sg_walk_forest`)
             np.zeros(1, dtype=np.int64),
-            np.full(1, self.n, dtype=np.int64),
+            np.full(1, self.plain_nodes, dtype=np.int64),
             np.zeros(1, dtype=np.int32),
         )
         self._whole_addresses = tuple(a.ctypes.data for a in self._whole)
-        # per group, the node of each byte at depth 1 (-1: no token starts with it)
+        # Per trie (row 0: the plain one, then the slices' and the rest's), the node of each
+        # byte at depth 1 (-1: no token starts with it).
         top = np.flatnonzero(self.depth == 1)
-        self.n_groups = len(bounds) - 1
-        self.group_roots = np.full((self.n_groups, 256), -1, dtype=np.int32)
-        # the tokens of each group as packed mask words, ORed in when a walk skips the group
-        self.group_words = np.zeros((self.n_groups, self.words), dtype=np.uint32)
-        new_nodes = np.maximum(lex["lengths"].astype(np.int64) - lex["lcp"], 0)
-        first_node = np.concatenate([[0], np.cumsum(new_nodes)])[bounds]
-        token_group = np.repeat(np.arange(self.n_groups), np.diff(bounds))
-        for g in range(self.n_groups):
+        first_node = [0]
+        for (layout, bounds), base in zip(layouts, node_base.tolist(), strict=False):
+            new_nodes = np.maximum(layout["lengths"].astype(np.int64) - layout["lcp"], 0)
+            first_node += (base + np.concatenate([[0], np.cumsum(new_nodes)])[bounds[1:]]).tolist()
+        self.n_groups = len(first_node) - 2  # the forest's tries (0 without slices)
+        self.group_roots = np.full((self.n_groups + 1, 256), -1, dtype=np.int32)
+        for g in range(self.n_groups + 1):
             in_group = top[(top >= first_node[g]) & (top < first_node[g + 1])]
             self.group_roots[g, self.byte[in_group]] = in_group.astype(np.int32)
-            ids = self.ids[token_group == g].astype(np.int64)
-            np.bitwise_or.at(
-                self.group_words[g], ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32)
-            )
-        self._group_roots_address = self.group_roots.ctypes.data
-        self._slice_args: tuple[Any, ...] = ()
+        # the tokens of each slice as packed mask words, ORed in when a walk skips the slice
+        self.group_words = np.zeros((self.n_groups, self.words), dtype=np.uint32)
+        if self.n_groups:
+            forest, bounds = layouts[1]
+            for g in range(self.n_groups):
+                ids = forest["ids"][bounds[g] : bounds[g + 1]].astype(np.int64)
+                np.bitwise_or.at(
+                    self.group_words[g], ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32)
+                )
+        self._plain_roots_address = self.group_roots.ctypes.data
+        self._forest_roots_address = self.group_roots[1:].ctypes.data if self.n_groups else 0
+        self._slice_template: _SliceChecks | None = None
         # per terminal DFA and state: its contained groups (see `contained_groups`)
         self._part_memo: weakref.WeakKeyDictionary[Any, dict[int, int]] = (
             weakref.WeakKeyDictionary()
         )
+        self._floor_mask = 0  # the bytes the floor slice's strings may start with (bitset)
         plan = self.plan
         if plan is not None:
+            if plan.floor:
+                u0 = int(plan.check_u0[0])
+                first = plan.u_byte[plan.u_start[u0] : plan.u_start[u0 + 1]]
+                self._floor_mask = sum(1 << int(b) for b in first)
             arrays = (
                 plan.u_start,
                 plan.u_byte,
@@ -417,13 +459,16 @@ class NativeWalk:
                 plan.check_implies,
                 plan.check_group,
             )
-            self._slice_view = _SliceView(*(a.ctypes.data for a in arrays[:3]))
-            self._slice_args = (
-                ctypes.byref(self._slice_view),
-                len(plan.check_u0),
-                *(a.ctypes.data for a in arrays[3:]),
-                int(plan.floor),
+            template = _SliceChecks()
+            template.sl = _SliceView(*(a.ctypes.data for a in arrays[:3]))
+            template.n_checks = len(plan.check_u0)
+            template.u0, template.len, template.implies, template.group = (
+                a.ctypes.data for a in arrays[3:]
             )
+            template.floor = int(plan.floor)
+            template.max_pairs = MAX_EQUAL_PAIRS
+            template.n_slots = _EQUAL_SLOTS
+            self._slice_template = template
 
     def _buffers(self) -> tuple[Any, ...]:
         """Per-thread scratch: the stack, event buffers and the events descriptor."""
@@ -506,8 +551,8 @@ class NativeWalk:
             if ranges is None and _FOREST is not None:
                 result = _FOREST(
                     self._view_ref,
-                    self._group_roots_address,
-                    self.n_groups,
+                    self._forest_roots_address if skip else self._plain_roots_address,
+                    self.n_groups if skip else 1,
                     skip,
                     state,
                     binding.view_ref,
@@ -559,7 +604,7 @@ class NativeWalk:
         the union itself would meet every prefix of every key literal still alive, while the
         generic string terminal alone decides in a few steps — for every union it is part of.
         """
-        if not self._slice_args:
+        if self._slice_template is None:
             return 0
         parts = dfa.parts_of(state) if hasattr(dfa, "parts_of") else None
         if parts is None:
@@ -586,8 +631,35 @@ class NativeWalk:
                 break
         return found
 
+    def _possible(self, dfa: Any) -> bool:
+        """Whether any state of `dfa` could keep the smallest slice alive: not when a byte that
+        slice's strings start with has no transition anywhere in the automaton (a UUID or a
+        number regex never allows a whole word slice). Saves the check on every new state.
+        Kept on the DFA (an attribute read is cheaper than a weak-keyed lookup)."""
+        memo: dict[int, bool] | None = getattr(dfa, "_slices_possible", None)
+        hit = None if memo is None else memo.get(self._floor_mask)
+        if hit is None:
+            alphabet = getattr(dfa, "alphabet", None)
+            floor = self._floor_mask
+            hit = alphabet is None or alphabet & floor == floor
+            try:
+                if memo is None:
+                    memo = dfa._slices_possible = {}
+                memo[self._floor_mask] = hit
+            except AttributeError:  # (an automaton without a __dict__: ask again next time)
+                pass
+        return hit
+
     def _contained(self, dfa: Any, state: int) -> int:
-        _, *addresses = self._equal_buffers()
+        if not self._possible(dfa):
+            return 0
+        checks = getattr(self._scratch, "checks", None)
+        if checks is None:  # this thread's copy of the template, with its own buffers
+            assert self._slice_template is not None
+            checks = _SliceChecks.from_buffer_copy(self._slice_template)
+            _, checks.slots, checks.pa, checks.pb, checks.pd, checks.ps = self._equal_buffers()
+            checks = self._scratch.checks = (checks, ctypes.byref(checks))
+        checks[0].max_builds = MAX_SLICE_BUILDS
         dfa.row(state)
         binding = self._buffers()[-1]
         if binding.busy:  # nested in this thread's walk (from a row build): not shared
@@ -595,16 +667,7 @@ class NativeWalk:
         binding.bind(dfa)
         binding.busy = True
         try:
-            result = _CONTAINED(
-                binding.view_ref,
-                binding.callback,
-                state,
-                *self._slice_args,
-                MAX_EQUAL_PAIRS,
-                MAX_SLICE_BUILDS,
-                _EQUAL_SLOTS,
-                *addresses,
-            )
+            result = _CONTAINED(binding.view_ref, binding.callback, state, checks[1])
         finally:
             binding.busy = False
             binding.dfa = None

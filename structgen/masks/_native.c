@@ -227,30 +227,39 @@ static int64_t slice_contained(
     return result;
 }
 
+typedef struct {        /* the slice checks of a vocabulary, and one thread's search buffers */
+    slice_view sl;
+    int32_t n_checks;
+    const int32_t *u0;      /* check i: slice automaton start state */
+    const int32_t *len;     /* check i: byte bound (its slice's longest token) */
+    const int64_t *implies; /* check i: the groups it proves when it holds */
+    const int32_t *group;   /* check i: its own group */
+    int32_t floor;          /* check 0 is implied by every other */
+    int64_t max_pairs, max_builds, n_slots;
+    int64_t *slots;         /* the search buffers, as for sg_bounded_equal */
+    int32_t *pa, *pb, *pd;
+    int64_t *ps;
+} slice_checks;
+
 /* The token groups whose every token is provably allowed in q, as a bitmask, with bit 62 set
  * when a check gave up (its answer may change once more rows are built); -1: building a row
- * failed. All checks together build at most max_builds DFA rows. Checks run in the given order: check i asks slice automaton state u0[i] with byte
- * bound len[i] and, when it holds, adds implies[i] (its group and every group it contains);
- * a check whose groups are already known is skipped. When `floor` is set, check 0 is implied by
- * every other, so its failure ends the search (the common case: a state that allows few bytes
- * costs one short check). */
-int64_t sg_contained_groups(
-    dfa_view *dfa, row_builder build, int32_t q, const slice_view *sl,
-    int32_t n_checks, const int32_t *u0, const int32_t *len, const int64_t *implies,
-    const int32_t *group, int32_t floor,
-    int64_t max_pairs, int64_t max_builds, int64_t n_slots,
-    int64_t *slots, int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
+ * failed. All checks together build at most max_builds DFA rows. Checks run in order; one whose
+ * group is already proved is skipped; when `floor` is set, check 0 is implied by every other, so
+ * its failure ends the search (the common case: a state that allows few bytes costs one short
+ * check). The fixed arguments come in one struct: a call costs a few arguments, not twenty. */
+int64_t sg_contained_groups(dfa_view *dfa, row_builder build, int32_t q, const slice_checks *c)
 {
-    int64_t found = 0, gave_up = 0, builds_left = max_builds;
-    for (int32_t i = 0; i < n_checks; i++) {
-        if ((found >> group[i]) & 1) continue;
-        int64_t ok = slice_contained(dfa, build, sl, u0[i], q, len[i], max_pairs, &builds_left,
-                                     n_slots, slots, pa, pb, pd, ps);
+    int64_t found = 0, gave_up = 0, builds_left = c->max_builds;
+    for (int32_t i = 0; i < c->n_checks; i++) {
+        if ((found >> c->group[i]) & 1) continue;
+        int64_t ok = slice_contained(dfa, build, &c->sl, c->u0[i], q, c->len[i], c->max_pairs,
+                                     &builds_left, c->n_slots, c->slots, c->pa, c->pb, c->pd,
+                                     c->ps);
         if (ok < 0) return -1;
-        if (ok == 1) found |= implies[i];
+        if (ok == 1) found |= c->implies[i];
         else {
             if (ok == 2) gave_up = 1;
-            if (i == 0 && floor) break;
+            if (i == 0 && c->floor) break;
         }
     }
     return found | (gave_up << 62);

@@ -114,7 +114,7 @@ def test_root_walk_equals_whole_range_walk(pattern: str) -> None:
     dfa = compiled._engine._dfa  # type: ignore[attr-defined]
     whole = Events(
         np.zeros(1, dtype=np.int64),
-        np.full(1, native.n, dtype=np.int64),
+        np.full(1, native.plain_nodes, dtype=np.int64),
         np.zeros(1, dtype=np.int32),
         np.zeros(1, dtype=np.int32),
     )
