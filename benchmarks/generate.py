@@ -15,7 +15,7 @@ Targets (issue 6): constrained TPOT within 5% of unconstrained in the own loop a
 structgen's processor overhead no larger than the peers'; the prefix cache cutting the TTFT of a
 second request sharing a 1,000-token prefix by at least 3x.
 
-Run: `python benchmarks/generate.py [--batches 1,8,32] [--tokens 16] [--schemas 4]
+Run: `python benchmarks/generate.py [--batches 1,8,32] [--tokens 16] [--schemas 4] [--repeats 3]
 [--device cpu|cuda]`. Writes `benchmarks/results/generate.json`.
 """
 
@@ -216,25 +216,33 @@ def throughput(args: argparse.Namespace, ctx: dict[str, Any]) -> list[dict[str, 
             "model.generate + structgen",
             *(f"model.generate + {name}" for name in peers),
         ]
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
+        # Rounds over every path, so slow drifts of a shared machine hit them all alike; each
+        # path's figures are the medians over the rounds (one run each was noise-bound: +15%
+        # and 0% for the same path on the same quiet CPU).
+        for _ in range(args.repeats):
+            for label in labels:
+                if label == "own loop":
+                    result = own_run(gen, prompts, free, None)
+                elif label == "own loop + schema (no jump fwd)":
+                    result = own_run(jf_off, prompts, bound, grammars)
+                elif label == "own loop + schema":
+                    result = own_run(gen, prompts, bound, grammars)
+                elif label == "model.generate":
+                    result = hf_run(model, tok, prompts, args.tokens, None)
+                elif label == "model.generate + structgen":
+                    result = hf_run(model, tok, prompts, args.tokens, LogitsProcessor(grammars))
+                else:
+                    engine = peers[label.rsplit(" ", 1)[1]]
+                    result = hf_run(model, tok, prompts, args.tokens, engine.processor(row_schemas))
+                runs[label].append(result)
         for label in labels:
-            if label == "own loop":
-                result = own_run(gen, prompts, free, None)
-            elif label == "own loop + schema (no jump fwd)":
-                result = own_run(jf_off, prompts, bound, grammars)
-            elif label == "own loop + schema":
-                result = own_run(gen, prompts, bound, grammars)
-            elif label == "model.generate":
-                result = hf_run(model, tok, prompts, args.tokens, None)
-            elif label == "model.generate + structgen":
-                result = hf_run(model, tok, prompts, args.tokens, LogitsProcessor(grammars))
-            else:
-                engine = peers[label.rsplit(" ", 1)[1]]
-                result = hf_run(model, tok, prompts, args.tokens, engine.processor(row_schemas))
-            result.update(path=label, batch=batch)
+            result = {key: statistics.median(r[key] for r in runs[label]) for key in runs[label][0]}
+            result.update(path=label, batch=batch, runs=len(runs[label]))
             rows.append(result)
             print(
                 f"  batch {batch:>2}  {label:<34} TPOT {fmt(result['tpot_ms']):>6} ms  "
-                f"{fmt(result['tokens_per_s']):>6} tok/s",
+                f"{fmt(result['tokens_per_s']):>6} tok/s  (median of {len(runs[label])})",
                 flush=True,
             )
     return rows
@@ -329,6 +337,9 @@ def main() -> None:
     parser.add_argument("--schemas", type=int, default=4, help="number of JSON schemas")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--prefix-repeats", type=int, default=3)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds over the throughput paths (medians)"
+    )
     parser.add_argument("--schemas-dir", default=str(SCHEMAS), help="maskbench-dev folder")
     parser.add_argument(
         "--model-dir",
