@@ -189,9 +189,13 @@ class ByteDFA:
         return state >= 0 and bool(self._accepting[state])
 
     def key_of(self, state: int) -> Hashable:
-        """The source's key of ``state`` (e.g. the component states of a union or product)."""
-        native = self._native
-        return self._keys[state] if native is None else native.key(state)
+        """The source's key of ``state`` (e.g. the component states of a union or product).
+
+        Under the lock: another thread may be handing the states to the C context (between its
+        switch and the last state interned there, neither side knows them all)."""
+        with self._lock:
+            native = self._native
+            return self._keys[state] if native is None else native.key(state)
 
     @property
     def alphabet(self) -> int:

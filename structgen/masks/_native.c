@@ -135,6 +135,44 @@ static inline int64_t pair_slot(int64_t key, uint64_t mask)
     return (int64_t)((h ^ (h >> 32)) & mask);
 }
 
+/* The breadth-first queue of a pair search (sg_bounded_equal, slice_contained): pairs (a, b)
+ * with their depth, each queued once (a visited set by open addressing in `slots`, all -1 at
+ * rest; `n_slots` a power of two above max_pairs). */
+typedef struct {
+    int64_t *slots;
+    uint64_t mask;
+    int32_t *pa, *pb, *pd;
+    int64_t *ps;
+    int64_t head, tail, max_pairs;
+} pair_queue;
+
+static inline pair_queue queue_new(int64_t n_slots, int64_t max_pairs, int64_t *slots,
+                                   int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
+{
+    pair_queue q = {slots, (uint64_t)n_slots - 1, pa, pb, pd, ps, 0, 0, max_pairs};
+    return q;
+}
+
+/* Queues (a, b) at depth d unless it was queued before: 1 queued, 0 seen, -1 the queue is full. */
+static inline int queue_push(pair_queue *q, int32_t a, int32_t b, int32_t d)
+{
+    int64_t key = ((int64_t)a << 32) | (uint32_t)b;
+    int64_t slot = pair_slot(key, q->mask);
+    while (q->slots[slot] != -1 && q->slots[slot] != key) slot = (slot + 1) & (int64_t)q->mask;
+    if (q->slots[slot] == key) return 0;
+    if (q->tail >= q->max_pairs) return -1;
+    q->slots[slot] = key;
+    q->pa[q->tail] = a; q->pb[q->tail] = b; q->pd[q->tail] = d; q->ps[q->tail] = slot;
+    q->tail++;
+    return 1;
+}
+
+/* Leaves the visited set all -1 again. */
+static inline void queue_clear(pair_queue *q)
+{
+    for (int64_t i = 0; i < q->tail; i++) q->slots[q->ps[i]] = -1;
+}
+
 #define SG_MAX_GROUPS 16  /* token groups of a forest (structgen/masks/_slices.py: MAX_GROUPS) */
 
 /* The whole vocabulary from `start` (whose row must be built). The tokens are split into groups
@@ -187,18 +225,12 @@ static int64_t slice_contained(
     int32_t max_len, int64_t max_pairs, int64_t *builds_left, int64_t n_slots,
     int64_t *slots, int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
 {
-    uint64_t mask = (uint64_t)n_slots - 1;
-    int64_t head = 0, tail = 0, result = 1;
-    {
-        int64_t key = ((int64_t)q0 << 32) | (uint32_t)u0;
-        int64_t slot = pair_slot(key, mask);
-        slots[slot] = key;
-        pa[0] = q0; pb[0] = u0; pd[0] = 0; ps[0] = slot;
-        tail = 1;
-    }
-    while (head < tail && result == 1) {
-        int32_t q = pa[head], u = pb[head], d = pd[head];
-        head++;
+    pair_queue queue = queue_new(n_slots, max_pairs, slots, pa, pb, pd, ps);
+    int64_t result = 1;
+    queue_push(&queue, q0, u0, 0);
+    while (queue.head < queue.tail && result == 1) {
+        int32_t q = pa[queue.head], u = pb[queue.head], d = pd[queue.head];
+        queue.head++;
         if (d >= max_len) continue;
         const int32_t *row = dfa->table + (int64_t)q * 256;
         int64_t j0 = sl->start[u], j1 = sl->start[u + 1];
@@ -212,18 +244,10 @@ static int64_t slice_contained(
             int32_t t = row[sl->byte[j]];
             if (t < 0) { result = 0; break; }
             if (d + 1 >= max_len) continue;  /* its successors would not be expanded */
-            int32_t w = sl->next[j];
-            int64_t key = ((int64_t)t << 32) | (uint32_t)w;
-            int64_t slot = pair_slot(key, mask);
-            while (slots[slot] != -1 && slots[slot] != key) slot = (slot + 1) & (int64_t)mask;
-            if (slots[slot] == key) continue;
-            if (tail >= max_pairs) { result = 2; break; }
-            slots[slot] = key;
-            pa[tail] = t; pb[tail] = w; pd[tail] = d + 1; ps[tail] = slot;
-            tail++;
+            if (queue_push(&queue, t, sl->next[j], d + 1) < 0) { result = 2; break; }
         }
     }
-    for (int64_t i = 0; i < tail; i++) slots[ps[i]] = -1;
+    queue_clear(&queue);
     return result;
 }
 
@@ -290,19 +314,12 @@ int64_t sg_bounded_equal(
     int64_t builds = 0;
     if (p == q) return 1;
     if (max_len <= 0 || max_pairs <= 0) return max_len <= 0;
-    int64_t head = 0, tail = 0, result = 1;
-    uint64_t mask = (uint64_t)n_slots - 1;
-    int32_t a0 = p < q ? p : q, b0 = p < q ? q : p;
-    {
-        int64_t key = ((int64_t)a0 << 32) | (uint32_t)b0;
-        int64_t slot = pair_slot(key, mask);
-        slots[slot] = key;
-        pa[0] = a0; pb[0] = b0; pd[0] = 0; ps[0] = slot;
-        tail = 1;
-    }
-    while (head < tail && result == 1) {
-        int32_t a = pa[head], b = pb[head], d = pd[head];
-        head++;
+    pair_queue queue = queue_new(n_slots, max_pairs, slots, pa, pb, pd, ps);
+    int64_t result = 1;
+    queue_push(&queue, p < q ? p : q, p < q ? q : p, 0);
+    while (queue.head < queue.tail && result == 1) {
+        int32_t a = pa[queue.head], b = pb[queue.head], d = pd[queue.head];
+        queue.head++;
         const int32_t *ra = dfa->table + (int64_t)a * 256;
         const int32_t *rb = dfa->table + (int64_t)b * 256;
         if (ra[reps[0]] == -2) {
@@ -324,17 +341,10 @@ int64_t sg_bounded_equal(
             if ((ta < 0) != (tb < 0)) { result = 0; break; }
             if (ta < 0 || ta == tb || d + 1 >= max_len) continue;
             int32_t x = ta < tb ? ta : tb, y = ta < tb ? tb : ta;
-            int64_t key = ((int64_t)x << 32) | (uint32_t)y;
-            int64_t slot = pair_slot(key, mask);
-            while (slots[slot] != -1 && slots[slot] != key) slot = (slot + 1) & (int64_t)mask;
-            if (slots[slot] == key) continue;
-            if (tail >= max_pairs) { result = 0; break; }
-            slots[slot] = key;
-            pa[tail] = x; pb[tail] = y; pd[tail] = d + 1; ps[tail] = slot;
-            tail++;
+            if (queue_push(&queue, x, y, d + 1) < 0) { result = 0; break; }
         }
     }
-    for (int64_t i = 0; i < tail; i++) slots[ps[i]] = -1;
+    queue_clear(&queue);
     return result;
 }
 

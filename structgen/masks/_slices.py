@@ -170,14 +170,17 @@ def forest_order(
     """The tokens regrouped (group by group, lexicographic inside each) with their common-prefix
     lengths recomputed, so `trie_nodes` lays out one trie per group one after another; and the
     first token of each group (plus the end)."""
-    order = np.argsort(group, kind="stable")
+    # Empty tokens end at no node (the trie leaves them out today): should one come, it goes
+    # first, in no group, as in the plain layout, so no node's token range takes it in.
+    key = np.where(lex["lengths"] > 0, group, -1)
+    order = np.argsort(key, kind="stable")
     n = len(order)
     lengths = lex["lengths"][order]
     # Original neighbour prefixes, with a sentinel so every window below ends inside the array.
     lcp_sorted = np.append(lex["lcp"].astype(np.int64), 0)
     lcp = np.zeros(n, dtype=np.int64)
-    grouped = group[order]
-    for g in np.unique(group).tolist():
+    grouped = key[order]
+    for g in np.unique(grouped[grouped >= 0]).tolist():
         pos = np.flatnonzero(grouped == g)  # this group's slots in the new order
         if len(pos) < 2:
             continue
@@ -194,7 +197,7 @@ def forest_order(
     total = int(lengths.sum())
     source = np.repeat(offsets - new_offsets, lengths) + np.arange(total, dtype=np.int64)
     blob = lex["blob"][source]
-    bounds = np.searchsorted(group[order], np.arange(int(group.max(initial=0)) + 2))
+    bounds = np.searchsorted(grouped, np.arange(int(group.max(initial=0)) + 2))
     return (
         {
             "ids": lex["ids"][order],

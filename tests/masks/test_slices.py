@@ -8,12 +8,14 @@ import re
 import numpy as np
 import pytest
 
-from structgen import Compiler, Matcher, allocate_bitmask, compiler
+from structgen import Compiler, compiler
 from structgen.grammar import engine
 from structgen.masks import _kernel, _walker
 from structgen.masks._kernel import NativeWalk, native_available
 from structgen.masks._slices import DEFAULT_SLICES, forest_order, plan_slices
+from tests.automata.test_walk_binding import brute_mask
 from tests.conftest import load_tokenizer, load_vocab
+from tests.grammar.test_kernels_agree import masks_along
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the C trie walk is not built")
 
@@ -164,18 +166,6 @@ INSTANCE = (
 )
 
 
-def masks_along(compiled: object, ids: list[int], size: int) -> list[np.ndarray]:
-    matcher = Matcher(compiled)  # type: ignore[arg-type]
-    out = []
-    bitmask = allocate_bitmask(1, size, backend="numpy")
-    for tid in ids:
-        matcher.fill_bitmask(bitmask, 0)
-        out.append(bitmask[0].copy())
-        assert matcher.accept_token(tid)
-    assert matcher.can_terminate()
-    return out
-
-
 def test_grammar_masks_with_and_without_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     """A JSON Schema's lexer states (unions of terminals, proved per terminal): every mask along
     an instance is the same with the sliced vocabulary as with the plain one."""
@@ -194,3 +184,27 @@ def test_grammar_masks_with_and_without_slices(monkeypatch: pytest.MonkeyPatch) 
     assert len(sliced) == len(plain) == len(ids)
     for k, (a, b) in enumerate(zip(sliced, plain, strict=True)):
         assert np.array_equal(a, b), k
+
+
+def test_small_vocabulary_against_brute_force() -> None:
+    """A synthetic vocabulary with tokens of every kind (an empty one too): at every state along
+    several patterns, the sliced mask equals reading each token's bytes by hand."""
+    from structgen.vocab import Vocabulary
+
+    words = [b"a", b"ab", b"abc", b"name", b"names", b"x_1", b"0", b"42", b"_", b"Zz"]
+    json_like = [b" a", b"a b", b"\xc3\xa9", b"caf\xc3\xa9", b"a.b-c", b"12345678901234567890x"]
+    rest = [b'"', b'a"', b"\\", b"\n", b"a\nb", b"\xc3", b"\xa9x", b""]
+    tokens: list[bytes | None] = [*words, *json_like, *rest, None]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+    sliced = NativeWalk(vocab.trie, vocab.size)
+    assert sliced.n_groups > 1
+    for pattern in [r"[^\n]*", r'"[^"\\]*"', r"\w+", r"[a-z]{0,3}", r"(name|[a-z_0-9 ]*)x?"]:
+        dfa = Compiler(vocab).regex(pattern)._engine._dfa  # type: ignore[attr-defined]
+        state = dfa.start
+        for byte in b"name x":
+            if state < 0:
+                break
+            skip = sliced.contained_groups(dfa, state)
+            got, _ = sliced.walk(dfa, state, skip=skip)
+            assert np.array_equal(got, brute_mask(vocab, dfa, state)), (pattern, state, bin(skip))
+            state = dfa.next_state(state, byte)
