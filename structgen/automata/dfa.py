@@ -295,6 +295,9 @@ class ByteDFA:
             state = {k: v for k, v in self.__dict__.items() if not k.startswith("_lock")}
             state.pop("_table_ro", None)
             state.pop("_accepting_ro", None)
+            # memos of the mask layer, keyed by this process's vocabulary layouts
+            state.pop("_slice_memos", None)
+            state.pop("_slices_possible", None)
             state["_table"] = self._table.copy()
             state["_accepting"] = self._accepting.copy()
             state["_built"] = bytes(self._built)

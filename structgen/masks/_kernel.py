@@ -12,7 +12,6 @@ import itertools
 import os
 import threading
 import time
-import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -185,6 +184,7 @@ _EQUAL_SLOTS = 8192  # a power of two above MAX_EQUAL_PAIRS: the visited set's o
 #: states it passes through would build anyway (a budget of 64 left MaskBench's mask p99 at
 #: 1.4 ms, 1,024 brought it to 0.46 ms).
 MAX_SLICE_BUILDS = 1024
+_LAYOUT_TOKENS = itertools.count()
 _GAVE_UP = 1 << 62  # flag in `sg_contained_groups`' result: some check gave up
 _SLICE_RETRIES = 4  # checks of a terminal state that gave up, before its partial answer stands
 
@@ -439,10 +439,8 @@ class NativeWalk:
         self._plain_roots_address = self.group_roots.ctypes.data
         self._forest_roots_address = self.group_roots[1:].ctypes.data if self.n_groups else 0
         self._slice_template: _SliceChecks | None = None
-        # per terminal DFA and state: its contained groups (see `contained_groups`)
-        self._part_memo: weakref.WeakKeyDictionary[Any, dict[int, int]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # names this layout in the terminal DFAs' memos of contained groups (never reused)
+        self._memo_token = next(_LAYOUT_TOKENS)
         self._floor_mask = 0  # the bytes the floor slice's strings may start with (bitset)
         plan = self.plan
         if plan is not None:
@@ -611,11 +609,16 @@ class NativeWalk:
             return self._contained(dfa, state) & ~_GAVE_UP
         found = 0
         everything = (1 << (self.n_groups - 1)) - 1
-        memo = self._part_memo
+        token = self._memo_token
         for part, s in parts:
-            known = memo.get(part)
+            # Kept on the terminal DFA, per vocabulary layout (a weak-keyed table here cost a
+            # weak reference per lookup, dozens per lexer state).
+            memos: dict[int, dict[int, int]] | None = getattr(part, "_slice_memos", None)
+            if memos is None:
+                memos = part._slice_memos = {}
+            known = memos.get(token)
             if known is None:
-                known = memo[part] = {}
+                known = memos[token] = {}
             hit = known.get(s)
             if hit is None or hit < 0:
                 # A check that gave up is tried again a few times (negative: tries left), each

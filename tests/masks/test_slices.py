@@ -208,3 +208,19 @@ def test_small_vocabulary_against_brute_force() -> None:
             got, _ = sliced.walk(dfa, state, skip=skip)
             assert np.array_equal(got, brute_mask(vocab, dfa, state)), (pattern, state, bin(skip))
             state = dfa.next_state(state, byte)
+
+
+def test_slice_memos_stay_in_their_process() -> None:
+    """Memos keyed by this process's vocabulary layouts must not travel with a pickled DFA
+    (another process numbers its layouts afresh)."""
+    import pickle
+
+    from structgen.automata import compile_regex
+
+    dfa = compile_regex("[a-z]+")
+    dfa._slice_memos = {0: {0: 0b111}}  # type: ignore[attr-defined]
+    dfa._slices_possible = {1: True}  # type: ignore[attr-defined]
+    copy = pickle.loads(pickle.dumps(dfa))
+    assert not hasattr(copy, "_slice_memos")
+    assert not hasattr(copy, "_slices_possible")
+    assert copy.accepts(b"abc")
