@@ -7,12 +7,16 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from structgen import Compiler, compiler
+from structgen.errors import StructgenError
 from structgen.grammar import engine
 from structgen.masks import _kernel, _walker
 from structgen.masks._kernel import NativeWalk, native_available
 from structgen.masks._slices import DEFAULT_SLICES, forest_order, plan_slices
+from tests.automata.test_properties import PATTERNS as RANDOM_PATTERNS
 from tests.automata.test_walk_binding import brute_mask
 from tests.conftest import load_tokenizer, load_vocab
 from tests.grammar.test_kernels_agree import masks_along
@@ -100,9 +104,10 @@ PATTERNS = [
     (r'"[^"\\]{0,6}"', '"abcdef"', 1),
     (r"[a-z]{1,40}", "abcdefghijklmnopqrstuvwxyz", 0),
     (r"\d+(\.\d+)?", "3.14159", 0),
-    # one character short of a slice's class: the slice must not be proved
-    (r'[^ "\\\x00-\x1f]*', "no_spaces-here!", 1),
-    (r"[1-9A-Za-z_]*", "abc_XYZ", 0),
+    # one character short of a slice's class: the slice must not be proved (the character
+    # must still occur in the pattern, or its alphabet rules the check out at once)
+    (r' ?[^ "\\\x00-\x1f]*', "no_spaces-here!", 1),
+    (r"0?[1-9A-Za-z_]*", "abc_XYZ", 0),
     (r"(name|namespace|[^\"\\]{3,})\"", 'namespaces"', 1),
 ]
 
@@ -224,3 +229,57 @@ def test_slice_memos_stay_in_their_process() -> None:
     assert not hasattr(copy, "_slice_memos")
     assert not hasattr(copy, "_slices_possible")
     assert copy.accepts(b"abc")
+
+
+@pytest.fixture(scope="module")
+def llama_walks() -> tuple[object, NativeWalk, NativeWalk]:
+    vocab = load_vocab("llama3_1")
+    return vocab, NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_property_sliced_masks_equal_plain_masks(
+    llama_walks: tuple[object, NativeWalk, NativeWalk], data: st.DataObject
+) -> None:
+    """Random patterns of the supported syntax (the automata property tests' strategy, plus
+    open-ended classes that make slices provable), at the states along a random matching
+    string: the sliced walk gives the plain walk's mask."""
+    vocab, sliced, plain = llama_walks
+    base = data.draw(RANDOM_PATTERNS, label="pattern")
+    pattern = data.draw(
+        st.sampled_from(
+            [
+                base,
+                f"(?:{base}|[^\\n])*",
+                f"{base}\\w*",
+                f"(?:{base}).{{0,40}}",
+                # one character short of a slice class
+                f"0?(?:{base}|[1-9A-Za-z_])*",
+                f' ?(?:{base}|[^\\n "])*',
+            ]
+        ),
+        label="wrapped",
+    )
+    try:
+        compiled = re.compile(pattern)
+        dfa = Compiler(vocab).regex(pattern)._engine._dfa  # type: ignore[attr-defined]
+    except (re.error, StructgenError):
+        assume(False)
+        return
+    text = data.draw(
+        st.from_regex(compiled, fullmatch=True).filter(lambda s: s.isprintable()), label="text"
+    )
+    state = dfa.start
+    for byte in text.encode()[:12]:
+        skip = sliced.contained_groups(dfa, state)
+        got, _ = sliced.walk(dfa, state, skip=skip)
+        want, _ = plain.walk(dfa, state)
+        assert np.array_equal(got, want), (pattern, state, bin(skip))
+        state = dfa.next_state(state, byte)
+        if state < 0:
+            break
