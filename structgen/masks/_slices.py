@@ -5,11 +5,12 @@ allowed, and the trie walk visits most of the vocabulary's nodes to find that ou
 vocabulary is split once into *slices* — tokens made only of JSON string characters (no `"`,
 `\\` or control characters), tokens made only of word characters, each by byte length — and the
 rest. A lexer state that keeps every string of a slice alive (up to the slice's longest token)
-allows every token of it: its precomputed mask is ORed in and only the other slices are walked.
+allows every token of it: its precomputed mask is ORed in and only the other slices' tries are
+walked (`NativeWalk` lays the vocabulary out as one trie per slice, beside the plain trie).
 The check (`sg_contained_groups`, C) is a breadth-first search over pairs (DFA state, slice
 automaton state) and costs microseconds; the walk it saves visits up to 270k trie nodes.
 
-The same idea as llguidance's "slicer"; see docs/design/token-masks.md.
+The same idea as llguidance's "slicer"; see docs/design/token-slices.md.
 """
 
 from __future__ import annotations
