@@ -116,6 +116,7 @@ class _SliceChecks(ctypes.Structure):
         ("max_pairs", ctypes.c_int64),
         ("max_builds", ctypes.c_int64),
         ("n_slots", ctypes.c_int64),
+        ("max_build_ns", ctypes.c_int64),
         ("slots", ctypes.c_void_p),
         ("pa", ctypes.c_void_p),
         ("pb", ctypes.c_void_p),
@@ -184,6 +185,10 @@ _EQUAL_SLOTS = 8192  # a power of two above MAX_EQUAL_PAIRS: the visited set's o
 #: states it passes through would build anyway (a budget of 64 left MaskBench's mask p99 at
 #: 1.4 ms, 1,024 brought it to 0.46 ms).
 MAX_SLICE_BUILDS = 1024
+#: ... and the time they may spend building rows: a row costs µs in C, ~100 µs for a product
+#: built in Python, ~10 ms for a huge NFA subset, so the count alone does not bound a mask. (At
+#: 20 ms the MaskBench sample never reaches it; 2 ms cut proofs short: p99 0.50 -> 0.81 ms.)
+MAX_SLICE_BUILD_SECONDS = 0.02
 _LAYOUT_TOKENS = itertools.count()
 _GAVE_UP = 1 << 62  # flag in `sg_contained_groups`' result: some check gave up
 _SLICE_RETRIES = 4  # checks of a terminal state that gave up, before its partial answer stands
@@ -663,6 +668,7 @@ class NativeWalk:
             _, checks.slots, checks.pa, checks.pb, checks.pd, checks.ps = self._equal_buffers()
             checks = self._scratch.checks = (checks, ctypes.byref(checks))
         checks[0].max_builds = MAX_SLICE_BUILDS
+        checks[0].max_build_ns = int(MAX_SLICE_BUILD_SECONDS * 1e9)
         dfa.row(state)
         binding = self._buffers()[-1]
         if binding.busy:  # nested in this thread's walk (from a row build): not shared

@@ -18,6 +18,7 @@
  */
 #include <Python.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct {
     int64_t range;       /* current range */
@@ -212,17 +213,45 @@ typedef struct {        /* the slice automata, all in one table (see sg_containe
     const int32_t *next;    /* the slice state after each of those bytes */
 } slice_view;
 
+/* What the slice checks of one state may still spend on building DFA rows: a count, and a
+ * deadline (rows differ by orders of magnitude: a union row a few µs, a product row built in
+ * Python 100 µs, a huge NFA subset 10 ms). */
+typedef struct {
+    int64_t rows_left;
+    int64_t deadline_ns;  /* 0: none */
+} build_budget;
+
+static inline int64_t now_ns(void)
+{
+#if defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+#else
+    return 0;  /* no clock: the row count alone bounds the checks */
+#endif
+}
+
+/* Takes one row from the budget (1), or says it is spent (0). */
+static inline int budget_take(build_budget *b)
+{
+    if (b->rows_left <= 0) return 0;
+    if (b->deadline_ns && now_ns() > b->deadline_ns) return 0;
+    b->rows_left--;
+    return 1;
+}
+
 /* Whether every byte string of at most max_len bytes that is a prefix of a slice string (a path
  * from slice state u0) keeps the DFA alive from q: then every token of the slice is allowed in q.
  * Breadth first over pairs (DFA state, slice state), each visited once at its smallest depth
  * (a later visit could only go less deep). Returns 1 contained, 0 not, 2 gave up (after
- * max_pairs pairs, or before building more DFA rows than *builds_left — a counter's states, each
- * with its UTF-8 continuations, can cost more rows than the walk it would save; a later check,
- * with more rows built, may get further), -1 when building a row failed. Same buffers as
+ * max_pairs pairs, or when a row to build is over the budget — a counter's states, each with its
+ * UTF-8 continuations, can cost more rows than the walk it would save; a later check, with more
+ * rows built, may get further), -1 when building a row failed. Same buffers as
  * sg_bounded_equal. */
 static int64_t slice_contained(
     dfa_view *dfa, row_builder build, const slice_view *sl, int32_t u0, int32_t q0,
-    int32_t max_len, int64_t max_pairs, int64_t *builds_left, int64_t n_slots,
+    int32_t max_len, int64_t max_pairs, build_budget *budget, int64_t n_slots,
     int64_t *slots, int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
 {
     pair_queue queue = queue_new(n_slots, max_pairs, slots, pa, pb, pd, ps);
@@ -235,8 +264,7 @@ static int64_t slice_contained(
         const int32_t *row = dfa->table + (int64_t)q * 256;
         int64_t j0 = sl->start[u], j1 = sl->start[u + 1];
         if (j0 < j1 && row[sl->byte[j0]] == -2) {
-            if (*builds_left <= 0) { result = 2; break; }
-            --*builds_left;
+            if (!budget_take(budget)) { result = 2; break; }
             if (build_row(dfa, build, q) < 0) { result = -1; break; }
             row = dfa->table + (int64_t)q * 256;
         }
@@ -260,6 +288,7 @@ typedef struct {        /* the slice checks of a vocabulary, and one thread's se
     const int32_t *group;   /* check i: its own group */
     int32_t floor;          /* check 0 is implied by every other */
     int64_t max_pairs, max_builds, n_slots;
+    int64_t max_build_ns;   /* time the checks of one state may spend building rows (0: none) */
     int64_t *slots;         /* the search buffers, as for sg_bounded_equal */
     int32_t *pa, *pb, *pd;
     int64_t *ps;
@@ -267,17 +296,19 @@ typedef struct {        /* the slice checks of a vocabulary, and one thread's se
 
 /* The token groups whose every token is provably allowed in q, as a bitmask, with bit 62 set
  * when a check gave up (its answer may change once more rows are built); -1: building a row
- * failed. All checks together build at most max_builds DFA rows. Checks run in order; one whose
+ * failed. All checks together build at most max_builds DFA rows, and start none after
+ * max_build_ns (checks that were cut short may be asked again). Checks run in order; one whose
  * group is already proved is skipped; when `floor` is set, check 0 is implied by every other, so
  * its failure ends the search (the common case: a state that allows few bytes costs one short
  * check). The fixed arguments come in one struct: a call costs a few arguments, not twenty. */
 int64_t sg_contained_groups(dfa_view *dfa, row_builder build, int32_t q, const slice_checks *c)
 {
-    int64_t found = 0, gave_up = 0, builds_left = c->max_builds;
+    int64_t found = 0, gave_up = 0;
+    build_budget budget = {c->max_builds, c->max_build_ns ? now_ns() + c->max_build_ns : 0};
     for (int32_t i = 0; i < c->n_checks; i++) {
         if ((found >> c->group[i]) & 1) continue;
         int64_t ok = slice_contained(dfa, build, &c->sl, c->u0[i], q, c->len[i], c->max_pairs,
-                                     &builds_left, c->n_slots, c->slots, c->pa, c->pb, c->pd,
+                                     &budget, c->n_slots, c->slots, c->pa, c->pb, c->pd,
                                      c->ps);
         if (ok < 0) return -1;
         if (ok == 1) found |= c->implies[i];

@@ -139,12 +139,16 @@ def test_sliced_masks_equal_plain_masks(
     assert best >= proved  # the optimisation is exercised where it should be
 
 
+@pytest.mark.parametrize("budget", [("MAX_SLICE_BUILDS", 1), ("MAX_SLICE_BUILD_SECONDS", 1e-9)])
 def test_a_proof_that_gives_up_is_still_exact(
-    walks: tuple[object, NativeWalk, NativeWalk], monkeypatch: pytest.MonkeyPatch
+    walks: tuple[object, NativeWalk, NativeWalk],
+    monkeypatch: pytest.MonkeyPatch,
+    budget: tuple[str, float],
 ) -> None:
-    """With almost no row budget the proofs give up (fewer groups skipped), masks stay exact."""
+    """With almost no row budget (rows or time) the proofs give up (fewer groups skipped),
+    masks stay exact."""
     vocab, sliced, plain = walks
-    monkeypatch.setattr(_kernel, "MAX_SLICE_BUILDS", 1)
+    monkeypatch.setattr(_kernel, *budget)
     compiled = Compiler(vocab).regex(r"[^\n]{0,200}")
     dfa = compiled._engine._dfa  # type: ignore[attr-defined]
     state = dfa.start
