@@ -96,15 +96,15 @@ def plan_slices(lex: dict[str, npt.NDArray[Any]], slices: tuple[TokenSlice, ...]
     blob = lex["blob"]
     n = len(lengths)
     max_len = int(lengths.max()) if n else 0
-    tables: dict[str, tuple[int, npt.NDArray[np.int32]]] = {}
+    tables: dict[str, tuple[int, npt.NDArray[np.int32]]] = {}  # class: (first state, table)
     accepting: dict[str, npt.NDArray[np.bool_]] = {}
-    parts = []
+    parts = []  # the same tables with their states numbered after the previous ones'
     base = 0
     for sl in slices:
         if sl.char_class not in tables:
             table, accepting[sl.char_class] = _class_automaton(sl.char_class)
             tables[sl.char_class] = (base, table)
-            parts.append(table)
+            parts.append(np.where(table >= 0, table + base, -1))
             base += len(table)
     # Which tokens are strings of each class: run every class automaton over all tokens at once.
     in_class: dict[str, npt.NDArray[np.bool_]] = {}
@@ -144,11 +144,7 @@ def plan_slices(lex: dict[str, npt.NDArray[Any]], slices: tuple[TokenSlice, ...]
     u_start = np.zeros(len(table) + 1, dtype=np.int64)
     u_start[1:] = np.cumsum(moves.sum(axis=1))
     rows, cols = np.nonzero(moves)
-    offset_of_row = np.repeat(
-        np.array([tables[c][0] for c in tables], dtype=np.int32),
-        [len(tables[c][1]) for c in tables],
-    )
-    u_next = (table[rows, cols] + offset_of_row[rows]).astype(np.int32)
+    u_next = table[rows, cols].astype(np.int32)
     return SlicePlan(
         group=group,
         n_groups=len(used) + 1,

@@ -305,7 +305,7 @@ class TokenMaskWalker:
                 if shared is not None:
                     return shared
             started = time.perf_counter()
-            words, _ = native.walk(self.dfa, state, skip=native.contained_groups(self.dfa, state))
+            words, _ = self._whole_walk(native, state, boundaries=False)
             packed = _frozen(words.view(np.int32))
             if sharing:
                 seconds = time.perf_counter() - started - native.last_build_seconds()
@@ -422,8 +422,7 @@ class TokenMaskWalker:
         with self._lock:
             hit = self._events.get(state)
         if hit is None:
-            skip = native.contained_groups(self.dfa, state)
-            words, events = native.walk(self.dfa, state, boundaries=True, skip=skip)
+            words, events = self._whole_walk(native, state, boundaries=True)
             words.setflags(write=False)
             hit = (words, events)
             with self._lock:
@@ -431,6 +430,14 @@ class TokenMaskWalker:
                 while len(self._events) > self._max_cached:
                     self._events.pop(next(iter(self._events)))
         return hit
+
+    def _whole_walk(
+        self, native: NativeWalk, state: int, *, boundaries: bool
+    ) -> tuple[npt.NDArray[np.uint32], Events]:
+        """The C walk of the whole vocabulary from `state`, minus the token slices it is proved
+        to allow whole (see docs/design/token-slices.md)."""
+        skip = native.contained_groups(self.dfa, state)
+        return native.walk(self.dfa, state, boundaries=boundaries, skip=skip)
 
     def continue_walk(
         self, spans: Events, start: int
