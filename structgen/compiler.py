@@ -272,7 +272,7 @@ class Compiler:
         key = ("ebnf", ebnf_text, start)
         return self._cached(
             key,
-            lambda: self._cfg_engine(ebnf_to_ir(ebnf_text, start)),
+            lambda: self._cfg_engine(ebnf_to_ir(ebnf_text, start, limits=self.limits.automata())),
             kind="grammar",
             source=ebnf_text,
             recipe=("ebnf", (ebnf_text,), {"start": start}),

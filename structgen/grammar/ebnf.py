@@ -3,27 +3,40 @@
 Serving engines pass grammars in this dialect: ``name ::= expression`` rules, ``"literals"``,
 ``[character classes]``, ``.``, grouping, ``|``, and the postfix operators ``* + ?`` and
 ``{m}``, ``{m,}``, ``{m,n}``; ``#`` starts a comment; the start rule is ``root``. We parse it
-ourselves (so errors carry the line and column) and build the IR directly, with terminals of
-exactly one character each (a literal is a sequence of them, alternatives of single characters
-merge into one class): EBNF denotes the exact context-free language, and the engine's greedy
-lexer is exact only when no lexeme can run past the end the grammar needs. Quantifiers and
+ourselves (so errors carry the line and column) and build the IR directly. Quantifiers and
 groups become helper rules. XGrammar's extensions (lookahead assertions ``(= ...)``,
-``TagDispatch``) are refused by name. See docs/design/grammars.md.
+``TagDispatch``) are refused by name.
+
+EBNF denotes the exact context-free language, and the engine's lexer is greedy (a lexeme ends
+only when the next byte cannot extend it). Terminals of one character each are always exact;
+*lexeme inference* folds the regular parts of the grammar (rules without recursion, and
+right-linear recursion such as a string body) into multi-character terminals, then unfolds
+again every terminal the greedy lexer could read past the end the grammar needs
+(`structgen.grammar.greedy`), until none is left. See docs/design/grammars.md.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from structgen.automata import (
+    AutomataLimits,
+    ByteDFA,
     CharClass,
+    Concat,
+    Empty,
     Node,
+    Repeat,
+    String,
     alternation,
+    concat,
     literal_node,
+    repeat,
 )
 from structgen.automata import intervals as iv
-from structgen.errors import GrammarError
+from structgen.errors import GrammarError, LimitExceededError, RegexError
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 
 __all__ = ["ebnf_to_ir", "looks_like_ebnf"]
@@ -324,19 +337,23 @@ def _single_char(expr: _Expr) -> Node | None:
 
 
 class _Builder:
-    """Builds IR rules whose terminals each match exactly one character.
+    """Builds IR rules from the parsed EBNF, folding regular expressions into terminals.
 
-    The grammar engine lexes greedily (a lexeme ends only when the next byte cannot extend it;
-    see docs/design/context-free.md). EBNF means the exact context-free language, and a terminal
-    longer than one character could run past the end the grammar needs (`name " "? "("` against
-    `name " FROM"`). One-character terminals cannot: every lexeme is one character, so the
-    language is exact.
+    Without `regular` every terminal matches exactly one character (exact: a one-character
+    lexeme cannot run past anything, and UTF-8 is prefix-free). With `regular` (the regex of
+    each rule that derives a regular language) each regular expression that is not a single
+    character and not in `unfolded` becomes one terminal, at each place it is used (so that the
+    analysis sees each use in its own context); `origins` says which expressions made each
+    terminal, for `ebnf_to_ir` to unfold those the greedy lexer could read past.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, regular: dict[str, Node] | None, unfolded: set[int]) -> None:
         self.rules: list[Rule] = []
-        self.terminals: dict[Node, str] = {}
+        self.terminals: dict[tuple[Node, bool], str] = {}
+        self.origins: dict[str, list[int]] = {}  # terminal -> the fold keys that made it
         self.helpers = 0
+        self.regular = regular
+        self.unfolded = unfolded
 
     def helper(self, alternatives: list[list[str]]) -> str:
         name = f"<ebnf {self.helpers}>"
@@ -345,18 +362,63 @@ class _Builder:
             self.rules.append(Rule(name, tuple(rhs)))
         return name
 
-    def terminal(self, node: Node) -> str:
-        name = self.terminals.get(node)
+    def terminal(self, node: Node, *, nonempty: bool = False, origin: int | None = None) -> str:
+        key = (node, nonempty)
+        name = self.terminals.get(key)
         if name is None:
             name = f"<ebnf terminal {len(self.terminals)}>"
-            self.terminals[node] = name
+            self.terminals[key] = name
+        if origin is not None:
+            self.origins.setdefault(name, []).append(origin)
         return name
+
+    def ir_terminals(self) -> tuple[TerminalDef, ...]:
+        return tuple(
+            TerminalDef(n, node, (_NONEMPTY,) if nonempty else ())
+            for (node, nonempty), n in self.terminals.items()
+        )
+
+    # -- folding
+
+    def is_regular(self, expr: _Expr) -> bool:
+        return self.regular is not None and all(r.name in self.regular for r in _refs(expr))
+
+    def foldable(self, expr: _Expr) -> bool:
+        return (
+            self.is_regular(expr) and id(expr) not in self.unfolded and not isinstance(expr, _Class)
+        )
+
+    def folded(self, expr: _Expr) -> list[str]:
+        """One terminal for a regular expression, made optional when the expression may be
+        empty (a terminal never matches the empty string)."""
+        assert self.regular is not None
+        node = _regex(expr, self.regular)
+        key = id(expr)
+        if isinstance(node, Empty):
+            return []
+        if not _nullable(expr, self.regular):
+            return [self.terminal(node, origin=key)]
+        return [self.helper([[], [self.terminal(node, nonempty=True, origin=key)]])]
+
+    # -- symbols
+
+    def body(self, name: str, expr: _Expr) -> None:
+        """The IR rules of EBNF rule `name`."""
+        if self.foldable(expr):
+            self.rules.append(Rule(name, tuple(self.folded(expr))))
+        elif isinstance(expr, _Alt):
+            for alternative in expr.items:
+                self.rules.append(Rule(name, tuple(self.symbols(alternative))))
+        else:
+            self.rules.append(Rule(name, tuple(self.symbols(expr))))
 
     def symbols(self, expr: _Expr) -> list[str]:
         """Symbols deriving exactly the language of `expr` (helper rules added as needed)."""
         one = _single_char(expr)
         if one is not None:
             return [self.terminal(one)]
+        if self.foldable(expr):
+            return self.folded(expr)
         if isinstance(expr, _Lit):
             return [self.terminal(literal_node(ch)) for ch in expr.text]
         if isinstance(expr, _Ref):
@@ -388,10 +450,187 @@ class _Builder:
         return out
 
 
-def ebnf_to_ir(text: str, start: str = "root") -> Grammar:
+# Any non-empty text: intersected with a folded terminal whose expression may be empty.
+_NONEMPTY = Repeat(CharClass(((0, iv.MAX_CODE_POINT),)), 1, None)
+#: rounds of unfolding, and seconds, before `ebnf_to_ir` gives up folding (and builds the
+#: one-character terminals, which are always exact); each round unfolds at least one terminal
+MAX_FOLD_ROUNDS = 64
+MAX_FOLD_SECONDS = 2.0
+
+
+def _regex(expr: _Expr, regular: dict[str, Node]) -> Node:
+    """The regex AST of a regular expression (rule references inlined)."""
+    if isinstance(expr, _Lit):
+        return literal_node(expr.text)
+    if isinstance(expr, _Class):
+        return expr.node
+    if isinstance(expr, _Ref):
+        return regular[expr.name]
+    if isinstance(expr, _Seq):
+        return concat([_regex(x, regular) for x in expr.items])
+    if isinstance(expr, _Alt):
+        return alternation([_regex(x, regular) for x in expr.items])
+    return repeat(_regex(expr.item, regular), expr.min, expr.max)
+
+
+def _nullable(expr: _Expr, regular: dict[str, Node]) -> bool:
+    """Whether a regular expression matches the empty string."""
+    if isinstance(expr, _Lit):
+        return not expr.text
+    if isinstance(expr, _Class):
+        return False
+    if isinstance(expr, _Ref):
+        return _node_nullable(regular[expr.name])
+    if isinstance(expr, _Seq):
+        return all(_nullable(x, regular) for x in expr.items)
+    if isinstance(expr, _Alt):
+        return any(_nullable(x, regular) for x in expr.items)
+    return expr.min == 0 or _nullable(expr.item, regular)
+
+
+def _node_nullable(node: Node) -> bool:
+    if isinstance(node, Empty):
+        return True
+    if isinstance(node, String):
+        return not node.text
+    if isinstance(node, CharClass):
+        return False
+    if isinstance(node, Repeat):
+        return node.min == 0 or _node_nullable(node.item)
+    items = node.items  # type: ignore[attr-defined]
+    if isinstance(node, Concat):
+        return all(_node_nullable(x) for x in items)
+    return any(_node_nullable(x) for x in items)  # Alternation
+
+
+def _regular_rules(parsed: list[tuple[str, int, _Expr]]) -> dict[str, Node]:
+    """The regex of every rule that derives a regular language: rules outside every cycle of
+    references whose references are all regular, and groups of mutually recursive rules that
+    refer to each other only at the end of an alternative (right-linear, like
+    ``chars ::= "\\"" | [^"] chars``), solved by Arden's rule."""
+    bodies = {name: body for name, _, body in parsed}
+    out: dict[str, Node] = {}
+    for group in _components(bodies):
+        members = set(group)
+        recursive = len(group) > 1 or any(r.name in members for r in _refs(bodies[group[0]]))
+        outside = [r.name for n in group for r in _refs(bodies[n]) if r.name not in members]
+        if not all(name in out for name in outside):
+            continue  # refers to a rule that is not regular
+        if not recursive:
+            out[group[0]] = _regex(bodies[group[0]], out)
+            continue
+        solved = _solve_right_linear(group, bodies, out)
+        if solved is not None:
+            out.update(solved)
+    return out
+
+
+def _components(bodies: dict[str, _Expr]) -> list[list[str]]:
+    """Strongly connected components of the rule references, each after those it refers to
+    (Tarjan's algorithm, iterative)."""
+    graph = {name: [r.name for r in _refs(body)] for name, body in bodies.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            edges = graph[node]
+            if i < len(edges):
+                work.append((node, i + 1))
+                nxt = edges[i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                out.append(group)
+    return out
+
+
+def _solve_right_linear(
+    group: list[str], bodies: dict[str, _Expr], regular: dict[str, Node]
+) -> dict[str, Node] | None:
+    """Regexes of mutually recursive rules whose every alternative is regular, or regular
+    items followed by one reference to a rule of the group (None: not of that form).
+
+    `X = A·X | B` gives `X = A*·B` (Arden's rule); each rule is solved for and substituted into
+    the others in turn (Gaussian elimination over regexes)."""
+    members = set(group)
+    equations: dict[str, tuple[dict[str, list[Node]], list[Node]]] = {}
+    for name in group:
+        body = bodies[name]
+        alternatives = body.items if isinstance(body, _Alt) else (body,)
+        coefficients: dict[str, list[Node]] = {}
+        constants: list[Node] = []
+        for alternative in alternatives:
+            items = alternative.items if isinstance(alternative, _Seq) else (alternative,)
+            if not items:
+                constants.append(Empty())
+                continue
+            head, last = items[:-1], items[-1]
+            if any(r.name in members for x in head for r in _refs(x)):
+                return None
+            if isinstance(last, _Ref) and last.name in members:
+                prefix = concat([_regex(x, regular) for x in head])
+                coefficients.setdefault(last.name, []).append(prefix)
+            elif any(r.name in members for r in _refs(last)):
+                return None
+            else:
+                constants.append(_regex(alternative, regular))
+        equations[name] = (coefficients, constants)
+    solved: dict[str, tuple[dict[str, Node], Node]] = {
+        name: ({k: alternation(v) for k, v in coeffs.items()}, alternation(consts))
+        for name, (coeffs, consts) in equations.items()
+    }
+    for k in group:
+        coeffs, const = solved[k]
+        loop = coeffs.pop(k, None)
+        if loop is not None:
+            star = repeat(loop, 0, None)
+            coeffs = {j: concat([star, c]) for j, c in coeffs.items()}
+            const = concat([star, const])
+        solved[k] = (coeffs, const)
+        for i in group:
+            if i == k:
+                continue
+            coeffs_i, const_i = solved[i]
+            via = coeffs_i.pop(k, None)
+            if via is None:
+                continue
+            for j, c in coeffs.items():
+                joined = concat([via, c])
+                coeffs_i[j] = alternation([coeffs_i[j], joined]) if j in coeffs_i else joined
+            solved[i] = (coeffs_i, alternation([const_i, concat([via, const])]))
+    return {name: const for name, (_, const) in solved.items()}
+
+
+def ebnf_to_ir(text: str, start: str = "root", *, limits: AutomataLimits | None = None) -> Grammar:
     """The IR of a GBNF-style EBNF grammar whose start rule is `start` (``root`` by default).
 
     IR rules keep the EBNF rule names; helper rules and terminals get names EBNF cannot spell.
+    With `limits`, regular parts become multi-character terminals wherever the greedy lexer is
+    proved exact for them (see `_Builder`); without, every terminal is one character.
     """
     parser = _Parser(text)
     parsed = parser.rules()
@@ -409,15 +648,62 @@ def ebnf_to_ir(text: str, start: str = "root") -> Grammar:
         for ref in _refs(body):
             if ref.name not in names:
                 raise parser.error(f"rule {ref.name!r} is used but never defined", ref.offset)
-    builder = _Builder()
+    if limits is None:
+        return _build(parsed, start, None, set())[0]
+    regular = _regular_rules(parsed)
+    deadline = time.perf_counter() + MAX_FOLD_SECONDS
+    unfolded: set[int] = set()
+    memo: dict[tuple[object, ...], bool] = {}
+    keep: list[ByteDFA] = []  # the automata `memo` refers to by id
+    for _ in range(MAX_FOLD_ROUNDS):
+        grammar, builder = _build(parsed, start, regular, unfolded)
+        bad = _conflicting_folds(grammar, builder, limits, memo, keep)
+        if not bad:
+            return grammar
+        unfolded |= bad
+        if time.perf_counter() > deadline:
+            break
+    return _build(parsed, start, None, set())[0]  # one character per terminal: always exact
+
+
+def _build(
+    parsed: list[tuple[str, int, _Expr]],
+    start: str,
+    regular: dict[str, Node] | None,
+    unfolded: set[int],
+) -> tuple[Grammar, _Builder]:
+    builder = _Builder(regular, unfolded)
     for name, _, body in parsed:
-        if isinstance(body, _Alt):
-            for alternative in body.items:
-                builder.rules.append(Rule(name, tuple(builder.symbols(alternative))))
-        else:
-            builder.rules.append(Rule(name, tuple(builder.symbols(body))))
-    terminals = tuple(TerminalDef(n, node) for node, n in builder.terminals.items())
-    return Grammar(start=start, rules=tuple(builder.rules), terminals=terminals)
+        builder.body(name, body)
+    grammar = Grammar(start=start, rules=tuple(builder.rules), terminals=builder.ir_terminals())
+    return grammar, builder
+
+
+def _conflicting_folds(
+    grammar: Grammar,
+    builder: _Builder,
+    limits: AutomataLimits,
+    memo: dict[tuple[object, ...], bool],
+    keep: list[ByteDFA],
+) -> set[int]:
+    """Fold keys to undo: for each conflict `(A, B)` (the lexer may read past an `A` lexeme
+    into `B`), the folds that made `B` (longer than one character, so a fold made it)."""
+    from structgen.grammar.engine import terminal_dfa
+    from structgen.grammar.greedy import greedy_conflicts
+
+    every = {key for keys in builder.origins.values() for key in keys}
+    try:
+        dfas = [terminal_dfa(t, limits) for t in grammar.terminals]
+    except (LimitExceededError, RegexError):
+        return every
+    keep.extend(dfas)
+    out: set[int] = set()
+    for _, b in greedy_conflicts(grammar, dfas, limits, memo):
+        origins = builder.origins.get(b)
+        if not origins:  # a one-character terminal cannot be read past: cannot happen
+            return every
+        out.update(origins)
+    return out
 
 
 def _refs(expr: _Expr) -> list[_Ref]:

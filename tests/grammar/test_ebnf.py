@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structgen import Compiler, Matcher
+from structgen.automata import AutomataLimits
 from structgen.errors import GrammarError
 from structgen.grammar.ebnf import ebnf_to_ir, looks_like_ebnf
+from structgen.grammar.engine import GrammarEngine
 from structgen.vocab import Vocabulary
 from tests.conftest import load_tokenizer, load_vocab
 
@@ -258,3 +260,118 @@ def test_every_terminal_is_one_character() -> None:
         isinstance(t.pattern, CharClass) or len(t.pattern.text) == 1  # type: ignore[union-attr]
         for t in grammar.terminals
     )
+
+
+# ----------------------------------------------------------------------------- lexeme inference
+
+LIMITS = AutomataLimits()
+
+
+def _engines(text: str) -> tuple[GrammarEngine, GrammarEngine] | None:
+    """The grammar with one character per terminal (the exact reference) and folded."""
+    vocab = COMPILER.vocab
+    try:
+        plain = GrammarEngine(ebnf_to_ir(text), vocab, limits=LIMITS)
+    except GrammarError:  # an empty language: refused either way
+        with pytest.raises(GrammarError):
+            GrammarEngine(ebnf_to_ir(text, limits=LIMITS), vocab, limits=LIMITS)
+        return None
+    folded = GrammarEngine(ebnf_to_ir(text, limits=LIMITS), vocab, limits=LIMITS)
+    return plain, folded
+
+
+def _agree_on_every_string(text: str, alphabet: str, depth: int) -> None:
+    """Both engines agree on every string up to `depth` characters: whether it is a prefix of
+    the language, and whether it is in it (depth-first, sharing prefixes)."""
+    engines = _engines(text)
+    if engines is None:
+        return
+    plain, folded = engines
+    stack = [("", plain.initial_state, folded.initial_state)]
+    while stack:
+        prefix, a, b = stack.pop()
+        assert (a is None) == (b is None), (text, prefix, "prefix")
+        if a is None or b is None:
+            continue
+        assert plain.is_accepting(a) == folded.is_accepting(b), (text, prefix, "accepts")
+        if len(prefix) < depth:
+            for ch in alphabet:
+                data = ch.encode()
+                stack.append((prefix + ch, plain.advance(a, data), folded.advance(b, data)))
+
+
+@st.composite
+def grammars(draw: st.DrawFn) -> str:
+    """Random grammars over `a`, `b`, `(`, `)` whose rules overlap: words of one are prefixes of
+    another's, rules recurse (right-linear or not), runs may be empty."""
+
+    def expr(depth: int) -> str:
+        kinds = (
+            ["lit", "class", "ref"] if depth >= 2 else ["lit", "class", "ref", "seq", "alt", "rep"]
+        )
+        kind = draw(st.sampled_from(kinds))
+        if kind == "lit":
+            return json.dumps(draw(st.sampled_from(["a", "b", "ab", "aa", "(", ")", "a(", ""])))
+        if kind == "class":
+            return draw(st.sampled_from(["[ab]", "[a]", "[^a()]", "[()]"]))
+        if kind == "ref":
+            return draw(st.sampled_from(["x", "y", "z"]))
+        parts = [expr(depth + 1) for _ in range(draw(st.integers(2, 3)))]
+        if kind == "seq":
+            return " ".join(f"({p})" for p in parts)
+        if kind == "alt":
+            return " | ".join(f"({p})" for p in parts)
+        return f"({parts[0]}){draw(st.sampled_from(['*', '+', '?', '{1,2}']))}"
+
+    # root embeds itself in the middle (not regular), so the folded parts around it are lexed
+    # in context, one after another
+    rules = {"root": f"{expr(0)} | ({expr(1)}) root ({expr(1)})"}
+    rules.update((name, expr(0)) for name in ("x", "y"))
+    rules["z"] = draw(st.sampled_from(['"a" z | "b"', '"(" z ")" | "a"', "[ab]+", '"a"*']))
+    return "".join(f"{name} ::= {body}\n" for name, body in rules.items())
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammars())
+def test_folded_terminals_keep_the_exact_language(text: str) -> None:
+    _agree_on_every_string(text, "ab()", 6)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '[a-z]+ "a"',  # a terminal that would read past its own end
+        '("true" | [a-z]+) "x"',
+        'name "." "*" | name ("." name)?',
+        '"SELECT " col ("," col)* " FROM " name',
+        'ws "a" ws',  # nullable rules
+        's "b" | s s',  # right-linear, then read past
+    ],
+)
+def test_folding_never_changes_what_is_accepted(body: str) -> None:
+    # `root` embeds itself between the parts, so they are lexed one after another in context
+    text = (
+        f'root ::= part | part root part\npart ::= {body} | "(" root ")"\n'
+        'name ::= [a-z]+\ncol ::= name | name " "? "(" ")"\nws ::= [ ]*\ns ::= "a" s | "a"\n'
+    )
+    _agree_on_every_string(text, "aetx.* (),SLFRM", 5)
+
+
+def test_regular_parts_become_multi_character_terminals() -> None:
+    grammar = ebnf_to_ir(JSON_EBNF, limits=LIMITS)
+    assert len(grammar.terminals) < len(ebnf_to_ir(JSON_EBNF).terminals)
+    # a string, a number, a run of whitespace: one lexeme each (no Earley step per character)
+    sizes = sorted(len(str(t.pattern)) for t in grammar.terminals)
+    assert sizes[-1] > 200
+    engine = GrammarEngine(grammar, COMPILER.vocab, limits=LIMITS)
+    state = engine.advance(engine.initial_state, b'{"key": "a long string value", "n": -12.5e3')
+    assert state is not None
+
+
+def test_the_sql_that_folding_once_refused_is_accepted() -> None:
+    # name " "? "(" folded into one terminal once made `email FROM` unreachable
+    sql = 'root ::= "SELECT " col ("," col)* " FROM " name\ncol ::= name | name " "? "(" ")"\n'
+    sql += "name ::= [a-z]+"
+    for text in ["SELECT email FROM users", "SELECT a,f (),b FROM t", "SELECT f() FROM t"]:
+        assert full_match(sql, text), text
+    assert not full_match(sql, "SELECT f ( FROM t")
