@@ -118,9 +118,7 @@ def _search(a: ByteDFA, b: ByteDFA, found: Callable[[int, int], bool], max_pairs
         both = (row_a >= 0) & (row_b >= 0)
         if not both.any():
             continue
-        keys = np.unique((row_a[both].astype(np.int64) << 32) | row_b[both].astype(np.int64))
-        for key in keys.tolist():
-            pair = (key >> 32, key & 0xFFFFFFFF)
+        for pair in set(zip(row_a[both].tolist(), row_b[both].tolist())):
             if pair not in seen:
                 if len(seen) >= max_pairs:
                     raise _TooBig
@@ -167,19 +165,30 @@ def greedy_conflicts(
         rules.append(Rule(rule.lhs, tuple(rhs)))
     spread = Grammar(start=grammar.start, rules=tuple(rules), terminals=())
     keys = [f"\\0{i}" for i in range(len(occurrences))]
-    follow = follow_sets(spread, {k: first_bytes[t] for k, t in zip(keys, occurrences)})
-    after = follow_sets(spread, {k: 1 << i for i, k in enumerate(keys)})
+    # one fixpoint for both: an occurrence's first bytes in the low 256 bits, itself above them
+    both = follow_sets(
+        spread,
+        {k: first_bytes[t] | 1 << (256 + i) for i, (k, t) in enumerate(zip(keys, occurrences))},
+    )
+    low = (1 << 256) - 1
+    follow = {k: v & low for k, v in both.items()}
+    after = {k: v >> 256 for k, v in both.items()}
     together = _together(
         [after[k] for k in keys], after[""], [dfa_of[t] for t in occurrences], limits, memo
     )
-    out: set[tuple[str, str]] = set()
+    # occurrences of one terminal with the same bytes after them: one check per terminal beside
+    wanted: dict[tuple[str, int], int] = {}
     for i, name_a in enumerate(occurrences):
         follows = follow[keys[i]]
+        if follows:
+            key_a = (name_a, follows)
+            wanted[key_a] = wanted.get(key_a, 0) | together[i]
+    out: set[tuple[str, str]] = set()
+    for (name_a, follows), beside in wanted.items():
         dfa_a = dfa_of[name_a]
-        if not follows or dfa_a.is_empty:
+        if dfa_a.is_empty:
             continue
-        for j in _members(together[i]):
-            name_b = occurrences[j]
+        for name_b in {occurrences[j] for j in _members(beside)}:
             if (name_a, name_b) in out:
                 continue
             dfa_b = dfa_of[name_b]
@@ -239,26 +248,22 @@ def _together(
     together = [0] * n
     for p in _members(first):
         together[p] |= first
-    changed = True
-    while changed:
-        changed = False
-        for p in range(n):
-            if not together[p] or not after[p]:
-                continue
-            union = 0
-            for q in _members(together[p] & sharing[id(dfas[p])]):
-                union |= after[q]
-            for o in _members(after[p]):
-                if union & ~together[o]:
-                    together[o] |= union
-                    changed = True
+    follows = [_members(bits) for bits in after]
+    pending = set(_members(first))
+    while pending:  # a worklist: p's followers change only when together[p] does
+        p = pending.pop()
+        union = 0
+        for q in _members(together[p] & sharing[id(dfas[p])]):
+            union |= after[q]
+        for o in follows[p]:
+            if union & ~together[o]:
+                together[o] |= union
+                pending.add(o)
     return together
 
 
 def _members(bits: int) -> list[int]:
-    out = []
-    while bits:
-        low = bits & -bits
-        out.append(low.bit_length() - 1)
-        bits ^= low
-    return out
+    """The positions of the set bits (through the binary text: faster than bit tricks in
+    Python for the dense sets here)."""
+    text = bin(bits)[:1:-1]
+    return [i for i, c in enumerate(text) if c == "1"]
