@@ -259,9 +259,11 @@ class TokenMaskWalker:
         self._share_misses = 0
         self._share_ready = 0  # patterns in `_shared` with enough candidates to be checked
         self._sharing: SharingTables | None = None
-        # The C walk's token arrays (once per vocabulary, tens of milliseconds) belong to the
-        # compile, not to the first mask: a serving engine's first batch step would pay them.
+        # Per-vocabulary tables (the C walk's token arrays: tens of milliseconds; the first-byte
+        # masks) belong to the compile, not to the first masks: a serving engine's first batch
+        # steps would pay them.
         native_walk(vocab)
+        first_byte_masks(vocab)
 
     @property
     def classes(self) -> TokenClasses:
