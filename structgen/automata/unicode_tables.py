@@ -11,6 +11,7 @@ milliseconds) and cached.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 
 import numpy as np
@@ -41,29 +42,26 @@ def _all_chars() -> str:
     return np.arange(_N, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
-def _ranges_of(mask: np.ndarray) -> Ranges:
-    """Turn a boolean array indexed by code point into normal-form ranges."""
-    padded = np.concatenate(([False], mask, [False])).astype(np.int8)
-    edges = np.diff(padded)
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1) - 1
-    return tuple(zip(starts.tolist(), ends.tolist()))
+def _runs(pattern: str) -> Ranges:
+    """The code points Python's `re` matches with `pattern` (a class and `+`), as ranges: `re`
+    itself is the definition (and scans every code point in C, 4x faster than testing each
+    character with a `str` method)."""
+    return tuple((m.start(), m.end() - 1) for m in re.finditer(pattern, _all_chars()))
 
 
 @cache
 def _decimal() -> Ranges:
-    return _ranges_of(np.fromiter(map(str.isdecimal, _all_chars()), bool, count=_N))
+    return _runs(r"\d+")
 
 
 @cache
 def _word() -> Ranges:
-    alnum = _ranges_of(np.fromiter(map(str.isalnum, _all_chars()), bool, count=_N))
-    return iv.union(alnum, ((0x5F, 0x5F),))
+    return _runs(r"\w+")
 
 
 @cache
 def _space() -> Ranges:
-    return _ranges_of(np.fromiter(map(str.isspace, _all_chars()), bool, count=_N))
+    return _runs(r"\s+")
 
 
 def digit_ranges(ascii_only: bool = False) -> Ranges:
