@@ -54,32 +54,53 @@ EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@(?:{HOSTNAME}|\[{IPV4}\]|\[IPv6:{IPV6}\])"
 _DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
 _DUR_DATE = r"(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
 DURATION = rf"P(?:{_DUR_DATE}(?:{_DUR_TIME})?|{_DUR_TIME}|[0-9]+W)"
-# RFC 3986
-_UNRES = r"A-Za-z0-9\-._~"
+# RFC 3986 (URIs) and RFC 3987 (IRIs: the same grammar with non-ASCII "ucschar" among the
+# unreserved characters, and private-use characters in the query)
+_UCSCHAR = "\xa0-\ud7ff\uf900-\ufdcf\ufdf0-\uffef" + "".join(
+    f"{chr(plane << 16)}-{chr((plane << 16) | 0xFFFD)}" for plane in range(1, 15)
+).replace(chr(0xE0000), chr(0xE1000))
+_IPRIVATE = "\ue000-\uf8ff" + f"{chr(0xF0000)}-{chr(0xFFFFD)}{chr(0x100000)}-{chr(0x10FFFD)}"
 _SUB = r"!$&'()*+,;="
 _PCT = r"%[0-9A-Fa-f]{2}"
-_PCHAR = rf"(?:[{_UNRES}{_SUB}:@]|{_PCT})"
-_USERINFO = rf"(?:[{_UNRES}{_SUB}:]|{_PCT})*"
-_REGNAME = rf"(?:[{_UNRES}{_SUB}]|{_PCT})*"
-_IPLIT = rf"\[(?:{IPV6}|v[0-9A-Fa-f]+\.[{_UNRES}{_SUB}:]+)\]"
-_HOST = rf"(?:{_IPLIT}|{IPV4}|{_REGNAME})"
-_AUTHORITY = rf"(?:{_USERINFO}@)?{_HOST}(?::[0-9]*)?"
-_SEGMENT = rf"{_PCHAR}*"
-_SEGMENT_NZ = rf"{_PCHAR}+"
-_SEGMENT_NZ_NC = rf"(?:[{_UNRES}{_SUB}@]|{_PCT})+"
-_PATH_ABEMPTY = rf"(?:/{_SEGMENT})*"
-_PATH_ABSOLUTE = rf"/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?"
-_PATH_ROOTLESS = rf"{_SEGMENT_NZ}(?:/{_SEGMENT})*"
-_PATH_NOSCHEME = rf"{_SEGMENT_NZ_NC}(?:/{_SEGMENT})*"
-_QUERY = rf"(?:{_PCHAR}|[/?])*"
 _SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*"
-_HIER = rf"(?://{_AUTHORITY}{_PATH_ABEMPTY}|{_PATH_ABSOLUTE}|{_PATH_ROOTLESS}|)"
-URI = rf"{_SCHEME}:{_HIER}(?:\?{_QUERY})?(?:#{_QUERY})?"
-_RELATIVE = (
-    rf"(?://{_AUTHORITY}{_PATH_ABEMPTY}|{_PATH_ABSOLUTE}|{_PATH_NOSCHEME}|)"
-    rf"(?:\?{_QUERY})?(?:#{_QUERY})?"
+
+
+def _uri_grammar(unreserved: str, private: str) -> tuple[str, str]:
+    """(absolute, reference) patterns of RFC 3986 with these unreserved characters (a class
+    body) and these extra query characters (RFC 3987's iprivate; empty for URIs)."""
+    pchar = rf"(?:[{unreserved}{_SUB}:@]|{_PCT})"
+    userinfo = rf"(?:[{unreserved}{_SUB}:]|{_PCT})*"
+    regname = rf"(?:[{unreserved}{_SUB}]|{_PCT})*"
+    ip_literal = rf"\[(?:{IPV6}|[vV][0-9A-Fa-f]+\.[A-Za-z0-9\-._~{_SUB}:]+)\]"
+    host = rf"(?:{ip_literal}|{IPV4}|{regname})"
+    authority = rf"(?:{userinfo}@)?{host}(?::[0-9]*)?"
+    segment = rf"{pchar}*"
+    segment_nz = rf"{pchar}+"
+    segment_nz_nc = rf"(?:[{unreserved}{_SUB}@]|{_PCT})+"
+    path_abempty = rf"(?:/{segment})*"
+    path_absolute = rf"/(?:{segment_nz}(?:/{segment})*)?"
+    path_rootless = rf"{segment_nz}(?:/{segment})*"
+    path_noscheme = rf"{segment_nz_nc}(?:/{segment})*"
+    query = rf"(?:{pchar}|[/?{private}])*" if private else rf"(?:{pchar}|[/?])*"
+    fragment = rf"(?:{pchar}|[/?])*"
+    hier = rf"(?://{authority}{path_abempty}|{path_absolute}|{path_rootless}|)"
+    absolute = rf"{_SCHEME}:{hier}(?:\?{query})?(?:#{fragment})?"
+    relative = (
+        rf"(?://{authority}{path_abempty}|{path_absolute}|{path_noscheme}|)"
+        rf"(?:\?{query})?(?:#{fragment})?"
+    )
+    return absolute, rf"(?:{absolute}|{relative})"
+
+
+URI, URI_REFERENCE = _uri_grammar(r"A-Za-z0-9\-._~", "")
+IRI, IRI_REFERENCE = _uri_grammar(rf"A-Za-z0-9\-._~{_UCSCHAR}", _IPRIVATE)
+# RFC 6570 (level 4); the apostrophe among the literals as the JSON Schema test suite has it
+_VARCHAR = rf"(?:[A-Za-z0-9_]|{_PCT})"
+_VARSPEC = rf"{_VARCHAR}(?:\.?{_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
+URI_TEMPLATE = (
+    rf"(?:[!#$&-;=?-\[\]_a-z~{_UCSCHAR}{_IPRIVATE}]|{_PCT}"
+    rf"|\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\}})*"
 )
-URI_REFERENCE = rf"(?:{URI}|{_RELATIVE})"
 JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
 RELATIVE_JSON_POINTER = rf"(?:0|[1-9][0-9]*)(?:#|{JSON_POINTER})"
 
@@ -95,13 +116,14 @@ _FORMATS: dict[str, str] = {
     "duration": DURATION,
     "uri": URI,
     "uri-reference": URI_REFERENCE,
+    "iri": IRI,
+    "iri-reference": IRI_REFERENCE,
+    "uri-template": URI_TEMPLATE,
     "json-pointer": JSON_POINTER,
     "relative-json-pointer": RELATIVE_JSON_POINTER,
 }
 # Formats that jsonschema's checker may judge but that have no regular language here.
-KNOWN_UNSUPPORTED = frozenset(
-    {"regex", "idn-email", "idn-hostname", "iri", "iri-reference", "uri-template"}
-)
+KNOWN_UNSUPPORTED = frozenset({"regex", "idn-email", "idn-hostname"})
 
 
 @lru_cache(maxsize=64)

@@ -17,6 +17,7 @@ from structgen.schema._complement import complement
 from structgen.schema._formats import format_nodes
 from structgen.schema._numbers import NumRange, number_node
 from structgen.schema._strings import encode, length_body, literal_body, not_in_set
+from tests.conftest import shared_dir
 
 CHECKER = Draft202012Validator.FORMAT_CHECKER
 
@@ -144,6 +145,24 @@ def test_formats_never_accept_what_the_checker_rejects(name: str) -> None:
     if exact:
         for text in FORMAT_SAMPLES[name]:
             assert accepts(text) == CHECKER.conforms(text, name), text
+
+
+# The formats whose automaton agrees with every string instance of the official suite's optional
+# format tests (the others are tighter: leap seconds, quoted e-mail local parts, IDNA labels).
+SUITE_EXACT_FORMATS = [
+    "date", "duration", "ipv4", "ipv6", "iri", "iri-reference", "json-pointer",
+    "relative-json-pointer", "uri", "uri-reference", "uri-template", "uuid",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SUITE_EXACT_FORMATS)
+def test_formats_agree_with_the_official_suite(name: str) -> None:
+    path = shared_dir("json-schema-test-suite") / "tests/draft2020-12/optional/format"
+    accepts = matcher(*format_nodes(name))  # type: ignore[misc]
+    for group in json.loads((path / f"{name}.json").read_text()):
+        for test in group["tests"]:
+            if isinstance(test["data"], str):
+                assert accepts(test["data"]) == test["valid"], (test["description"], test["data"])
 
 
 def test_every_date_of_four_centuries() -> None:
