@@ -657,12 +657,12 @@ def ebnf_to_ir(text: str, start: str = "root", *, limits: AutomataLimits | None 
     keep: list[ByteDFA] = []  # the automata `memo` refers to by id
     for _ in range(MAX_FOLD_ROUNDS):
         grammar, builder = _build(parsed, start, regular, unfolded)
-        bad = _conflicting_folds(grammar, builder, limits, memo, keep)
+        bad = _conflicting_folds(grammar, builder, limits, memo, keep, deadline)
+        if bad is None:
+            break
         if not bad:
             return grammar
         unfolded |= bad
-        if time.perf_counter() > deadline:
-            break
     return _build(parsed, start, None, set())[0]  # one character per terminal: always exact
 
 
@@ -685,9 +685,11 @@ def _conflicting_folds(
     limits: AutomataLimits,
     memo: dict[tuple[object, ...], bool],
     keep: list[ByteDFA],
-) -> set[int]:
+    deadline: float,
+) -> set[int] | None:
     """Fold keys to undo: for each conflict `(A, B)` (the lexer may read past an `A` lexeme
-    into `B`), the folds that made `B` (longer than one character, so a fold made it)."""
+    into `B`), the folds that made `B` (longer than one character, so a fold made it). None:
+    the deadline passed."""
     from structgen.grammar.engine import terminal_dfa
     from structgen.grammar.greedy import greedy_conflicts
 
@@ -697,8 +699,11 @@ def _conflicting_folds(
     except (LimitExceededError, RegexError):
         return every
     keep.extend(dfas)
+    conflicts = greedy_conflicts(grammar, dfas, limits, memo, deadline)
+    if conflicts is None:
+        return None
     out: set[int] = set()
-    for _, b in greedy_conflicts(grammar, dfas, limits, memo):
+    for _, b in conflicts:
         origins = builder.origins.get(b)
         if not origins:  # a one-character terminal cannot be read past: cannot happen
             return every

@@ -16,6 +16,7 @@ exactly the grammar's language. See docs/design/grammars.md (lexeme inference).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -136,7 +137,8 @@ def greedy_conflicts(
     dfas: Sequence[ByteDFA],
     limits: AutomataLimits,
     memo: dict[tuple[object, ...], bool] | None = None,
-) -> list[tuple[str, str]]:
+    deadline: float | None = None,
+) -> list[tuple[str, str]] | None:
     """Pairs `(A, B)` of terminal names where the greedy lexer may read past the end of an `A`
     lexeme into `B` although the grammar lets the text go on after `A` (see the module
     docstring). `dfas[i]` is the automaton of `grammar.terminals[i]`.
@@ -146,7 +148,7 @@ def greedy_conflicts(
     occurrences an Earley set may expect at once; the bytes after `A` are those that may follow
     its occurrence. A pair whose search grows past `limits.max_dfa_states` product states counts
     as a conflict. `memo` keeps verdicts per pair of automata (by id: the caller keeps them
-    alive) across calls."""
+    alive) across calls. None: `deadline` (a `time.perf_counter()` value) passed first."""
     if memo is None:
         memo = {}
     names = [t.name for t in grammar.terminals]
@@ -174,8 +176,15 @@ def greedy_conflicts(
     follow = {k: v & low for k, v in both.items()}
     after = {k: v >> 256 for k, v in both.items()}
     together = _together(
-        [after[k] for k in keys], after[""], [dfa_of[t] for t in occurrences], limits, memo
+        [after[k] for k in keys],
+        after[""],
+        [dfa_of[t] for t in occurrences],
+        limits,
+        memo,
+        deadline,
     )
+    if together is None:
+        return None
     # occurrences of one terminal with the same bytes after them: one check per terminal beside
     wanted: dict[tuple[str, int], int] = {}
     for i, name_a in enumerate(occurrences):
@@ -185,6 +194,8 @@ def greedy_conflicts(
             wanted[key_a] = wanted.get(key_a, 0) | together[i]
     out: set[tuple[str, str]] = set()
     for (name_a, follows), beside in wanted.items():
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
         dfa_a = dfa_of[name_a]
         if dfa_a.is_empty:
             continue
@@ -213,7 +224,8 @@ def _together(
     dfas: list[ByteDFA],
     limits: AutomataLimits,
     memo: dict[tuple[object, ...], bool],
-) -> list[int]:
+    deadline: float | None,
+) -> list[int] | None:
     """For each occurrence, the occurrences an Earley set may expect together with it.
 
     The first set expects `first`. After a lexeme, the parser advances every expected
@@ -251,6 +263,8 @@ def _together(
     follows = [_members(bits) for bits in after]
     pending = set(_members(first))
     while pending:  # a worklist: p's followers change only when together[p] does
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
         p = pending.pop()
         union = 0
         for q in _members(together[p] & sharing[id(dfas[p])]):

@@ -375,3 +375,15 @@ def test_the_sql_that_folding_once_refused_is_accepted() -> None:
     for text in ["SELECT email FROM users", "SELECT a,f (),b FROM t", "SELECT f() FROM t"]:
         assert full_match(sql, text), text
     assert not full_match(sql, "SELECT f ( FROM t")
+
+
+def test_folding_gives_up_at_its_deadline_with_the_exact_grammar(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from structgen.grammar import ebnf
+
+    monkeypatch.setattr(ebnf, "MAX_FOLD_SECONDS", 0.0)
+    grammar = ebnf_to_ir(JSON_EBNF, limits=LIMITS)
+    assert len(grammar.terminals) == len(ebnf_to_ir(JSON_EBNF).terminals)  # one character each
+    matcher = Matcher(Compiler(COMPILER.vocab).grammar_ir(grammar))
+    assert matcher.accept_bytes(b'{"a": [1, "x"]}') and matcher.can_terminate()
