@@ -507,7 +507,8 @@ def _regular_rules(parsed: list[tuple[str, int, _Expr]]) -> dict[str, Node]:
     """The regex of every rule that derives a regular language: rules outside every cycle of
     references whose references are all regular, and groups of mutually recursive rules that
     refer to each other only at the end of an alternative (right-linear, like
-    ``chars ::= "\\"" | [^"] chars``), solved by Arden's rule."""
+    ``chars ::= "\\"" | [^"] chars``) or only at the start (left-linear, like
+    ``list ::= list "," item | item``), solved by Arden's rule."""
     bodies = {name: body for name, _, body in parsed}
     out: dict[str, Node] = {}
     for group in _components(bodies):
@@ -519,7 +520,7 @@ def _regular_rules(parsed: list[tuple[str, int, _Expr]]) -> dict[str, Node]:
         if not recursive:
             out[group[0]] = _regex(bodies[group[0]], out)
             continue
-        solved = _solve_right_linear(group, bodies, out)
+        solved = _solve_linear(group, bodies, out)
         if solved is not None:
             out.update(solved)
     return out
@@ -568,16 +569,30 @@ def _components(bodies: dict[str, _Expr]) -> list[list[str]]:
     return out
 
 
-def _solve_right_linear(
+def _solve_linear(
     group: list[str], bodies: dict[str, _Expr], regular: dict[str, Node]
 ) -> dict[str, Node] | None:
-    """Regexes of mutually recursive rules whose every alternative is regular, or regular
-    items followed by one reference to a rule of the group (None: not of that form).
+    """Regexes of mutually recursive rules that refer to each other only at the end of their
+    alternatives (right-linear) or only at the start (left-linear); None: neither.
 
-    `X = A·X | B` gives `X = A*·B` (Arden's rule); each rule is solved for and substituted into
-    the others in turn (Gaussian elimination over regexes)."""
+    Right-linear: `X = A·X | B` gives `X = A*·B` (Arden's rule); each rule is solved for and
+    substituted into the others in turn (Gaussian elimination over regexes). A left-linear
+    group is the right-linear one of the reversed texts: solved so, and the answers reversed.
+    """
+    for left in (False, True):
+        equations = _linear_equations(group, bodies, regular, left=left)
+        if equations is not None:
+            solved = _eliminate(group, equations)
+            return {name: _reverse(node, {}) for name, node in solved.items()} if left else solved
+    return None
+
+
+def _linear_equations(
+    group: list[str], bodies: dict[str, _Expr], regular: dict[str, Node], *, left: bool
+) -> dict[str, tuple[dict[str, Node], Node]] | None:
+    """Each rule as `X = Σ C_j·X_j | B` (texts reversed when `left`); None: not of that form."""
     members = set(group)
-    equations: dict[str, tuple[dict[str, list[Node]], list[Node]]] = {}
+    out: dict[str, tuple[dict[str, Node], Node]] = {}
     for name in group:
         body = bodies[name]
         alternatives = body.items if isinstance(body, _Alt) else (body,)
@@ -588,21 +603,28 @@ def _solve_right_linear(
             if not items:
                 constants.append(Empty())
                 continue
-            head, last = items[:-1], items[-1]
-            if any(r.name in members for x in head for r in _refs(x)):
+            if left:
+                edge, rest = items[0], items[1:]
+            else:
+                edge, rest = items[-1], items[:-1]
+            if any(r.name in members for x in rest for r in _refs(x)):
                 return None
-            if isinstance(last, _Ref) and last.name in members:
-                prefix = concat([_regex(x, regular) for x in head])
-                coefficients.setdefault(last.name, []).append(prefix)
-            elif any(r.name in members for r in _refs(last)):
+            if isinstance(edge, _Ref) and edge.name in members:
+                part = concat([_regex(x, regular) for x in rest])
+                coefficients.setdefault(edge.name, []).append(_reverse(part, {}) if left else part)
+            elif any(r.name in members for r in _refs(edge)):
                 return None
             else:
-                constants.append(_regex(alternative, regular))
-        equations[name] = (coefficients, constants)
-    solved: dict[str, tuple[dict[str, Node], Node]] = {
-        name: ({k: alternation(v) for k, v in coeffs.items()}, alternation(consts))
-        for name, (coeffs, consts) in equations.items()
-    }
+                whole = _regex(alternative, regular)
+                constants.append(_reverse(whole, {}) if left else whole)
+        out[name] = ({k: alternation(v) for k, v in coefficients.items()}, alternation(constants))
+    return out
+
+
+def _eliminate(
+    group: list[str], solved: dict[str, tuple[dict[str, Node], Node]]
+) -> dict[str, Node]:
+    """Solve right-linear equations `X_i = Σ C_ij·X_j | B_i` by Gaussian elimination."""
     for k in group:
         coeffs, const = solved[k]
         loop = coeffs.pop(k, None)
@@ -623,6 +645,25 @@ def _solve_right_linear(
                 coeffs_i[j] = alternation([coeffs_i[j], joined]) if j in coeffs_i else joined
             solved[i] = (coeffs_i, alternation([const_i, concat([via, const])]))
     return {name: const for name, (_, const) in solved.items()}
+
+
+def _reverse(node: Node, memo: dict[int, Node]) -> Node:
+    """The regex of the reversed texts (characters in reverse order), sharing sub-trees."""
+    hit = memo.get(id(node))
+    if hit is not None:
+        return hit
+    if isinstance(node, String):
+        out: Node = String(node.text[::-1])
+    elif isinstance(node, Concat):
+        out = concat([_reverse(x, memo) for x in reversed(node.items)])
+    elif isinstance(node, Repeat):
+        out = repeat(_reverse(node.item, memo), node.min, node.max)
+    elif isinstance(node, (Empty, CharClass)):
+        out = node
+    else:  # Alternation
+        out = alternation([_reverse(x, memo) for x in node.items])  # type: ignore[attr-defined]
+    memo[id(node)] = out
+    return out
 
 
 def ebnf_to_ir(text: str, start: str = "root", *, limits: AutomataLimits | None = None) -> Grammar:

@@ -327,7 +327,11 @@ def grammars(draw: st.DrawFn) -> str:
     # in context, one after another
     rules = {"root": f"{expr(0)} | ({expr(1)}) root ({expr(1)})"}
     rules.update((name, expr(0)) for name in ("x", "y"))
-    rules["z"] = draw(st.sampled_from(['"a" z | "b"', '"(" z ")" | "a"', "[ab]+", '"a"*']))
+    rules["z"] = draw(
+        st.sampled_from(
+            ['"a" z | "b"', 'z "a" | "b"', 'z z | "a"', '"(" z ")" | "a"', "[ab]+", '"a"*']
+        )
+    )
     return "".join(f"{name} ::= {body}\n" for name, body in rules.items())
 
 
