@@ -261,14 +261,19 @@ def _together(
     for p in _members(first):
         together[p] |= first
     follows = [_members(bits) for bits in after]
+    unions: dict[int, int] = {}
     pending = set(_members(first))
     while pending:  # a worklist: p's followers change only when together[p] does
         if deadline is not None and time.perf_counter() > deadline:
             return None
         p = pending.pop()
-        union = 0
-        for q in _members(together[p] & sharing[id(dfas[p])]):
-            union |= after[q]
+        bits = together[p] & sharing[id(dfas[p])]
+        union = unions.get(bits)
+        if union is None:  # many occurrences share one set: OR their followers once
+            union = 0
+            for q in _members(bits):
+                union |= after[q]
+            unions[bits] = union
         for o in follows[p]:
             if union & ~together[o]:
                 together[o] |= union
