@@ -281,14 +281,14 @@ class Compiler:
     def json_schema(self, schema: Any, *, options: SchemaOptions | None = None) -> CompiledGrammar:
         """JSON text valid against `schema` (a dict, JSON text, or a Pydantic model class)."""
         from structgen.schema import SchemaOptions as _Options
-        from structgen.schema import compile_schema, schema_data, schema_fingerprint
+        from structgen.schema import compile_schema_guarded, schema_data, schema_fingerprint
 
         opts = options or _Options()
         data = schema_data(schema, max_nesting=opts.max_nesting)
         key = ("json_schema", schema_fingerprint(data, max_nesting=opts.max_nesting), opts)
         return self._cached(
             key,
-            lambda: self._cfg_engine(compile_schema(data, options=opts)),
+            lambda: self._schema_engine(*compile_schema_guarded(data, options=opts)),
             kind="json_schema",
             source=str(schema)[:200],
             recipe=("json_schema", (data,), {"options": opts}),
@@ -317,6 +317,15 @@ class Compiler:
             eager_states=self.limits.eager_dfa_states,
             eager_seconds=self.limits.eager_seconds,
         )
+
+    def _schema_engine(self, grammar: Grammar, unique: tuple[Any, ...]) -> Any:
+        """The grammar's engine, wrapped in the `uniqueItems` guard when some array needs it."""
+        engine = self._cfg_engine(grammar)
+        if not unique:
+            return engine
+        from structgen.schema._unique import UniqueItemsEngine
+
+        return UniqueItemsEngine(engine, self.vocab, unique)
 
     def _cfg_engine(self, grammar: Grammar) -> GrammarEngine:
         return GrammarEngine(

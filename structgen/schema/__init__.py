@@ -19,8 +19,15 @@ from typing import Any, Literal
 from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.ir import Grammar
 from structgen.schema._compiler import SchemaCompiler
+from structgen.schema._unique import UniqueArray
 
-__all__ = ["SchemaOptions", "compile_schema", "schema_data", "schema_fingerprint"]
+__all__ = [
+    "SchemaOptions",
+    "compile_schema",
+    "compile_schema_guarded",
+    "schema_data",
+    "schema_fingerprint",
+]
 
 
 # Objects and arrays in the schema's JSON; the compiler recurses about twice per level.
@@ -124,13 +131,23 @@ def compile_schema(
 
     Raises `SchemaError` (invalid or unsatisfiable, with its JSON pointer),
     `UnsupportedSchemaError` (a keyword that cannot be enforced exactly) or
-    `LimitExceededError` (the grammar would be too large).
+    `LimitExceededError` (the grammar would be too large). `uniqueItems` is refused (no grammar
+    can enforce it); `compile_schema_guarded` enforces it beside the grammar where it can.
     """
+    return compile_schema_guarded(schema, options=options, guard_unique=False)[0]
+
+
+def compile_schema_guarded(
+    schema: dict[str, Any] | bool | str | type, *, options: SchemaOptions, guard_unique: bool = True
+) -> tuple[Grammar, tuple[UniqueArray, ...]]:
+    """`compile_schema`, and the arrays whose `uniqueItems` the caller must enforce with
+    `UniqueItemsEngine` (with `guard_unique`; without, `uniqueItems` is refused as before)."""
     data = _load(schema, options.max_nesting)
     if not isinstance(data, (dict, bool)):
         raise SchemaError("a schema must be a JSON object or a boolean")
+    compiler = SchemaCompiler(data, options, guard_unique=guard_unique)
     try:
-        return SchemaCompiler(data, options).compile()
+        return compiler.compile(), compiler.unique or ()
     except RecursionError:  # a safety net: max_nesting normally stops this first
         raise LimitExceededError(
             "the schema is too deeply nested for the compiler",

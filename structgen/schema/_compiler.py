@@ -171,9 +171,12 @@ def kind_of(value: JSON) -> str:
 class SchemaCompiler:
     """One compilation: the root document, its `$id` index, and the rules built so far."""
 
-    def __init__(self, root: JSON, options: Any) -> None:
+    def __init__(self, root: JSON, options: Any, *, guard_unique: bool = False) -> None:
         self.root = root
         self.opts = options
+        # uniqueItems enforced beside the grammar (`_unique.py`): the arrays, once found
+        self.guard_unique = guard_unique
+        self.unique: tuple[Any, ...] | None = None
         self.rules: list[Rule] = []
         self.terminals: dict[tuple[Node, tuple[Node, ...]], str] = {}
         self.term_defs: list[TerminalDef] = []
@@ -345,6 +348,10 @@ class SchemaCompiler:
 
     def compile(self) -> Grammar:
         top = _Sub(self.root, "", self.root_base)
+        if self.guard_unique:
+            from structgen.schema._unique import find_unique_arrays
+
+            self.unique = find_unique_arrays(self, _KNOWN)
         try:
             start = self.value([top])
         except _Unsat as exc:
@@ -1106,7 +1113,7 @@ class SchemaCompiler:
                 contains = self.child(sub, s["contains"], "contains")
                 cmin = s.get("minContains", 1)
                 cmax = s.get("maxContains")
-            if s.get("uniqueItems") is True and (hi is None or hi > 1):
+            if s.get("uniqueItems") is True and (hi is None or hi > 1) and self.unique is None:
                 self.fail(
                     "uniqueItems cannot be enforced by a grammar (ignored)",
                     f"{sub.ptr}/uniqueItems",

@@ -1,0 +1,512 @@
+"""`uniqueItems`: no grammar can say "no two items are equal", so a guard beside the grammar does.
+
+`find_unique_arrays` decides, before compiling, whether every `uniqueItems: true` of a schema can
+be enforced exactly, and where the arrays are (instance-path patterns). The cases enforced:
+arrays reached from the root through `properties`, `items`, `additionalProperties`, `allOf` and
+non-recursive `$ref` only, whose items are plain strings, integers or numbers — languages so
+open that a partial item can always be finished without repeating an earlier one (the one
+exception, the integer `0`, which cannot grow, is handled). Anything else that constrains such an
+array or its items (an `enum`, a `maxLength`, a combinator at the same place) makes the schema
+unsupported as before, since a finite item language could run out of new values mid-array.
+
+`UniqueItemsEngine` wraps the grammar engine: its states pair the grammar's state with a
+`JsonTracker` that follows the output's JSON structure, knows which arrays must be unique and
+what their finished items were, and refuses a token that finishes a repeated item (or an
+integer item `0` that can no longer differ). Masks are the grammar's, minus those tokens: only
+tokens that can finish an item are checked. See docs/design/json-schema.md (uniqueItems).
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["JsonTracker", "UniqueArray", "UniqueItemsEngine", "find_unique_arrays"]
+
+# Path elements: ("k", name) one key, ("x", names) any other key, ("i",) any index.
+Element = tuple[Any, ...]
+Pattern = tuple[Element, ...]
+
+
+class UniqueArray(NamedTuple):
+    """An array that must hold distinct items: where it is, and what its items are."""
+
+    path: Pattern
+    kind: str  # "string", "integer" or "number"
+
+
+# Keywords that only annotate (or that the schema compiler ignores): harmless anywhere.
+_ANNOTATIONS = frozenset(
+    {
+        "$schema", "$id", "$comment", "$defs", "definitions", "title", "description",
+        "default", "examples", "deprecated", "readOnly", "writeOnly", "$anchor",
+        "contentMediaType", "contentEncoding", "markdownDescription",
+    }
+)  # fmt: skip
+_ARRAY_KEYS = frozenset({"type", "items", "uniqueItems", "minItems", "maxItems", "$ref", "allOf"})
+_ITEM_KEYS = {
+    "string": frozenset({"type", "minLength"}),
+    "integer": frozenset({"type"}),
+    "number": frozenset({"type"}),
+}
+_MAX_VISITS = 20_000
+
+
+def _has_unique(node: Any) -> bool:
+    if isinstance(node, dict):
+        if node.get("uniqueItems") is True:
+            return True
+        return any(_has_unique(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_unique(v) for v in node)
+    return False
+
+
+def _overlap(a: Pattern, b: Pattern) -> bool:
+    """Whether some instance location matches both patterns."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x[0] == "i" or y[0] == "i":
+            if x[0] != y[0]:
+                return False
+            continue
+        if x[0] == "k" and y[0] == "k" and x[1] != y[1]:
+            return False
+        if x[0] == "k" and y[0] == "x" and x[1] in y[1]:
+            return False
+        if x[0] == "x" and y[0] == "k" and y[1] in x[1]:
+            return False
+    return True
+
+
+def _constraint_keys(schema: dict[str, Any], known: frozenset[str]) -> set[str]:
+    return {k for k in schema if k in known and k not in _ANNOTATIONS}
+
+
+def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArray, ...] | None:
+    """The arrays that must be unique (empty: none), or None when some `uniqueItems` cannot be
+    enforced exactly (the compiler then refuses it, or relaxes it in lenient mode).
+
+    `compiler` resolves `$ref`s (`resolve`, `child`); `known` is the set of keywords the
+    compiler acts on (the others are annotations to it)."""
+    root = compiler.root
+    if not _has_unique(root):
+        return ()
+    from structgen.schema._compiler import _Sub
+
+    seen: list[tuple[Pattern, dict[str, Any], bool]] = []  # (path, schema, plain context)
+    found: list[tuple[Pattern, dict[str, Any], str, tuple[str, ...]]] = []
+    recursive: set[str] = set()
+    found_sub: dict[int, Any] = {}
+    visits = 0
+
+    def visit(sub: Any, path: Pattern, plain: bool, stack: tuple[str, ...]) -> bool:
+        nonlocal visits
+        visits += 1
+        if visits > _MAX_VISITS:
+            return False
+        s = sub.schema
+        if not isinstance(s, dict):
+            return True
+        if sub.ptr in stack:
+            recursive.add(sub.ptr)
+            return True
+        stack = (*stack, sub.ptr)
+        seen.append((path, s, plain))
+        if s.get("uniqueItems") is True:
+            hi = s.get("maxItems")
+            if not (isinstance(hi, int) and hi <= 1):
+                found.append((path, s, sub.ptr, stack))
+                found_sub[id(s)] = sub
+        children: list[tuple[Any, Pattern, bool]] = []
+        for key, value in s.items():
+            if key not in known:
+                continue
+            if key == "$ref":
+                try:
+                    children.append((compiler.resolve(value, sub), path, plain))
+                except Exception:
+                    return False
+            elif key == "properties" and isinstance(value, dict):
+                for name, v in value.items():
+                    children.append(
+                        (compiler.child(sub, v, key, name), (*path, ("k", name)), plain)
+                    )
+            elif key == "additionalProperties":
+                names = frozenset(s.get("properties") or {})
+                ok = plain and not s.get("patternProperties")
+                children.append((compiler.child(sub, value, key), (*path, ("x", names)), ok))
+            elif key == "patternProperties" and isinstance(value, dict):
+                for pat, v in value.items():
+                    child = compiler.child(sub, v, key, pat)
+                    children.append((child, (*path, ("x", frozenset())), False))
+            elif key == "items":
+                if isinstance(value, list):
+                    for i, v in enumerate(value):
+                        children.append((compiler.child(sub, v, key, i), (*path, ("i",)), False))
+                else:
+                    ok = plain and "prefixItems" not in s
+                    children.append((compiler.child(sub, value, key), (*path, ("i",)), ok))
+            elif key == "prefixItems" and isinstance(value, list):
+                for i, v in enumerate(value):
+                    children.append((compiler.child(sub, v, key, i), (*path, ("i",)), False))
+            elif key in ("additionalItems", "contains", "unevaluatedItems"):
+                children.append((compiler.child(sub, value, key), (*path, ("i",)), False))
+            elif key == "unevaluatedProperties":
+                children.append(
+                    (compiler.child(sub, value, key), (*path, ("x", frozenset())), False)
+                )
+            elif key == "allOf" and isinstance(value, list):
+                for i, v in enumerate(value):
+                    children.append((compiler.child(sub, v, key, i), path, plain))
+            elif key in ("anyOf", "oneOf") and isinstance(value, list):
+                for i, v in enumerate(value):
+                    children.append((compiler.child(sub, v, key, i), path, False))
+            elif key in ("not", "if", "then", "else"):
+                children.append((compiler.child(sub, value, key), path, False))
+            elif key in ("dependentSchemas", "dependencies") and isinstance(value, dict):
+                for name, v in value.items():
+                    if isinstance(v, (dict, bool)):
+                        children.append((compiler.child(sub, v, key, name), path, False))
+            elif key == "propertyNames":
+                children.append((compiler.child(sub, value, key), (*path, ("names",)), False))
+        return all(visit(child, p, ok, stack) for child, p, ok in children)
+
+    if not visit(_Sub(root, "", compiler.root_base), (), True, ()):
+        return None
+    out: list[UniqueArray] = []
+    for path, schema, _ptr, stack in found:
+        if any(p in recursive for p in stack):
+            return None  # inside recursion: the array has endless instance paths
+        if not any(s is schema and ok for p, s, ok in seen if p == path):
+            return None  # under a combinator, a pattern, a tuple, ...
+        kind = _item_kind(compiler, found_sub[id(schema)], known)
+        if kind is None:
+            return None
+        out.append(UniqueArray(path, kind))
+    for array in out:
+        for path, schema, plain in seen:
+            if _overlap(path, array.path) and not _harmless(schema, plain, known):
+                return None
+            at_item = len(path) == len(array.path) + 1 and path[-1][0] == "i"
+            if (
+                at_item
+                and _overlap(path[:-1], array.path)
+                and not _harmless_item(schema, plain, array.kind, known)
+            ):
+                return None
+    return tuple(out)
+
+
+def _item_kind(compiler: Any, sub: Any, known: frozenset[str]) -> str | None:
+    """The item kind of a unique array schema whose items are plain (None: not plain)."""
+    schema = sub.schema
+    if _constraint_keys(schema, known) - _ARRAY_KEYS:
+        return None
+    items = schema.get("items")
+    if not isinstance(items, dict):
+        return None
+    item_sub = compiler.child(sub, items, "items")
+    for _ in range(16):  # a chain of plain references: `items: {"$ref": ...}`
+        if "$ref" not in items or _constraint_keys(items, known) != {"$ref"}:
+            break
+        try:
+            item_sub = compiler.resolve(items["$ref"], item_sub)
+        except Exception:
+            return None
+        items = item_sub.schema
+        if not isinstance(items, dict):
+            return None
+    kind = items.get("type")
+    if isinstance(kind, list) and len(kind) == 1:
+        kind = kind[0]
+    if not isinstance(kind, str) or kind not in _ITEM_KEYS:
+        return None
+    if "$ref" in items or "allOf" in items:
+        return None
+    if _constraint_keys(items, known) - _ITEM_KEYS[kind]:
+        return None
+    return str(kind)
+
+
+def _harmless(schema: dict[str, Any], plain: bool, known: frozenset[str]) -> bool:
+    """Whether a schema that applies where a unique array may be leaves its items open (its
+    `items` are checked where they are visited, at the item path)."""
+    keys = _constraint_keys(schema, known)
+    if not plain:
+        return not keys  # nothing but annotations under a combinator at that place
+    return not keys - _ARRAY_KEYS
+
+
+def _harmless_item(schema: dict[str, Any], plain: bool, kind: str, known: frozenset[str]) -> bool:
+    """Whether a schema that applies to a unique array's items keeps them open."""
+    keys = _constraint_keys(schema, known)
+    if not keys:
+        return True
+    if not plain:
+        return False  # under a combinator (a `not` could bound a length), or a tuple position
+    allowed = _ITEM_KEYS[kind] | {"$ref", "allOf"}
+    if keys - allowed:
+        return False
+    kinds = schema.get("type")
+    if kinds is None:
+        return True
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    return kind in kinds or (kind == "integer" and "number" in kinds)
+
+
+# ----------------------------------------------------------------------------- the tracker
+
+
+def _matches(pattern: Pattern, path: tuple[Any, ...]) -> bool:
+    if len(pattern) != len(path):
+        return False
+    for element, step in zip(pattern, path):
+        tag = element[0]
+        if tag == "i":
+            if step is not None:
+                return False
+        elif step is None:
+            return False
+        elif tag == "k":
+            if step != element[1]:
+                return False
+        elif tag == "x":
+            if step in element[1]:
+                return False
+        else:
+            return False
+    return True
+
+
+_NUMBER_BYTES = frozenset(b"0123456789+-.eE")
+_SPACE = frozenset(b" \t\r\n")
+
+
+class JsonTracker:
+    """Follows a JSON text being written (assumed valid: the grammar sees to that), keeping
+    the finished items of every unique array open at the moment.
+
+    Immutable from the outside: `feed` returns a new tracker, or None when the bytes finish an
+    item equal to an earlier one of its unique array (or leave an integer item `0` that cannot
+    grow and is taken)."""
+
+    __slots__ = ("scalar", "stack")
+
+    def __init__(self, stack: tuple[Any, ...] = (), scalar: tuple[int, bytes] | None = None):
+        # stack frames: ["o", key or None, expecting key] / ["a", kind or None, seen values]
+        self.stack = stack
+        self.scalar = scalar  # (first byte, bytes so far) of a string or number being written
+
+    def key(self) -> tuple[Any, ...]:
+        return (self.stack, self.scalar)
+
+    def unique_frame(self) -> tuple[Any, ...] | None:
+        """The unique array whose items are being written now (innermost frame), if any."""
+        if self.stack and self.stack[-1][0] == "a" and self.stack[-1][1] is not None:
+            frame: tuple[Any, ...] = self.stack[-1]
+            return frame
+        return None
+
+    def feed(self, data: bytes, arrays: tuple[UniqueArray, ...]) -> JsonTracker | None:
+        stack = list(self.stack)
+        scalar = self.scalar
+        for byte in data:
+            if scalar is not None:
+                first, text = scalar
+                if first == 0x22:  # a string
+                    if byte == 0x22 and not _escaped(text):
+                        if not _finish(stack, ("s", _decode(text)), arrays):
+                            return None
+                        scalar = None
+                    else:
+                        scalar = (first, text + bytes((byte,)))
+                    continue
+                if byte in _NUMBER_BYTES or 0x61 <= byte <= 0x7A:
+                    scalar = (first, text + bytes((byte,)))
+                    continue
+                if not _finish(stack, _number_value(text), arrays):
+                    return None
+                scalar = None
+            if byte in _SPACE:
+                continue
+            if byte == 0x7B:  # {
+                stack.append(("o", None, True))
+            elif byte == 0x5B:  # [
+                path = tuple(_step(frame) for frame in stack)
+                kind = next((a.kind for a in arrays if _matches(a.path, path)), None)
+                stack.append(("a", kind, frozenset()))
+            elif byte in (0x7D, 0x5D):  # } ]
+                stack.pop()
+                _finish(stack, None, arrays)
+            elif byte == 0x2C:  # ,
+                if stack and stack[-1][0] == "o":
+                    stack[-1] = ("o", None, True)
+            elif byte == 0x3A:  # :
+                pass
+            else:
+                scalar = (byte, b"" if byte == 0x22 else bytes((byte,)))
+        out = JsonTracker(tuple(stack), scalar)
+        if scalar is not None and scalar[0] != 0x22 and scalar[1] in (b"0", b"-0"):
+            frame = out.unique_frame()
+            if frame is not None and frame[1] == "integer" and ("n", Fraction(0)) in frame[2]:
+                return None  # an integer item 0 cannot grow into another value
+        return out
+
+
+def _step(frame: tuple[Any, ...]) -> Any:
+    return frame[1] if frame[0] == "o" else None
+
+
+def _escaped(text: bytes) -> bool:
+    """Whether the next character of a string body ending in `text` is escaped."""
+    count = len(text) - len(text.rstrip(b"\\"))
+    return count % 2 == 1
+
+
+def _decode(body: bytes) -> str:
+    value: str = json.loads(b'"' + body + b'"')
+    return value
+
+
+def _number_value(text: bytes) -> tuple[str, Any]:
+    if text in (b"true", b"false", b"null"):
+        return ("l", text)
+    return ("n", Fraction(Decimal(text.decode("ascii"))))
+
+
+def _finish(stack: list[Any], value: tuple[str, Any] | None, arrays: Any) -> bool:
+    """A value ended (`None`: a container): record it in its parent; False for a repeat."""
+    if not stack:
+        return True
+    frame = stack[-1]
+    if frame[0] == "o":
+        if frame[2] and value is not None and value[0] == "s":
+            stack[-1] = ("o", value[1], False)  # that string was a key
+        return True
+    kind, items = frame[1], frame[2]
+    if kind is None or value is None:
+        return True
+    if value in items:
+        return False
+    stack[-1] = ("a", kind, items | {value})
+    return True
+
+
+# ----------------------------------------------------------------------------- the engine
+
+
+class _TokenGroups:
+    """Per vocabulary: the tokens that can finish an item (checked against a mask)."""
+
+    def __init__(self, vocab: Any) -> None:
+        n = vocab.size
+        quote = np.zeros(n, dtype=bool)
+        two_quotes = np.zeros(n, dtype=bool)
+        ends_number = np.zeros(n, dtype=bool)  # a byte a number cannot continue with
+        digit_then_end = np.zeros(n, dtype=bool)
+        zero = np.zeros(n, dtype=bool)
+        for token in range(n):
+            data = vocab.token_bytes(token)
+            if not data:
+                continue
+            count = data.count(b'"')
+            quote[token] = count > 0
+            two_quotes[token] = count > 1
+            stops = [i for i, b in enumerate(data) if b not in _NUMBER_BYTES]
+            ends_number[token] = bool(stops)
+            digit_then_end[token] = bool(stops) and any(
+                0x30 <= b <= 0x39 for b in data[: stops[-1]]
+            )
+            zero[token] = b"0" in data
+        self.quote = _pack(quote)
+        self.ends_number = _pack(ends_number)
+        self.item_start = _pack(two_quotes | digit_then_end)
+        self.zero = _pack(zero)
+
+
+def _pack(flags: npt.NDArray[np.bool_]) -> npt.NDArray[np.int32]:
+    from structgen.masks import pack_bool_mask
+
+    packed: npt.NDArray[np.int32] = pack_bool_mask(flags)
+    return packed
+
+
+_GROUPS: dict[str, _TokenGroups] = {}
+
+
+class UniqueItemsEngine:
+    """A grammar engine whose states also carry a `JsonTracker` (see the module docstring)."""
+
+    def __init__(self, inner: Any, vocab: Any, arrays: tuple[UniqueArray, ...]) -> None:
+        self.inner = inner
+        self.vocab = vocab
+        self.arrays = arrays
+        groups = _GROUPS.get(vocab.fingerprint)
+        if groups is None:
+            groups = _GROUPS.setdefault(vocab.fingerprint, _TokenGroups(vocab))
+        self.groups = groups
+        self.fingerprint = f"{inner.fingerprint}:unique:{arrays!r}"
+
+    @property
+    def initial_state(self) -> tuple[Any, JsonTracker]:
+        return (self.inner.initial_state, JsonTracker())
+
+    def advance(self, state: tuple[Any, JsonTracker], data: bytes) -> Any:
+        inner = self.inner.advance(state[0], data)
+        if inner is None:
+            return None
+        tracker = state[1].feed(data, self.arrays)
+        if tracker is None:
+            return None
+        return (inner, tracker)
+
+    def is_accepting(self, state: tuple[Any, JsonTracker]) -> bool:
+        return bool(self.inner.is_accepting(state[0]))
+
+    def token_mask(self, state: tuple[Any, JsonTracker]) -> npt.NDArray[np.int32]:
+        mask: npt.NDArray[np.int32] = self.inner.token_mask(state[0])
+        tracker = state[1]
+        frame = tracker.unique_frame()
+        if frame is None:
+            return mask
+        groups = self.groups
+        scalar = tracker.scalar
+        if scalar is None:
+            candidates = groups.item_start
+        elif scalar[0] == 0x22:
+            candidates = groups.quote
+        else:
+            candidates = groups.ends_number
+        if frame[1] == "integer" and ("n", Fraction(0)) in frame[2]:
+            candidates = candidates | groups.zero
+        words = mask & candidates
+        if not words.any():
+            return mask
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+        refused = [
+            int(t)
+            for t in np.flatnonzero(bits[: self.vocab.size])
+            if tracker.feed(self.vocab.token_bytes(int(t)), self.arrays) is None
+        ]
+        if not refused:
+            return mask
+        out = mask.copy()
+        ids = np.asarray(refused, dtype=np.int64)
+        np.bitwise_and.at(
+            out.view(np.uint32), ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32))
+        )
+        out.setflags(write=False)
+        return out
+
+    def forced_bytes(self, state: tuple[Any, JsonTracker], limit: int = 4096) -> bytes:
+        forced: bytes = self.inner.forced_bytes(state[0], limit)
+        if forced and state[1].feed(forced, self.arrays) is None:
+            return b""  # never force bytes that finish a repeat (the mask refuses them)
+        return forced

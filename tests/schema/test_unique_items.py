@@ -1,0 +1,202 @@
+"""`uniqueItems` beside the grammar (`structgen/schema/_unique.py`), against jsonschema.
+
+Texts go through a `Matcher` token by token with Llama-3.1 (every token's mask bit must agree
+with `accept_token`); the oracle is jsonschema. Random walks along the masks check the other
+half of exactness: the mask never runs dry, and whatever ends is valid.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from structgen import Compiler, Matcher, SchemaOptions, UnsupportedSchemaError
+from structgen.schema import compile_schema
+from structgen.schema._unique import JsonTracker, UniqueArray
+from tests.conftest import load_tokenizer, load_vocab
+
+STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "tags": STRINGS,
+        "ids": INTEGERS,
+        "scores": {"$ref": "#/$defs/numbers"},
+        "groups": {"type": "array", "items": {"type": "object", "properties": {"names": STRINGS}}},
+        "plain": {"type": "array", "items": {"type": "string"}},
+    },
+    "additionalProperties": {"type": "object", "properties": {"codes": STRINGS}},
+    "$defs": {"numbers": NUMBERS},
+}
+
+
+def compiled(schema: Any) -> Any:
+    return Compiler(load_vocab("llama3_1")).json_schema(schema)
+
+
+def run(grammar: Any, text: str) -> bool:
+    """Feed `text` token by token; every mask bit must agree with `accept_token`."""
+    matcher = Matcher(grammar)
+    for token in load_tokenizer("llama3_1").encode(text, add_special_tokens=False):
+        mask = matcher.allowed_mask()
+        allowed = bool((int(mask[token >> 5]) >> (token & 31)) & 1)
+        accepted = matcher.accept_token(token)
+        assert allowed == accepted, (text, token)
+        if not accepted:
+            return False
+    return matcher.can_terminate()
+
+
+def valid(schema: Any, instance: Any) -> bool:
+    return bool(Draft202012Validator(schema).is_valid(instance))
+
+
+CASES: list[Any] = [
+    {"tags": ["a", "b", "ab"]},
+    {"tags": ["a", "a"]},
+    {"tags": ["a", "ab", "a"]},
+    {"tags": ["é", "\u00e9"]},
+    {"tags": ["x", "y"], "plain": ["x", "x"]},
+    {"ids": [1, 10, 0, -1]},
+    {"ids": [0, 0]},
+    {"ids": [1, 2, 1]},
+    {"ids": [5, -5]},
+    {"scores": [1, 1.0]},
+    {"scores": [0.5, 0.25, 1e2, 100]},
+    {"scores": [-0.0, 0]},
+    {"groups": [{"names": ["a", "b"]}, {"names": ["a", "b"]}]},
+    {"groups": [{"names": ["a", "a"]}]},
+    {"other": {"codes": ["x", "x"]}},
+    {"tags": [], "other": {"codes": ["x", "y"]}},
+]
+
+
+@pytest.mark.parametrize("instance", CASES, ids=[json.dumps(c)[:40] for c in CASES])
+def test_repeats_are_refused_and_the_rest_accepted(instance: Any) -> None:
+    grammar = compiled(SCHEMA)
+    assert run(grammar, json.dumps(instance)) == valid(SCHEMA, instance)
+
+
+def test_escaped_and_literal_spellings_of_one_string_are_one_item() -> None:
+    grammar = compiled(STRINGS)
+    assert not run(grammar, '["\\u0061", "a"]')
+    assert not run(grammar, '["a\\"", "a\\u0022"]')
+    assert run(grammar, '["a\\\\", "a"]')
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab é", max_size=3), max_size=5),
+    st.lists(st.integers(-3, 12), max_size=5),
+)
+def test_lists_with_and_without_repeats(strings: list[str], numbers: list[int]) -> None:
+    instance = {"tags": strings, "ids": numbers}
+    grammar = compiled(SCHEMA)
+    assert run(grammar, json.dumps(instance)) == valid(SCHEMA, instance)
+
+
+@pytest.mark.parametrize("schema", [STRINGS, INTEGERS, NUMBERS], ids=["strings", "ints", "nums"])
+def test_random_walks_along_the_masks_never_run_dry_and_end_valid(schema: Any) -> None:
+    vocab = load_vocab("llama3_1")
+    grammar = compiled(schema)
+    rng = random.Random(0)
+    eos = set(vocab.eos_token_ids)
+    for _ in range(12):
+        matcher = Matcher(grammar)
+        text = b""
+        for step in range(40):
+            mask = matcher.allowed_mask()
+            bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[: vocab.size]
+            allowed = np.flatnonzero(bits)
+            assert len(allowed), text  # the mask never runs dry
+            ending = [t for t in allowed.tolist() if t in eos]
+            # short texts: prefer separators, closing the array once it has a few items
+            if ending and (step > 25 or rng.random() < 0.2):
+                break
+            token = int(rng.choice(allowed.tolist()))
+            if token in eos:
+                break
+            assert matcher.accept_token(token)
+            text += vocab.token_bytes(token)
+        if matcher.can_terminate():
+            assert valid(schema, json.loads(text)), text
+
+
+def test_zero_cannot_grow_so_a_second_zero_is_refused_when_it_starts() -> None:
+    grammar = compiled(INTEGERS)
+    matcher = Matcher(grammar)
+    assert matcher.accept_bytes(b"[0, ")
+    assert not matcher.accept_bytes(b"0")  # "0" could only end as a repeat
+    assert matcher.accept_bytes(b"-")  # "-0" too, but "-" may still become "-7"
+    assert not matcher.accept_bytes(b"0")
+    assert matcher.accept_bytes(b"7]")
+
+
+def test_rollback_and_copy_keep_their_own_items() -> None:
+    matcher = Matcher(compiled(STRINGS))
+    assert matcher.accept_bytes(b'["a", ')
+    clone = matcher.copy()
+    assert clone.accept_bytes(b'"b", ')
+    assert not clone.accept_bytes(b'"b"')
+    assert matcher.accept_bytes(b'"b"]')  # the original never saw "b"
+    matcher.rollback(1)
+    assert not matcher.accept_bytes(b'"a"')
+
+
+def test_the_tracker_follows_paths_and_values() -> None:
+    arrays = (UniqueArray((("k", "a"), ("i",)), "number"),)
+    tracker = JsonTracker().feed(b'{"a": [[1, 2], [1.0, ', arrays)
+    assert tracker is not None
+    assert tracker.feed(b"1e0", arrays) is not None  # the number may go on: "1e05"
+    assert tracker.feed(b"1e0]", arrays) is None
+    assert tracker.feed(b"3]]}", arrays) is not None
+
+
+UNSUPPORTED = [
+    {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True},
+    {"type": "array", "items": {"type": "string", "maxLength": 3}, "uniqueItems": True},
+    {"type": "array", "items": {"type": "object"}, "uniqueItems": True},
+    {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True},
+    {"anyOf": [STRINGS, {"type": "null"}]},
+    {"allOf": [STRINGS, {"items": {"pattern": "^a"}}]},
+    {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "contains": {"const": "a"}},
+    {"$ref": "#/$defs/t", "$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}
+    | {"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}, "uniqueItems": True}}},
+    {"type": "object", "patternProperties": {"^x": STRINGS}},
+]
+
+
+@pytest.mark.parametrize("schema", UNSUPPORTED, ids=range(len(UNSUPPORTED)))
+def test_what_could_run_out_of_new_items_is_still_refused(schema: Any) -> None:
+    with pytest.raises(UnsupportedSchemaError, match="uniqueItems") as info:
+        compiled(schema)
+    assert info.value.pointer is not None and info.value.pointer.endswith("/uniqueItems")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Compiler(load_vocab("llama3_1")).json_schema(schema, options=SchemaOptions(lenient=True))
+    assert any("uniqueItems" in str(w.message) for w in caught)
+
+
+def test_a_bare_grammar_still_refuses_unique_items() -> None:
+    # Tool-call and other grammars embed schema grammars without the guard.
+    with pytest.raises(UnsupportedSchemaError, match="uniqueItems"):
+        compile_schema(STRINGS, options=SchemaOptions())
+
+
+def test_unique_grammars_pickle_by_recipe() -> None:
+    import pickle
+
+    grammar = compiled(SCHEMA)
+    clone = pickle.loads(pickle.dumps(grammar))
+    assert clone == grammar
+    assert not run(clone, '{"tags": ["a", "a"]}')
