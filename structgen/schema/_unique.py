@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from structgen.schema._strings import MANY_LITERALS
+
 __all__ = ["JsonTracker", "UniqueArray", "UniqueItemsEngine", "find_unique_arrays"]
 
 # Path elements: ("k", name) one key, ("x", names) any other key, ("i",) any index.
@@ -37,7 +39,8 @@ class UniqueArray(NamedTuple):
     """An array that must hold distinct items: where it is, and what its items are."""
 
     path: Pattern
-    kind: str  # "string", "integer" or "number"
+    kind: str  # "string", "integer", "number", or "enum" (strings from `values`)
+    values: frozenset[str] = frozenset()
 
 
 # Keywords that only annotate (or that the schema compiler ignores): harmless anywhere.
@@ -104,6 +107,7 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
     found: list[tuple[Pattern, dict[str, Any], str, tuple[str, ...]]] = []
     recursive: set[str] = set()
     found_sub: dict[int, Any] = {}
+    item_schemas: set[int] = set()  # the items schemas `_item_kind` read
     visits = 0
 
     def visit(sub: Any, path: Pattern, plain: bool, stack: tuple[str, ...]) -> bool:
@@ -189,7 +193,8 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
         kind = _item_kind(compiler, found_sub[id(schema)], known)
         if kind is None:
             return None
-        out.append(UniqueArray(path, kind))
+        out.append(UniqueArray(path, kind[0], kind[1]))
+        item_schemas.update(kind[2])
     for array in out:
         for path, schema, plain in seen:
             if _overlap(path, array.path) and not _harmless(schema, plain, known):
@@ -198,20 +203,25 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
             if (
                 at_item
                 and _overlap(path[:-1], array.path)
+                and not (plain and id(schema) in item_schemas)  # read by `_item_kind`
                 and not _harmless_item(schema, plain, array.kind, known)
             ):
                 return None
     return tuple(out)
 
 
-def _item_kind(compiler: Any, sub: Any, known: frozenset[str]) -> str | None:
-    """The item kind of a unique array schema whose items are plain (None: not plain)."""
+def _item_kind(
+    compiler: Any, sub: Any, known: frozenset[str]
+) -> tuple[str, frozenset[str], tuple[int, ...]] | None:
+    """The item kind (and values, for an enum) of a unique array schema whose items are open
+    or a set of strings (None: anything else)."""
     schema = sub.schema
     if _constraint_keys(schema, known) - _ARRAY_KEYS:
         return None
     items = schema.get("items")
     if not isinstance(items, dict):
         return None
+    read = [id(items)]  # the items schemas along the chain of references
     item_sub = compiler.child(sub, items, "items")
     for _ in range(16):  # a chain of plain references: `items: {"$ref": ...}`
         if "$ref" not in items or _constraint_keys(items, known) != {"$ref"}:
@@ -223,16 +233,35 @@ def _item_kind(compiler: Any, sub: Any, known: frozenset[str]) -> str | None:
         items = item_sub.schema
         if not isinstance(items, dict):
             return None
+        read.append(id(items))
     kind = items.get("type")
     if isinstance(kind, list) and len(kind) == 1:
         kind = kind[0]
-    if not isinstance(kind, str) or kind not in _ITEM_KEYS:
-        return None
     if "$ref" in items or "allOf" in items:
         return None
-    if _constraint_keys(items, known) - _ITEM_KEYS[kind]:
+    keys = _constraint_keys(items, known)
+    if "enum" in keys or "const" in keys:
+        # strings from a finite set: enough of them for `minItems` distinct items
+        values = items["enum"] if "enum" in items else [items["const"]]
+        if (
+            keys - {"type", "enum", "const"}
+            or kind not in (None, "string")
+            or not isinstance(values, list)
+            or not all(isinstance(v, str) for v in values)
+            or ("const" in items and "enum" in items)
+        ):
+            return None
+        minimum = schema.get("minItems", 0)
+        if not isinstance(minimum, int) or minimum > len(set(values)):
+            return None
+        if len(set(values)) > MANY_LITERALS:
+            return None  # spelled compactly then; `_could_finish` assumes every spelling
+        return ("enum", frozenset(values), tuple(read))
+    if not isinstance(kind, str) or kind not in _ITEM_KEYS:
         return None
-    return str(kind)
+    if keys - _ITEM_KEYS[kind]:
+        return None
+    return (str(kind), frozenset(), tuple(read))
 
 
 def _harmless(schema: dict[str, Any], plain: bool, known: frozenset[str]) -> bool:
@@ -245,19 +274,22 @@ def _harmless(schema: dict[str, Any], plain: bool, known: frozenset[str]) -> boo
 
 
 def _harmless_item(schema: dict[str, Any], plain: bool, kind: str, known: frozenset[str]) -> bool:
-    """Whether a schema that applies to a unique array's items keeps them open."""
+    """Whether a schema that applies to a unique array's items keeps them as they were read
+    (open-ended, or the one set of strings)."""
     keys = _constraint_keys(schema, known)
     if not keys:
         return True
     if not plain:
         return False  # under a combinator (a `not` could bound a length), or a tuple position
-    allowed = _ITEM_KEYS[kind] | {"$ref", "allOf"}
+    allowed = (_ITEM_KEYS.get(kind) or frozenset({"type"})) | {"$ref", "allOf"}
     if keys - allowed:
         return False
     kinds = schema.get("type")
     if kinds is None:
         return True
     kinds = kinds if isinstance(kinds, list) else [kinds]
+    if kind == "enum":
+        return "string" in kinds
     return kind in kinds or (kind == "integer" and "number" in kinds)
 
 
@@ -300,7 +332,8 @@ class JsonTracker:
     __slots__ = ("scalar", "stack")
 
     def __init__(self, stack: tuple[Any, ...] = (), scalar: tuple[int, bytes] | None = None):
-        # stack frames: ["o", key or None, expecting key] / ["a", kind or None, seen values]
+        # frames: ("o", key or None, a key comes next) / ("a", UniqueArray or None, finished
+        # items, an item comes next)
         self.stack = stack
         self.scalar = scalar  # (first byte, bytes so far) of a string or number being written
 
@@ -308,7 +341,8 @@ class JsonTracker:
         return (self.stack, self.scalar)
 
     def unique_frame(self) -> tuple[Any, ...] | None:
-        """The unique array whose items are being written now (innermost frame), if any."""
+        """The unique array whose items are being written now (innermost frame), if any:
+        `("a", UniqueArray, finished items, an item must come next)`."""
         if self.stack and self.stack[-1][0] == "a" and self.stack[-1][1] is not None:
             frame: tuple[Any, ...] = self.stack[-1]
             return frame
@@ -340,24 +374,85 @@ class JsonTracker:
                 stack.append(("o", None, True))
             elif byte == 0x5B:  # [
                 path = tuple(_step(frame) for frame in stack)
-                kind = next((a.kind for a in arrays if _matches(a.path, path)), None)
-                stack.append(("a", kind, frozenset()))
+                array = next((a for a in arrays if _matches(a.path, path)), None)
+                stack.append(("a", array, frozenset(), True))
             elif byte in (0x7D, 0x5D):  # } ]
                 stack.pop()
                 _finish(stack, None, arrays)
             elif byte == 0x2C:  # ,
                 if stack and stack[-1][0] == "o":
                     stack[-1] = ("o", None, True)
+                elif stack:
+                    frame = stack[-1]
+                    stack[-1] = ("a", frame[1], frame[2], True)  # an item must follow
             elif byte == 0x3A:  # :
                 pass
             else:
                 scalar = (byte, b"" if byte == 0x22 else bytes((byte,)))
         out = JsonTracker(tuple(stack), scalar)
-        if scalar is not None and scalar[0] != 0x22 and scalar[1] in (b"0", b"-0"):
-            frame = out.unique_frame()
-            if frame is not None and frame[1] == "integer" and ("n", Fraction(0)) in frame[2]:
+        frame = out.unique_frame()
+        if frame is None:
+            return out
+        array, seen = frame[1], frame[2]
+        if array.kind == "integer":
+            zero = scalar is not None and scalar[0] != 0x22 and scalar[1] in (b"0", b"-0")
+            if zero and ("n", Fraction(0)) in seen:
                 return None  # an integer item 0 cannot grow into another value
+        elif array.kind == "enum":
+            unseen = array.values - {v for t, v in seen if t == "s"}
+            if scalar is not None:
+                if scalar[0] == 0x22 and not _could_finish(scalar[1], unseen):
+                    return None  # the item can only end as one already there
+            elif frame[3] and not unseen:
+                return None  # an item must follow, and every value is taken
         return out
+
+
+def _could_finish(body: bytes, values: frozenset[str]) -> bool:
+    """Whether a string body being written (`body`, raw) can still end as one of `values`.
+
+    Every JSON spelling of a value is allowed (enums of at most `MANY_LITERALS` strings), so
+    an unfinished escape can still become any character: `\\` any, `\\u` + hex digits the
+    characters (or the high surrogate) whose code starts with them."""
+    tail = b""
+    if _escaped(body):
+        tail, body = b"\\", body[:-1]
+    else:
+        start = body.rfind(b"\\u")
+        if start >= 0 and not _escaped(body[:start]) and len(body) - start < 6:
+            tail, body = body[start:], body[:start]
+    try:
+        done = _decode(body)
+    except ValueError:
+        return False  # not decodable (never for the grammar's output): refuse, never loosen
+    pending = ""  # a high surrogate still waiting for its low half
+    if done and 0xD800 <= ord(done[-1]) <= 0xDBFF:
+        pending, done = done[-1], done[:-1]
+    for value in values:
+        if not value.startswith(done):
+            continue
+        rest = value[len(done) :]
+        if pending:  # the next character is the pair's: its low half comes (or is coming)
+            if not rest or ord(rest[0]) <= 0xFFFF or _high(rest[0]) != ord(pending):
+                continue
+            low = 0xDC00 + ((ord(rest[0]) - 0x10000) & 0x3FF)
+            if not tail or f"{low:04x}".startswith(tail[2:].decode("ascii").lower()):
+                return True
+            continue
+        if not tail:
+            return True
+        if not rest:
+            continue
+        if tail == b"\\":
+            return True
+        code = ord(rest[0]) if ord(rest[0]) <= 0xFFFF else _high(rest[0])
+        if f"{code:04x}".startswith(tail[2:].decode("ascii").lower()):
+            return True
+    return False
+
+
+def _high(ch: str) -> int:
+    return 0xD800 + ((ord(ch) - 0x10000) >> 10)
 
 
 def _step(frame: tuple[Any, ...]) -> Any:
@@ -390,12 +485,13 @@ def _finish(stack: list[Any], value: tuple[str, Any] | None, arrays: Any) -> boo
         if frame[2] and value is not None and value[0] == "s":
             stack[-1] = ("o", value[1], False)  # that string was a key
         return True
-    kind, items = frame[1], frame[2]
-    if kind is None or value is None:
+    array, items = frame[1], frame[2]
+    if array is None or value is None:
+        stack[-1] = ("a", array, items, False)
         return True
     if value in items:
         return False
-    stack[-1] = ("a", kind, items | {value})
+    stack[-1] = ("a", array, items | {value}, False)
     return True
 
 
@@ -478,15 +574,19 @@ class UniqueItemsEngine:
             return mask
         groups = self.groups
         scalar = tracker.scalar
-        if scalar is None:
-            candidates = groups.item_start
-        elif scalar[0] == 0x22:
-            candidates = groups.quote
+        kind = frame[1].kind
+        if kind == "enum":
+            words = mask  # any token may leave only taken values to finish with
         else:
-            candidates = groups.ends_number
-        if frame[1] == "integer" and ("n", Fraction(0)) in frame[2]:
-            candidates = candidates | groups.zero
-        words = mask & candidates
+            if scalar is None:
+                candidates = groups.item_start
+            elif scalar[0] == 0x22:
+                candidates = groups.quote
+            else:
+                candidates = groups.ends_number
+            if kind == "integer" and ("n", Fraction(0)) in frame[2]:
+                candidates = candidates | groups.zero
+            words = mask & candidates
         if not words.any():
             return mask
         bits = np.unpackbits(words.view(np.uint8), bitorder="little")

@@ -26,6 +26,10 @@ from tests.conftest import load_tokenizer, load_vocab
 STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
 NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
+COLOURS = ["red", "green", "greenish", "blue", "\U0001f600"]
+ENUM = {"type": "array", "items": {"enum": COLOURS}, "uniqueItems": True}
+ALL_OF_THEM = {"type": "array", "items": {"$ref": "#/$defs/c"}, "uniqueItems": True, "minItems": 5}
+ALL_OF_THEM["$defs"] = {"c": {"type": "string", "enum": COLOURS}}
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -34,6 +38,7 @@ SCHEMA = {
         "scores": {"$ref": "#/$defs/numbers"},
         "groups": {"type": "array", "items": {"type": "object", "properties": {"names": STRINGS}}},
         "plain": {"type": "array", "items": {"type": "string"}},
+        "colours": ENUM,
     },
     "additionalProperties": {"type": "object", "properties": {"codes": STRINGS}},
     "$defs": {"numbers": NUMBERS},
@@ -77,6 +82,10 @@ CASES: list[Any] = [
     {"groups": [{"names": ["a", "b"]}, {"names": ["a", "b"]}]},
     {"groups": [{"names": ["a", "a"]}]},
     {"other": {"codes": ["x", "x"]}},
+    {"colours": ["red", "green", "greenish"]},
+    {"colours": ["red", "blue", "red"]},
+    {"colours": COLOURS},
+    {"colours": [*COLOURS, "red"]},
     {"tags": [], "other": {"codes": ["x", "y"]}},
 ]
 
@@ -105,7 +114,11 @@ def test_lists_with_and_without_repeats(strings: list[str], numbers: list[int]) 
     assert run(grammar, json.dumps(instance)) == valid(SCHEMA, instance)
 
 
-@pytest.mark.parametrize("schema", [STRINGS, INTEGERS, NUMBERS], ids=["strings", "ints", "nums"])
+@pytest.mark.parametrize(
+    "schema",
+    [STRINGS, INTEGERS, NUMBERS, ENUM, ALL_OF_THEM],
+    ids=["str", "int", "num", "enum", "all"],
+)
 def test_random_walks_along_the_masks_never_run_dry_and_end_valid(schema: Any) -> None:
     vocab = load_vocab("llama3_1")
     grammar = compiled(schema)
@@ -142,6 +155,26 @@ def test_zero_cannot_grow_so_a_second_zero_is_refused_when_it_starts() -> None:
     assert matcher.accept_bytes(b"7]")
 
 
+def test_a_set_of_strings_never_leaves_only_taken_values() -> None:
+    grammar = compiled(ENUM)
+    matcher = Matcher(grammar)
+    assert matcher.accept_bytes(b'["greenish", "green", ')
+    assert not matcher.accept_bytes(b'"g')  # "g" could only end as a value already there
+    assert not matcher.accept_bytes(b'"\\u0067')  # the same "g", escaped
+    assert matcher.copy().accept_bytes(b'"\\u006')  # may still become "\\u0062": blue
+    assert matcher.accept_bytes(b'"\\u0072')  # "r": red is free
+    assert matcher.accept_bytes(b'ed", "blue", "\\ud83d\\ude00"')
+    assert not matcher.accept_bytes(b",")  # every value is taken: no item can follow
+    assert matcher.accept_bytes(b"]")
+    assert not Matcher(grammar).accept_bytes(b'["red", "\\u0072ed"')
+    walk = Matcher(compiled(ALL_OF_THEM))
+    assert walk.accept_bytes(b'["red", "green", "blue", "greenish", ')
+    assert not walk.accept_bytes(b'"gr')
+    assert walk.accept_bytes(b'"\\ud83d')  # the first half of the last value
+    assert not walk.copy().accept_bytes(b"\\ude01")
+    assert walk.accept_bytes(b'\\ude00"]') and walk.can_terminate()
+
+
 def test_rollback_and_copy_keep_their_own_items() -> None:
     matcher = Matcher(compiled(STRINGS))
     assert matcher.accept_bytes(b'["a", ')
@@ -163,7 +196,10 @@ def test_the_tracker_follows_paths_and_values() -> None:
 
 
 UNSUPPORTED = [
-    {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True},
+    {"type": "array", "items": {"enum": ["a", 1]}, "uniqueItems": True},
+    {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True, "minItems": 3},
+    {"type": "array", "items": {"enum": [f"v{i}" for i in range(65)]}, "uniqueItems": True},
+    {"type": "array", "items": {"enum": ["a", "b"], "maxLength": 1}, "uniqueItems": True},
     {"type": "array", "items": {"type": "string", "maxLength": 3}, "uniqueItems": True},
     {"type": "array", "items": {"type": "object"}, "uniqueItems": True},
     {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True},
