@@ -19,6 +19,7 @@ tokens that can finish an item are checked. See docs/design/json-schema.md (uniq
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -508,6 +509,8 @@ class _TokenGroups:
         ends_number = np.zeros(n, dtype=bool)  # a byte a number cannot continue with
         digit_then_end = np.zeros(n, dtype=bool)
         zero = np.zeros(n, dtype=bool)
+        finishes = re.compile(rb"[0-9].*[^0-9+\-.eE]", re.DOTALL)  # a digit, later a stop
+        number = bytes(sorted(_NUMBER_BYTES))
         for token in range(n):
             data = vocab.token_bytes(token)
             if not data:
@@ -515,11 +518,8 @@ class _TokenGroups:
             count = data.count(b'"')
             quote[token] = count > 0
             two_quotes[token] = count > 1
-            stops = [i for i, b in enumerate(data) if b not in _NUMBER_BYTES]
-            ends_number[token] = bool(stops)
-            digit_then_end[token] = bool(stops) and any(
-                0x30 <= b <= 0x39 for b in data[: stops[-1]]
-            )
+            ends_number[token] = bool(data.translate(None, number))
+            digit_then_end[token] = finishes.search(data) is not None
             zero[token] = b"0" in data
         self.quote = _pack(quote)
         self.ends_number = _pack(ends_number)
