@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from structgen.schema._strings import MANY_LITERALS
+from structgen.schema._strings import _MAX_TRIE_WORD, _SHORT_ESCAPES, MANY_LITERALS
 
 __all__ = ["JsonTracker", "UniqueArray", "UniqueItemsEngine", "find_unique_arrays"]
 
@@ -255,8 +255,6 @@ def _item_kind(
         minimum = schema.get("minItems", 0)
         if not isinstance(minimum, int) or minimum > len(set(values)):
             return None
-        if len(set(values)) > MANY_LITERALS:
-            return None  # spelled compactly then; `_could_finish` assumes every spelling
         return ("enum", frozenset(values), tuple(read))
     if not isinstance(kind, str) or kind not in _ITEM_KEYS:
         return None
@@ -412,9 +410,12 @@ class JsonTracker:
 def _could_finish(body: bytes, values: frozenset[str]) -> bool:
     """Whether a string body being written (`body`, raw) can still end as one of `values`.
 
-    Every JSON spelling of a value is allowed (enums of at most `MANY_LITERALS` strings), so
-    an unfinished escape can still become any character: `\\` any, `\\u` + hex digits the
-    characters (or the high surrogate) whose code starts with them."""
+    The grammar spells the values as `literal_bodies` does: every JSON spelling for an enum of
+    at most `MANY_LITERALS` strings, so an unfinished escape can still become any character
+    (`\\` any, `\\u` + hex digits those whose code, or high surrogate, starts with them);
+    for more, `\\u` only for other than printable ASCII and short escapes only for their own
+    characters (`_compact_char`), words over `_MAX_TRIE_WORD` characters excepted."""
+    compact = len(values) > MANY_LITERALS
     tail = b""
     if _escaped(body):
         tail, body = b"\\", body[:-1]
@@ -433,6 +434,7 @@ def _could_finish(body: bytes, values: frozenset[str]) -> bool:
         if not value.startswith(done):
             continue
         rest = value[len(done) :]
+        short_only = compact and len(value) <= _MAX_TRIE_WORD
         if pending:  # the next character is the pair's: its low half comes (or is coming)
             if not rest or ord(rest[0]) <= 0xFFFF or _high(rest[0]) != ord(pending):
                 continue
@@ -444,9 +446,15 @@ def _could_finish(body: bytes, values: frozenset[str]) -> bool:
             return True
         if not rest:
             continue
+        cp = ord(rest[0])
+        as_unicode = not short_only or cp >= 0x7F or (cp < 0x20 and cp not in _SHORT_ESCAPES)
         if tail == b"\\":
-            return True
-        code = ord(rest[0]) if ord(rest[0]) <= 0xFFFF else _high(rest[0])
+            if as_unicode or cp in _SHORT_ESCAPES:
+                return True
+            continue
+        if not as_unicode:
+            continue
+        code = cp if cp <= 0xFFFF else _high(rest[0])
         if f"{code:04x}".startswith(tail[2:].decode("ascii").lower()):
             return True
     return False
