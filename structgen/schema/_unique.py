@@ -5,9 +5,10 @@ be enforced exactly, and where the arrays are (instance-path patterns). The case
 arrays reached from the root through `properties`, `items`, `additionalProperties`, `allOf` and
 non-recursive `$ref` only, whose items are plain strings, integers or numbers — languages so
 open that a partial item can always be finished without repeating an earlier one (the one
-exception, the integer `0`, which cannot grow, is handled). Anything else that constrains such an
-array or its items (an `enum`, a `maxLength`, a combinator at the same place) makes the schema
-unsupported as before, since a finite item language could run out of new values mid-array.
+exception, the integer `0`, which cannot grow, is handled) — or strings from an `enum`, where
+the tracker also checks that some value not yet taken can still be written. Anything else that
+constrains such an array or its items (a `maxLength`, a combinator at the same place) makes the
+schema unsupported as before: a finite item language could run out of new values mid-array.
 
 `UniqueItemsEngine` wraps the grammar engine: its states pair the grammar's state with a
 `JsonTracker` that follows the output's JSON structure, knows which arrays must be unique and
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 import re
 from decimal import Decimal
-from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -59,6 +59,7 @@ _ITEM_KEYS = {
     "number": frozenset({"type"}),
 }
 _MAX_VISITS = 20_000
+_ZERO = Decimal(0)
 
 
 def _has_unique(node: Any) -> bool:
@@ -395,7 +396,7 @@ class JsonTracker:
         array, seen = frame[1], frame[2]
         if array.kind == "integer":
             zero = scalar is not None and scalar[0] != 0x22 and scalar[1] in (b"0", b"-0")
-            if zero and ("n", Fraction(0)) in seen:
+            if zero and ("n", _ZERO) in seen:
                 return None  # an integer item 0 cannot grow into another value
         elif array.kind == "enum":
             unseen = array.values - {v for t, v in seen if t == "s"}
@@ -482,7 +483,9 @@ def _decode(body: bytes) -> str:
 def _number_value(text: bytes) -> tuple[str, Any]:
     if text in (b"true", b"false", b"null"):
         return ("l", text)
-    return ("n", Fraction(Decimal(text.decode("ascii"))))
+    # Decimals compare and hash by value (1 = 1.0 = 1e0) without expanding the exponent, which
+    # a Fraction of "1e-99999999" would (a model may write any exponent)
+    return ("n", Decimal(text.decode("ascii")))
 
 
 def _finish(stack: list[Any], value: tuple[str, Any] | None, arrays: Any) -> bool:
@@ -592,7 +595,7 @@ class UniqueItemsEngine:
                 candidates = groups.quote
             else:
                 candidates = groups.ends_number
-            if kind == "integer" and ("n", Fraction(0)) in frame[2]:
+            if kind == "integer" and ("n", _ZERO) in frame[2]:
                 candidates = candidates | groups.zero
             words = mask & candidates
         if not words.any():
