@@ -19,9 +19,11 @@ tokens that can finish an item are checked. See docs/design/json-schema.md (uniq
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -399,16 +401,15 @@ class JsonTracker:
             if zero and ("n", _ZERO) in seen:
                 return None  # an integer item 0 cannot grow into another value
         elif array.kind == "enum":
-            unseen = array.values - {v for t, v in seen if t == "s"}
             if scalar is not None:
-                if scalar[0] == 0x22 and not _could_finish(scalar[1], unseen):
+                if scalar[0] == 0x22 and not _could_finish(scalar[1], array, seen):
                     return None  # the item can only end as one already there
-            elif frame[3] and not unseen:
+            elif frame[3] and len(seen) >= len(array.values):
                 return None  # an item must follow, and every value is taken
         return out
 
 
-def _could_finish(body: bytes, values: frozenset[str]) -> bool:
+def _could_finish(body: bytes, array: UniqueArray, seen: frozenset[Any]) -> bool:
     """Whether a string body being written (`body`, raw) can still end as one of `values`.
 
     The grammar spells the values as `literal_bodies` does: every JSON spelling for an enum of
@@ -416,7 +417,7 @@ def _could_finish(body: bytes, values: frozenset[str]) -> bool:
     (`\\` any, `\\u` + hex digits those whose code, or high surrogate, starts with them);
     for more, `\\u` only for other than printable ASCII and short escapes only for their own
     characters (`_compact_char`), words over `_MAX_TRIE_WORD` characters excepted."""
-    compact = len(values) > MANY_LITERALS
+    compact = len(array.values) > MANY_LITERALS
     tail = b""
     if _escaped(body):
         tail, body = b"\\", body[:-1]
@@ -431,8 +432,12 @@ def _could_finish(body: bytes, values: frozenset[str]) -> bool:
     pending = ""  # a high surrogate still waiting for its low half
     if done and 0xD800 <= ord(done[-1]) <= 0xDBFF:
         pending, done = done[-1], done[:-1]
-    for value in values:
+    ordered = _sorted(array.values)
+    for i in range(bisect.bisect_left(ordered, done), len(ordered)):
+        value = ordered[i]
         if not value.startswith(done):
+            break  # (sorted: the values starting with `done` are one run)
+        if ("s", value) in seen:
             continue
         rest = value[len(done) :]
         short_only = compact and len(value) <= _MAX_TRIE_WORD
@@ -459,6 +464,11 @@ def _could_finish(body: bytes, values: frozenset[str]) -> bool:
         if f"{code:04x}".startswith(tail[2:].decode("ascii").lower()):
             return True
     return False
+
+
+@lru_cache(maxsize=256)
+def _sorted(values: frozenset[str]) -> tuple[str, ...]:
+    return tuple(sorted(values))
 
 
 def _high(ch: str) -> int:
