@@ -72,3 +72,31 @@ def test_system_prompt_comes_first() -> None:
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
     ]
+
+
+def test_json_with_unique_items_on_the_default_model() -> None:
+    # The prompt asks for repeats; the guard beside the grammar refuses them.
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "colours": {
+                "type": "array",
+                "items": {"enum": ["red", "green", "blue"]},
+                "uniqueItems": True,
+                "minItems": 3,
+            },
+            "tags": {
+                "type": "array",
+                "items": {"type": "string"},
+                "uniqueItems": True,
+                "minItems": 2,
+            },
+        },
+        "required": ["colours", "tags"],
+        "additionalProperties": False,
+    }
+    prompt = "List the colours red, red, green and blue, and the tags 'a' and 'a'."
+    out = default_lm().json(prompt, schema=schema, max_new_tokens=200)
+    jsonschema.validate(out, schema)
