@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from structgen.automata import (
     AutomataLimits,
@@ -694,7 +695,7 @@ def ebnf_to_ir(text: str, start: str = "root", *, limits: AutomataLimits | None 
     regular = _regular_rules(parsed)
     deadline = time.perf_counter() + MAX_FOLD_SECONDS
     unfolded: set[int] = set()
-    memo: dict[tuple[object, ...], bool] = {}
+    memo: dict[tuple[object, ...], Any] = {}
     keep: list[ByteDFA] = []  # the automata `memo` refers to by id
     for _ in range(MAX_FOLD_ROUNDS):
         grammar, builder = _build(parsed, start, regular, unfolded)
@@ -724,7 +725,7 @@ def _conflicting_folds(
     grammar: Grammar,
     builder: _Builder,
     limits: AutomataLimits,
-    memo: dict[tuple[object, ...], bool],
+    memo: dict[tuple[object, ...], Any],
     keep: list[ByteDFA],
     deadline: float,
 ) -> set[int] | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -92,11 +93,18 @@ def follow_sets(grammar: Grammar, first: dict[str, int]) -> dict[str, int]:
     return {t: follow.get(t, 0) for t in first} | {"": first_of.get(grammar.start, 0)}
 
 
-def _runs_on(a: ByteDFA, b: ByteDFA, follow: int, max_pairs: int) -> bool:
-    """Whether a word of `a`, followed by a byte of `follow`, is still a live prefix of `b`."""
-    return _search(
-        a, b, lambda qa, qb: a.is_accepting(qa) and bool(follow & _bits(b.row(qb))), max_pairs
-    )
+def _extensions(a: ByteDFA, b: ByteDFA, max_pairs: int) -> int:
+    """The bytes that extend some word of `a` into a live prefix of `b` (a 256-bit set)."""
+    out = 0
+
+    def collect(qa: int, qb: int) -> bool:
+        nonlocal out
+        if a.is_accepting(qa):
+            out |= _bits(b.row(qb))
+        return False  # visit every pair
+
+    _search(a, b, collect, max_pairs)
+    return out
 
 
 def _intersects(a: ByteDFA, b: ByteDFA, max_pairs: int) -> bool:
@@ -136,7 +144,7 @@ def greedy_conflicts(
     grammar: Grammar,
     dfas: Sequence[ByteDFA],
     limits: AutomataLimits,
-    memo: dict[tuple[object, ...], bool] | None = None,
+    memo: dict[tuple[object, ...], Any] | None = None,
     deadline: float | None = None,
 ) -> list[tuple[str, str]] | None:
     """Pairs `(A, B)` of terminal names where the greedy lexer may read past the end of an `A`
@@ -205,15 +213,15 @@ def greedy_conflicts(
             dfa_b = dfa_of[name_b]
             if dfa_b.is_empty or not first_bytes[name_a] & first_bytes[name_b]:
                 continue  # the two never start a lexeme on the same byte
-            key = ("runs", id(dfa_a), follows, id(dfa_b))
-            verdict = memo.get(key)
-            if verdict is None:
+            key = ("ext", id(dfa_a), id(dfa_b))
+            extensions = memo.get(key)
+            if extensions is None:
                 try:
-                    verdict = _runs_on(dfa_a, dfa_b, follows, limits.max_dfa_states)
+                    extensions = _extensions(dfa_a, dfa_b, limits.max_dfa_states)
                 except _TooBig:
-                    verdict = True
-                memo[key] = verdict
-            if verdict:
+                    extensions = (1 << 256) - 1  # too big to tell: every byte may extend
+                memo[key] = extensions
+            if extensions & follows:
                 out.add((name_a, name_b))
     return sorted(out)
 
@@ -223,7 +231,7 @@ def _together(
     first: int,
     dfas: list[ByteDFA],
     limits: AutomataLimits,
-    memo: dict[tuple[object, ...], bool],
+    memo: dict[tuple[object, ...], Any],
     deadline: float | None,
 ) -> list[int] | None:
     """For each occurrence, the occurrences an Earley set may expect together with it.
