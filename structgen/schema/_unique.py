@@ -57,8 +57,10 @@ _ANNOTATIONS = frozenset(
 _ARRAY_KEYS = frozenset({"type", "items", "uniqueItems", "minItems", "maxItems", "$ref", "allOf"})
 _ITEM_KEYS = {
     "string": frozenset({"type", "minLength"}),
-    "integer": frozenset({"type"}),
-    "number": frozenset({"type"}),
+    # a lower bound of 0 or more keeps numbers open: any item can still grow into a new value
+    # (digits appended), except the integer 0; a negative bound or an upper one could close them
+    "integer": frozenset({"type", "minimum", "exclusiveMinimum"}),
+    "number": frozenset({"type", "minimum", "exclusiveMinimum"}),
 }
 _MAX_VISITS = 20_000
 _ZERO = Decimal(0)
@@ -261,9 +263,20 @@ def _item_kind(
         return ("enum", frozenset(values), tuple(read))
     if not isinstance(kind, str) or kind not in _ITEM_KEYS:
         return None
-    if keys - _ITEM_KEYS[kind]:
+    if keys - _ITEM_KEYS[kind] or not _open_bounds(items):
         return None
     return (str(kind), frozenset(), tuple(read))
+
+
+def _open_bounds(schema: dict[str, Any]) -> bool:
+    """Whether a number schema's lower bounds keep it open (none below 0: see `_ITEM_KEYS`)."""
+    for key in ("minimum", "exclusiveMinimum"):
+        value = schema.get(key)
+        if value is None or isinstance(value, bool):  # (draft-04's boolean exclusiveMinimum)
+            continue
+        if not isinstance(value, (int, float)) or value < 0:
+            return False
+    return True
 
 
 def _harmless(schema: dict[str, Any], plain: bool, known: frozenset[str]) -> bool:
@@ -283,6 +296,8 @@ def _harmless_item(schema: dict[str, Any], plain: bool, kind: str, known: frozen
         return True
     if not plain:
         return False  # under a combinator (a `not` could bound a length), or a tuple position
+    if not _open_bounds(schema):
+        return False
     allowed = (_ITEM_KEYS.get(kind) or frozenset({"type"})) | {"$ref", "allOf"}
     if keys - allowed:
         return False

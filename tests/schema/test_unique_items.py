@@ -26,6 +26,12 @@ from tests.conftest import load_tokenizer, load_vocab
 STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
 NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
+COUNTS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True}
+WEIGHTS = {
+    "type": "array",
+    "items": {"type": "number", "exclusiveMinimum": 0.5},
+    "uniqueItems": True,
+}
 COLOURS = ["red", "green", "greenish", "blue", "\U0001f600"]
 ENUM = {"type": "array", "items": {"enum": COLOURS}, "uniqueItems": True}
 ALL_OF_THEM = {"type": "array", "items": {"$ref": "#/$defs/c"}, "uniqueItems": True, "minItems": 5}
@@ -116,8 +122,8 @@ def test_lists_with_and_without_repeats(strings: list[str], numbers: list[int]) 
 
 @pytest.mark.parametrize(
     "schema",
-    [STRINGS, INTEGERS, NUMBERS, ENUM, ALL_OF_THEM],
-    ids=["str", "int", "num", "enum", "all"],
+    [STRINGS, INTEGERS, NUMBERS, ENUM, ALL_OF_THEM, COUNTS, WEIGHTS],
+    ids=["str", "int", "num", "enum", "all", "counts", "weights"],
 )
 def test_random_walks_along_the_masks_never_run_dry_and_end_valid(schema: Any) -> None:
     vocab = load_vocab("llama3_1")
@@ -143,6 +149,18 @@ def test_random_walks_along_the_masks_never_run_dry_and_end_valid(schema: Any) -
             text += vocab.token_bytes(token)
         if matcher.can_terminate():
             assert valid(schema, json.loads(text)), text
+
+
+def test_bounded_below_numbers_stay_open() -> None:
+    counts = Matcher(compiled(COUNTS))
+    assert counts.accept_bytes(b"[0, 5, ")
+    assert not counts.copy().accept_bytes(b"0")
+    assert not counts.copy().accept_bytes(b"5]")
+    assert counts.accept_bytes(b"50]")
+    weights = Matcher(compiled(WEIGHTS))
+    assert weights.accept_bytes(b"[1, ")
+    assert not weights.copy().accept_bytes(b"1.0]")
+    assert weights.accept_bytes(b"1.0") and weights.accept_bytes(b"1]")  # 1.01
 
 
 def test_zero_cannot_grow_so_a_second_zero_is_refused_when_it_starts() -> None:
@@ -211,6 +229,9 @@ def test_the_tracker_follows_paths_and_values() -> None:
 
 
 UNSUPPORTED = [
+    {"type": "array", "items": {"type": "integer", "maximum": 9}, "uniqueItems": True},
+    {"type": "array", "items": {"type": "number", "minimum": -1}, "uniqueItems": True},
+    {"type": "array", "items": {"type": "integer", "multipleOf": 2}, "uniqueItems": True},
     {"type": "array", "items": {"enum": ["a", 1]}, "uniqueItems": True},
     {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True, "minItems": 3},
     {"type": "array", "items": {"enum": ["a", "b"], "maxLength": 1}, "uniqueItems": True},
