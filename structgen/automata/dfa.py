@@ -420,9 +420,13 @@ class ByteDFA:
         self._refresh_views()
 
     def _build_row(self, state: int) -> None:
-        if state >= self.num_states:
-            raise IndexError(f"state {state} has not been created (num_states={self.num_states})")
         with self._lock:
+            # (under the lock: while another thread hands the states to the C context, the
+            # count it reports grows from 1 back to all of them)
+            if state >= self.num_states:
+                raise IndexError(
+                    f"state {state} has not been created (num_states={self.num_states})"
+                )
             if self._native is None and not self._empty:
                 self._go_native()
             native = self._native
