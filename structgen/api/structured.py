@@ -20,7 +20,12 @@ from pydantic import BaseModel, ValidationError
 
 from structgen.api.lm import LM, Prompt, default_lm
 from structgen.api.partial import parse_partial
-from structgen.errors import GenerationError, ValidationAttempt, ValidationFailedError
+from structgen.errors import (
+    GenerationError,
+    UnsupportedSchemaError,
+    ValidationAttempt,
+    ValidationFailedError,
+)
 
 if TYPE_CHECKING:
     from structgen.compiler import CompiledGrammar
@@ -274,8 +279,15 @@ class _Asker(Generic[ModelT]):
         self.checks = _checks(validators)
         self.max_retries = max_retries
         self.params: SamplingParams = lm.params(**sampling)  # unknown names raise here
-        schema = generation_schema(cls)
-        self.grammar: CompiledGrammar = lm.compiler.json_schema(schema, options=schema_options)
+        schema = generation_schema(cls, unique_items=True)
+        try:
+            self.grammar: CompiledGrammar = lm.compiler.json_schema(schema, options=schema_options)
+        except UnsupportedSchemaError as exc:
+            if not (exc.pointer or "").endswith("/uniqueItems"):
+                raise
+            # a set the guard cannot keep distinct: Pydantic removes the repeats itself
+            schema = generation_schema(cls)
+            self.grammar = lm.compiler.json_schema(schema, options=schema_options)
         messages = lm.messages(prompt, system=system)
         self.messages = _with_instructions(messages, schema) if instructions else messages
         self.attempts: list[ValidationAttempt] = []
@@ -384,40 +396,42 @@ def _pydantic_errors(exc: ValidationError) -> list[str]:
     return lines or [str(exc)]
 
 
-def generation_schema(cls: type[BaseModel]) -> dict[str, Any]:
+def generation_schema(cls: type[BaseModel], *, unique_items: bool = False) -> dict[str, Any]:
     """The JSON Schema that answers for `cls` are generated under (and shown to the model).
 
     `cls.model_json_schema()` with changes that keep every answer Pydantic accepts: an object
     with `properties` but no `additionalProperties` (Pydantic's default `extra="ignore"`, whose
     extra keys are dropped anyway) gets `additionalProperties: false`, so the model cannot ramble
-    into invented keys; `uniqueItems` (what `set[...]` fields emit; no grammar can enforce it and
-    Pydantic removes duplicates itself) and `title` keywords (the field names again) are left out.
+    into invented keys; `title` keywords (the field names again) are left out, and so is
+    `uniqueItems` (what `set[...]` fields emit; Pydantic removes duplicates itself) unless
+    `unique_items` — then `Compiler.json_schema` keeps the items distinct where it can, so a
+    set never loses members to deduplication (`generate_object` tries that first).
     """
-    schema = _for_generation(cls.model_json_schema())
+    schema = _for_generation(cls.model_json_schema(), unique_items)
     return schema if isinstance(schema, dict) else {}
 
 
-def _for_generation(schema: Any) -> Any:
+def _for_generation(schema: Any, unique_items: bool) -> Any:
     if isinstance(schema, list):
-        return [_for_generation(item) for item in schema]
+        return [_for_generation(item, unique_items) for item in schema]
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
         if key == "title" and isinstance(value, str):
             continue
-        if key == "uniqueItems":
-            continue  # set[...] fields: Pydantic drops duplicates itself, a grammar cannot
+        if key == "uniqueItems" and not unique_items:
+            continue  # set[...] fields: Pydantic drops duplicates itself
         if key in ("properties", "$defs", "definitions", "patternProperties"):
             out[key] = (
-                {name: _for_generation(sub) for name, sub in value.items()}
+                {name: _for_generation(sub, unique_items) for name, sub in value.items()}
                 if isinstance(value, dict)
                 else value
             )
         elif key in ("default", "const", "enum", "examples"):
             out[key] = value  # data, not schemas
         else:
-            out[key] = _for_generation(value)
+            out[key] = _for_generation(value, unique_items)
     if "properties" in out and not {
         "additionalProperties",
         "patternProperties",

@@ -258,6 +258,25 @@ class TestOptions:
         assert "uniqueItems" not in schema["properties"]["tags"]
         assert "title" not in json.dumps(schema)
         default_lm().compiler.json_schema(schema)  # compiles (set[str] included)
+        kept = generation_schema(Outer, unique_items=True)
+        assert kept["properties"]["tags"]["uniqueItems"] is True
+
+    def test_sets_stay_distinct_where_the_guard_can_and_fall_back_where_not(self) -> None:
+        from structgen import Matcher
+        from structgen.api.structured import _Asker
+
+        class Tagged(BaseModel):
+            tags: set[str]
+
+        class Pairs(BaseModel):
+            pairs: set[tuple[int, int]]  # items are arrays: no guard, Pydantic dedupes
+
+        asker = _Asker(default_lm(), Tagged, "x", (), 0, True, None, None, {})
+        matcher = Matcher(asker.grammar)
+        assert matcher.accept_bytes(b'{"tags": ["a", ')
+        assert not matcher.accept_bytes(b'"a"')
+        pairs = _Asker(default_lm(), Pairs, "x", (), 0, True, None, None, {})
+        assert Matcher(pairs.grammar).accept_bytes(b'{"pairs": [[1, 2], [1, 2]]}')
 
     def test_the_error_lists_every_attempt_and_pickles(self) -> None:
         import pickle
