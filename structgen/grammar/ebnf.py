@@ -397,7 +397,7 @@ class _Builder:
         key = id(expr)
         if isinstance(node, Empty):
             return []
-        if not _nullable(expr, self.regular):
+        if not _node_nullable(node):
             return [self.terminal(node, origin=key)]
         return [self.helper([[], [self.terminal(node, nonempty=True, origin=key)]])]
 
@@ -474,22 +474,8 @@ def _regex(expr: _Expr, regular: dict[str, Node]) -> Node:
     return repeat(_regex(expr.item, regular), expr.min, expr.max)
 
 
-def _nullable(expr: _Expr, regular: dict[str, Node]) -> bool:
-    """Whether a regular expression matches the empty string."""
-    if isinstance(expr, _Lit):
-        return not expr.text
-    if isinstance(expr, _Class):
-        return False
-    if isinstance(expr, _Ref):
-        return _node_nullable(regular[expr.name])
-    if isinstance(expr, _Seq):
-        return all(_nullable(x, regular) for x in expr.items)
-    if isinstance(expr, _Alt):
-        return any(_nullable(x, regular) for x in expr.items)
-    return expr.min == 0 or _nullable(expr.item, regular)
-
-
 def _node_nullable(node: Node) -> bool:
+    """Whether a regex AST matches the empty string."""
     if isinstance(node, Empty):
         return True
     if isinstance(node, String):

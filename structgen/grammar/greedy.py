@@ -155,8 +155,9 @@ def greedy_conflicts(
     quote that opens and closes strings, occurs in unrelated places). `_together` says which
     occurrences an Earley set may expect at once; the bytes after `A` are those that may follow
     its occurrence. A pair whose search grows past `limits.max_dfa_states` product states counts
-    as a conflict. `memo` keeps verdicts per pair of automata (by id: the caller keeps them
-    alive) across calls. None: `deadline` (a `time.perf_counter()` value) passed first."""
+    as a conflict. `memo` keeps what is found per pair of automata (whether they share a word,
+    the bytes that extend one into the other; by id: the caller keeps them alive) across calls.
+    None: `deadline` (a `time.perf_counter()` value) passed first."""
     if memo is None:
         memo = {}
     names = [t.name for t in grammar.terminals]

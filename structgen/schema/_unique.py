@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from structgen.masks import pack_bool_mask, unpack_bitmask
 from structgen.schema._strings import _MAX_TRIE_WORD, _SHORT_ESCAPES, MANY_LITERALS
 
 __all__ = ["JsonTracker", "UniqueArray", "UniqueItemsEngine", "find_unique_arrays"]
@@ -110,9 +111,8 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
     from structgen.schema._compiler import _Sub
 
     seen: list[tuple[Pattern, dict[str, Any], bool]] = []  # (path, schema, plain context)
-    found: list[tuple[Pattern, dict[str, Any], str, tuple[str, ...]]] = []
+    found: list[tuple[Pattern, Any, tuple[str, ...]]] = []  # (path, unique array's sub, stack)
     recursive: set[str] = set()
-    found_sub: dict[int, Any] = {}
     item_schemas: set[int] = set()  # the items schemas `_item_kind` read
     visits = 0
 
@@ -132,8 +132,7 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
         if s.get("uniqueItems") is True:
             hi = s.get("maxItems")
             if not (isinstance(hi, int) and hi <= 1):
-                found.append((path, s, sub.ptr, stack))
-                found_sub[id(s)] = sub
+                found.append((path, sub, stack))
         children: list[tuple[Any, Pattern, bool]] = []
         for key, value in s.items():
             if key not in known:
@@ -191,12 +190,12 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
     if not visit(_Sub(root, "", compiler.root_base), (), True, ()):
         return None
     out: list[UniqueArray] = []
-    for path, schema, _ptr, stack in found:
+    for path, sub, stack in found:
         if any(p in recursive for p in stack):
             return None  # inside recursion: the array has endless instance paths
-        if not any(s is schema and ok for p, s, ok in seen if p == path):
+        if not any(s is sub.schema and ok for p, s, ok in seen if p == path):
             return None  # under a combinator, a pattern, a tuple, ...
-        kind = _item_kind(compiler, found_sub[id(schema)], known)
+        kind = _item_kind(compiler, sub, known)
         if kind is None:
             return None
         out.append(UniqueArray(path, kind[0], kind[1]))
@@ -354,9 +353,6 @@ class JsonTracker:
         self.stack = stack
         self.scalar = scalar  # (first byte, bytes so far) of a string or number being written
 
-    def key(self) -> tuple[Any, ...]:
-        return (self.stack, self.scalar)
-
     def unique_frame(self) -> tuple[Any, ...] | None:
         """The unique array whose items are being written now (innermost frame), if any:
         `("a", UniqueArray, finished items, an item must come next)`."""
@@ -373,7 +369,7 @@ class JsonTracker:
                 first, text = scalar
                 if first == 0x22:  # a string
                     if byte == 0x22 and not _escaped(text):
-                        if not _finish(stack, ("s", _decode(text)), arrays):
+                        if not _finish(stack, ("s", _decode(text))):
                             return None
                         scalar = None
                     else:
@@ -382,7 +378,7 @@ class JsonTracker:
                 if byte in _NUMBER_BYTES or 0x61 <= byte <= 0x7A:
                     scalar = (first, text + bytes((byte,)))
                     continue
-                if not _finish(stack, _number_value(text), arrays):
+                if not _finish(stack, _number_value(text)):
                     return None
                 scalar = None
             if byte in _SPACE:
@@ -395,7 +391,7 @@ class JsonTracker:
                 stack.append(("a", array, frozenset(), True))
             elif byte in (0x7D, 0x5D):  # } ]
                 stack.pop()
-                _finish(stack, None, arrays)
+                _finish(stack, None)
             elif byte == 0x2C:  # ,
                 if stack and stack[-1][0] == "o":
                     stack[-1] = ("o", None, True)
@@ -513,7 +509,7 @@ def _number_value(text: bytes) -> tuple[str, Any]:
     return ("n", Decimal(text.decode("ascii")))
 
 
-def _finish(stack: list[Any], value: tuple[str, Any] | None, arrays: Any) -> bool:
+def _finish(stack: list[Any], value: tuple[str, Any] | None) -> bool:
     """A value ended (`None`: a container): record it in its parent; False for a repeat."""
     if not stack:
         return True
@@ -557,17 +553,10 @@ class _TokenGroups:
             ends_number[token] = bool(data.translate(None, number))
             digit_then_end[token] = finishes.search(data) is not None
             zero[token] = b"0" in data
-        self.quote = _pack(quote)
-        self.ends_number = _pack(ends_number)
-        self.item_start = _pack(two_quotes | digit_then_end)
-        self.zero = _pack(zero)
-
-
-def _pack(flags: npt.NDArray[np.bool_]) -> npt.NDArray[np.int32]:
-    from structgen.masks import pack_bool_mask
-
-    packed: npt.NDArray[np.int32] = pack_bool_mask(flags)
-    return packed
+        self.quote = pack_bool_mask(quote)
+        self.ends_number = pack_bool_mask(ends_number)
+        self.item_start = pack_bool_mask(two_quotes | digit_then_end)
+        self.zero = pack_bool_mask(zero)
 
 
 _GROUPS: dict[str, _TokenGroups] = {}
@@ -625,10 +614,9 @@ class UniqueItemsEngine:
             words = mask & candidates
         if not words.any():
             return mask
-        bits = np.unpackbits(words.view(np.uint8), bitorder="little")
         refused = [
             int(t)
-            for t in np.flatnonzero(bits[: self.vocab.size])
+            for t in np.flatnonzero(unpack_bitmask(words, self.vocab.size))
             if tracker.feed(self.vocab.token_bytes(int(t)), self.arrays) is None
         ]
         if not refused:
