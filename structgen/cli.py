@@ -11,6 +11,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -34,8 +35,8 @@ EXIT_USAGE = 2  # the request itself is wrong: bad option, schema, regex, gramma
 _DESCRIPTION = """\
 structgen: constrained decoding and structured output for language models.
 
-A JSON Schema, a regular expression, a Lark grammar or a list of choices is compiled into
-token masks, so the model's output cannot break the constraint."""
+A JSON Schema, a regular expression, a grammar (Lark or GBNF/EBNF) or a list of choices is
+compiled into token masks, so the model's output cannot break the constraint."""
 
 _EPILOG = """\
 examples:
@@ -53,8 +54,9 @@ local transformers model folder, under at most one constraint:
   --schema FILE        JSON valid against a JSON Schema (FILE, or - for stdin)
   --json               any JSON value (JSON mode)
   --regex PATTERN      text that fully matches PATTERN (Python re syntax)
-  --grammar NAME|FILE  a sentence of a Lark grammar: a shipped one (json, arithmetic,
-                       sql_select, csv, tool_call) or a .lark file
+  --grammar G          a sentence of a grammar: a shipped one (json, arithmetic,
+                       sql_select, csv, tool_call), a .lark or .gbnf/.ebnf file, or the
+                       grammar text itself (GBNF/EBNF when it has `::=`, else Lark)
   --choice A B ...     exactly one of the given strings
   (none)               free text
 
@@ -71,6 +73,7 @@ examples:
     structgen generate "Three primes as a JSON array." --schema -
   structgen generate "Select all users older than 30." --grammar sql_select
   structgen generate "2 plus 3 times 4:" --grammar my_grammar.lark --start expr --no-chat
+  structgen generate "Yes or no?" --grammar 'root ::= "yes" | "no"'
   structgen generate "Write a haiku." --temperature 0.8 --top-p 0.95 --seed 1
 
 --format json prints one JSON object per call: text, value (the parsed JSON, for --schema and
@@ -150,8 +153,20 @@ class _Constraint:
     schema: Any = None
     pattern: str = ""
     grammar_text: str = ""
+    dialect: str = "lark"  # lark | ebnf (GBNF-style), for --grammar
     start: str = "start"
     options: tuple[str, ...] = ()
+    where: str = ""  # where the schema or grammar came from, for error messages
+
+
+@dataclass(frozen=True, slots=True)
+class _GrammarSource:
+    """A `--grammar` argument read: its text, its dialect, and where it came from."""
+
+    text: str
+    dialect: str  # lark | ebnf
+    where: str  # "grammar file 'g.gbnf'", "the --grammar text", "shipped grammar 'json'"
+    path: str = ""  # the file's path (for path:line:column), empty otherwise
 
 
 def _read_text(path: str, what: str) -> str:
@@ -159,6 +174,8 @@ def _read_text(path: str, what: str) -> str:
     if path == "-":
         return sys.stdin.read()
     file = Path(path).expanduser()
+    if file.is_dir():
+        raise UsageError(f"{what} {path!r} is a directory, not a file")
     if not file.is_file():
         raise UsageError(f"{what} {path!r} not found")
     try:
@@ -167,21 +184,74 @@ def _read_text(path: str, what: str) -> str:
         raise UsageError(f"cannot read {what} {path!r}: {exc}") from exc
 
 
-def _grammar_text(name_or_file: str) -> str:
-    """A shipped grammar by name, else a .lark file; unknown names list the shipped ones."""
+_EBNF_SUFFIXES = (".gbnf", ".ebnf")
+# Text given to --grammar is grammar text, not a name or a path, when it defines a rule:
+# `name ::=` (GBNF/EBNF) or `name:` at the start of a line (Lark; `?name:` and `name.2:` too).
+_LARK_RULE = re.compile(r"^\s*[?!]?[A-Za-z_][A-Za-z0-9_]*(\.-?[0-9]+)?\s*:", re.MULTILINE)
+
+
+def _dialect_of(text: str, suffix: str = "") -> str:
+    """GBNF/EBNF or Lark: by the file's extension, else by the text (`::=` means EBNF)."""
+    from structgen.grammar.ebnf import looks_like_ebnf
+
+    if suffix.lower() in _EBNF_SUFFIXES:
+        return "ebnf"
+    if suffix.lower() == ".lark":
+        return "lark"
+    return "ebnf" if looks_like_ebnf(text) or "::=" in text else "lark"
+
+
+def _looks_like_grammar_text(value: str) -> bool:
+    return "::=" in value or "\n" in value or bool(_LARK_RULE.search(value))
+
+
+def _grammar_source(value: str) -> _GrammarSource:
+    """A shipped grammar by name, a grammar file (.lark, .gbnf, .ebnf, or any file whose text
+    says which), or grammar text given directly; unknown names list the shipped ones."""
     from structgen.grammar.lark_frontend import builtin_names, load_builtin
 
     names = builtin_names()
-    if name_or_file in names:
-        return load_builtin(name_or_file)
-    if Path(name_or_file).expanduser().is_file():
-        return _read_text(name_or_file, "grammar file")
-    if name_or_file.endswith(".lark") or os.sep in name_or_file or "/" in name_or_file:
-        raise UsageError(f"grammar file {name_or_file!r} not found")
+    if value in names:
+        return _GrammarSource(load_builtin(value), "lark", f"shipped grammar {value!r}")
+    file = Path(value).expanduser()
+    try:
+        exists = "\n" not in value and file.exists()
+    except OSError:  # grammar text too long to be a file name
+        exists = False
+    if exists:
+        text = _read_text(value, "grammar file")
+        return _GrammarSource(
+            text, _dialect_of(text, file.suffix), f"grammar file {value!r}", path=value
+        )
+    if _looks_like_grammar_text(value):
+        return _GrammarSource(value, _dialect_of(value), "the --grammar text")
+    if file.suffix.lower() in (".lark", *_EBNF_SUFFIXES) or os.sep in value or "/" in value:
+        raise UsageError(f"grammar file {value!r} not found")
     raise UsageError(
-        f"unknown grammar {name_or_file!r}; shipped grammars: {', '.join(names)} "
-        "(or give the path of a .lark file)"
+        f"unknown grammar {value!r}; shipped grammars: {', '.join(names)} "
+        "(or give the path of a .lark or .gbnf file, or the grammar text itself)"
     )
+
+
+def _grammar_error(exc: BaseException, where: str, path: str = "") -> UsageError:
+    """A grammar's error with where it is: `FILE:LINE:COLUMN` for a file, else the source."""
+    from structgen.errors import GrammarError
+
+    if not isinstance(exc, GrammarError) or exc.line is None:
+        return UsageError(f"{where}: {_one_line(exc)}")
+    if path:
+        return UsageError(f"grammar file {path}:{exc.line}:{exc.column}: {exc.reason}")
+    return UsageError(f"{where} at line {exc.line}, column {exc.column}: {exc.reason}")
+
+
+def _schema_error(exc: BaseException, where: str, lenient: bool) -> UsageError:
+    """A schema's error with the file it is in, and `--lenient` offered where it would help."""
+    from structgen.errors import UnsupportedSchemaError
+
+    message = f"{where}: {_one_line(exc)}"
+    if isinstance(exc, UnsupportedSchemaError) and not lenient:
+        message += "; --lenient relaxes what cannot be enforced exactly (with a warning)"
+    return UsageError(message)
 
 
 def _schema_options(args: argparse.Namespace) -> SchemaOptions:
@@ -193,34 +263,52 @@ def _schema_options(args: argparse.Namespace) -> SchemaOptions:
 def _read_constraint(args: argparse.Namespace) -> _Constraint:
     """Read files and check the constraint's syntax, so errors come before the model loads."""
     from structgen.automata import parse_regex
+    from structgen.errors import StructgenError
+    from structgen.grammar.ebnf import ebnf_to_ir
     from structgen.grammar.lark_frontend import lark_to_ir
-    from structgen.schema import compile_schema
+    from structgen.schema import compile_schema_guarded
 
     json_mode = args.schema is not None or args.json
     if not json_mode and (args.lenient or args.whitespace != "flexible"):
         raise UsageError("--lenient and --whitespace apply only to --schema and --json")
-    if args.grammar is None and args.start != "start":
+    if args.grammar is None and args.start is not None:
         raise UsageError("--start applies only to --grammar")
     if args.schema is not None:
         if args.schema == "-" and args.prompt == "-":
             raise UsageError("the prompt and --schema cannot both come from stdin")
         text = _read_text(args.schema, "schema file")
-        where = "stdin" if args.schema == "-" else repr(args.schema)
+        where = "the schema on stdin" if args.schema == "-" else f"schema file {args.schema!r}"
         try:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"the schema in {where} is not valid JSON: {exc}") from exc
-        compile_schema(schema, options=_schema_options(args))
-        return _Constraint("schema", schema=schema)
+            raise UsageError(f"{where} is not valid JSON: {exc}") from exc
+        try:  # what Compiler.json_schema compiles (uniqueItems guarded where it can be)
+            compile_schema_guarded(schema, options=_schema_options(args))
+        except StructgenError as exc:
+            raise _schema_error(exc, where, args.lenient) from exc
+        return _Constraint("schema", schema=schema, where=where)
     if args.json:
         return _Constraint("json")
     if args.regex is not None:
         parse_regex(args.regex)
         return _Constraint("regex", pattern=args.regex)
     if args.grammar is not None:
-        text = _grammar_text(args.grammar)
-        lark_to_ir(text, args.start)
-        return _Constraint("grammar", grammar_text=text, start=args.start)
+        source = _grammar_source(args.grammar)
+        start = args.start or ("root" if source.dialect == "ebnf" else "start")
+        try:
+            if source.dialect == "ebnf":
+                ebnf_to_ir(source.text, start)
+            else:
+                lark_to_ir(source.text, start)
+        except StructgenError as exc:
+            raise _grammar_error(exc, source.where, source.path) from exc
+        return _Constraint(
+            "grammar",
+            grammar_text=source.text,
+            dialect=source.dialect,
+            start=start,
+            where=source.where,
+        )
     if args.choice is not None:
         if len(set(args.choice)) != len(args.choice):
             raise UsageError("--choice options must differ from each other")
@@ -282,6 +370,8 @@ def _compile(lm: LM, constraint: _Constraint, args: argparse.Namespace) -> Compi
     if constraint.mode == "regex":
         return compiler.regex(constraint.pattern)
     if constraint.mode == "grammar":
+        if constraint.dialect == "ebnf":
+            return compiler.ebnf(constraint.grammar_text, start=constraint.start)
         return compiler.grammar(constraint.grammar_text, start=constraint.start)
     if constraint.mode == "choice":
         return compiler.choice(list(constraint.options))
@@ -299,7 +389,14 @@ def _generate(args: argparse.Namespace) -> int:
             params = _sampling(args)
             prompt = sys.stdin.read().strip() if args.prompt == "-" else args.prompt
             lm = _load_lm(args)
-            grammar = _compile(lm, constraint, args)
+            try:
+                grammar = _compile(lm, constraint, args)
+            except StructgenError as exc:  # compile limits, found only when compiling
+                if constraint.mode == "grammar":
+                    raise _grammar_error(exc, constraint.where) from exc
+                if constraint.mode == "schema":
+                    raise _schema_error(exc, constraint.where, args.lenient) from exc
+                raise
         except (UsageError, StructgenError) as exc:
             return _fail(prog, _one_line(exc))
     # Lenient mode says what it relaxed (once per keyword: the schema is compiled twice).
@@ -362,14 +459,18 @@ def _add_generate(sub: Any) -> None:
     only_one.add_argument("--regex", metavar="PATTERN", help="a regex the whole output matches")
     only_one.add_argument(
         "--grammar",
-        metavar="NAME_OR_FILE",
-        help="a shipped grammar (json, arithmetic, sql_select, csv, tool_call) or a .lark file",
+        metavar="GRAMMAR",
+        help="a shipped grammar (json, arithmetic, sql_select, csv, tool_call), a .lark or "
+        ".gbnf/.ebnf file, or grammar text (GBNF/EBNF with ::=, else Lark)",
     )
     only_one.add_argument(
         "--choice", metavar="OPTION", nargs="+", help="exactly one of these strings"
     )
     constraint.add_argument(
-        "--start", default="start", metavar="RULE", help="the grammar's start rule (default: start)"
+        "--start",
+        default=None,
+        metavar="RULE",
+        help="the grammar's start rule (default: start for Lark, root for GBNF/EBNF)",
     )
     constraint.add_argument(
         "--lenient",

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from structgen.cli import main
+from structgen.cli import UsageError, main
 from tests.conftest import default_model_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,14 +113,15 @@ class TestGenerateErrors:
         assert code == 2
         assert_one_line_error(err, "not valid JSON")
 
-    def test_invalid_schema_names_its_json_pointer(
+    def test_invalid_schema_names_its_file_and_json_pointer(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
         path = tmp_path / "s.json"
         path.write_text(json.dumps({"properties": {"age": {"type": "intgr"}}}))
         code, _, err = run(capsys, "generate", "hi", "--schema", str(path))
         assert code == 2
-        assert_one_line_error(err, "type", "/properties/age/type")
+        assert_one_line_error(err, f"schema file {str(path)!r}", "type", "/properties/age/type")
+        assert "--lenient" not in err  # an invalid schema is not helped by lenient mode
 
     def test_unsupported_keyword_is_an_error_and_lenient_is_offered(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
@@ -129,7 +130,38 @@ class TestGenerateErrors:
         path.write_text(json.dumps({"type": "array", "uniqueItems": True}))
         code, _, err = run(capsys, "generate", "hi", "--schema", str(path))
         assert code == 2
-        assert_one_line_error(err, "uniqueItems", "/uniqueItems")
+        assert_one_line_error(err, "s.json", "uniqueItems", "/uniqueItems", "--lenient")
+
+    def test_unique_items_the_guard_enforces_is_not_refused(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        # checked as Compiler.json_schema compiles it (with the uniqueItems guard), so the
+        # run gets as far as loading the model
+        path = tmp_path / "s.json"
+        schema = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+        path.write_text(json.dumps(schema))
+        code, _, err = run(
+            capsys, "generate", "hi", "--schema", str(path), "--model", str(tmp_path / "m")
+        )
+        assert code == 2
+        assert_one_line_error(err, "model folder", "not found")
+
+    def test_schema_from_stdin_is_named_in_its_error(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import io
+
+        monkeypatch.setattr("sys.stdin", io.StringIO('{"type": "intgr"}'))
+        code, _, err = run(capsys, "generate", "hi", "--schema", "-")
+        assert code == 2
+        assert_one_line_error(err, "the schema on stdin", "/type")
+
+    def test_schema_path_that_is_a_directory(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        code, _, err = run(capsys, "generate", "hi", "--schema", str(tmp_path))
+        assert code == 2
+        assert_one_line_error(err, "schema file", str(tmp_path), "is a directory")
 
     def test_bad_regex_is_one_line_with_the_offset(
         self, capsys: pytest.CaptureFixture[str]
@@ -155,14 +187,51 @@ class TestGenerateErrors:
         assert code == 2
         assert_one_line_error(err, "grammar file", "not found")
 
-    def test_bad_grammar_file_gives_line_and_column(
+    def test_bad_grammar_file_gives_its_path_line_and_column(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
         path = tmp_path / "g.lark"
         path.write_text('start: "a" missing_rule\n')
         code, _, err = run(capsys, "generate", "hi", "--grammar", str(path))
         assert code == 2
-        assert_one_line_error(err, "missing_rule", "line 1")
+        assert_one_line_error(err, f"grammar file {path}:1:12:", "missing_rule")
+
+    def test_bad_gbnf_file_gives_its_path_line_and_column(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        path = tmp_path / "g.gbnf"
+        path.write_text('# yes or no\nroot ::= "yes" | answer\n')
+        code, _, err = run(capsys, "generate", "hi", "--grammar", str(path))
+        assert code == 2
+        assert_one_line_error(err, f"grammar file {path}:2:18:", "EBNF", "'answer'")
+
+    def test_grammar_path_that_is_a_directory(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        folder = tmp_path / "grammars.lark"
+        folder.mkdir()
+        code, _, err = run(capsys, "generate", "hi", "--grammar", str(folder))
+        assert code == 2
+        assert_one_line_error(err, "grammar file", str(folder), "is a directory")
+
+    def test_bad_grammar_text_gives_line_and_column(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        code, _, err = run(capsys, "generate", "hi", "--grammar", 'root ::= "a" | b')
+        assert code == 2
+        assert_one_line_error(err, "--grammar text", "line 1, column 16", "'b'")
+        code, _, err = run(capsys, "generate", "hi", "--grammar", 'start: "a" | b')
+        assert code == 2
+        assert_one_line_error(err, "--grammar text", "line 1, column 14", "'b'")
+
+    def test_missing_start_rule_names_the_file(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        path = tmp_path / "g.ebnf"
+        path.write_text('root ::= "a"\n')
+        code, _, err = run(capsys, "generate", "hi", "--grammar", str(path), "--start", "expr")
+        assert code == 2
+        assert_one_line_error(err, "g.ebnf", "expr")
 
     def test_two_constraints_are_refused(self, capsys: pytest.CaptureFixture[str]) -> None:
         code, _, err = run(capsys, "generate", "hi", "--json", "--regex", "a")
@@ -200,6 +269,81 @@ class TestGenerateErrors:
         code, _, err = run(capsys, "generate", "-", "--schema", "-")
         assert code == 2
         assert_one_line_error(err, "stdin")
+
+
+# ---------------------------------------------------------------------------------- grammars
+
+
+def read_grammar(*argv: str) -> Any:
+    """What `generate` reads from its --grammar arguments, before any model is loaded."""
+    from structgen.cli import _read_constraint, build_parser
+
+    return _read_constraint(build_parser().parse_args(["generate", "hi", *argv]))
+
+
+class TestGrammarSources:
+    YES_NO = 'root ::= "yes" | "no"\n'
+
+    @pytest.mark.parametrize("name", ["yn.gbnf", "yn.ebnf", "YN.GBNF", "yn.txt", "yn"])
+    def test_gbnf_files_by_extension_or_content(self, tmp_path: Path, name: str) -> None:
+        path = tmp_path / name
+        path.write_text("# a GBNF grammar\n" + self.YES_NO)
+        constraint = read_grammar("--grammar", str(path))
+        assert (constraint.mode, constraint.dialect, constraint.start) == (
+            "grammar",
+            "ebnf",
+            "root",
+        )
+        assert constraint.grammar_text == path.read_text()
+
+    def test_lark_files_stay_lark(self, tmp_path: Path) -> None:
+        path = tmp_path / "g.lark"
+        path.write_text('start: "yes" | "no"\n')
+        constraint = read_grammar("--grammar", str(path))
+        assert (constraint.dialect, constraint.start) == ("lark", "start")
+        other = tmp_path / "g.grammar"  # no known extension, no ::= : Lark
+        other.write_text('start: "yes" | "no"\n')
+        assert read_grammar("--grammar", str(other)).dialect == "lark"
+
+    def test_the_extension_wins_over_the_content(self, tmp_path: Path) -> None:
+        path = tmp_path / "g.gbnf"
+        path.write_text('start: "a"\n')  # Lark text in a .gbnf file is read as GBNF: an error
+        with pytest.raises(UsageError, match=r"g\.gbnf:1"):
+            read_grammar("--grammar", str(path))
+
+    @pytest.mark.parametrize(
+        ("text", "dialect", "start"),
+        [
+            ('root ::= "yes" | "no"', "ebnf", "root"),
+            ('answer ::= [0-9]+\nroot ::= "n=" answer', "ebnf", "root"),
+            ('start: "yes" | "no"', "lark", "start"),
+            ('?start: pair\npair: "a" "=" /[0-9]+/', "lark", "start"),
+            ('expr ::= "1" | "2"', "ebnf", "expr"),
+        ],
+    )
+    def test_grammar_text_given_directly(self, text: str, dialect: str, start: str) -> None:
+        argv = ["--grammar", text] + (["--start", start] if start == "expr" else [])
+        constraint = read_grammar(*argv)
+        assert (constraint.grammar_text, constraint.dialect, constraint.start) == (
+            text,
+            dialect,
+            start,
+        )
+
+    def test_shipped_names_and_files_come_before_text(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from structgen.grammar.lark_frontend import load_builtin
+
+        assert read_grammar("--grammar", "json").grammar_text == load_builtin("json")
+        monkeypatch.chdir(tmp_path)
+        Path("arith").write_text(self.YES_NO)  # a file in the current folder, named like a word
+        assert read_grammar("--grammar", "arith").grammar_text == self.YES_NO
+
+    def test_an_explicit_start_rule_is_kept(self, tmp_path: Path) -> None:
+        path = tmp_path / "g.gbnf"
+        path.write_text('root ::= item\nitem ::= "x"\n')
+        assert read_grammar("--grammar", str(path), "--start", "item").start == "item"
 
 
 # ---------------------------------------------------------------------------------- bench
@@ -322,11 +466,12 @@ class TestGenerate:
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
         default_model_dir()
-        schema = {"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True}
+        # distinct booleans are beyond the uniqueItems guard: lenient mode drops the keyword
+        schema = {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}
         path = tmp_path / "s.json"
         path.write_text(json.dumps(schema))
         code, out, err = run(
-            capsys, "generate", "Two letters as a JSON array.", "--schema", str(path),
+            capsys, "generate", "Two booleans as a JSON array.", "--schema", str(path),
             "--lenient", "--whitespace", "compact", "--max-new-tokens", "16",
         )  # fmt: skip
         assert code == 0
@@ -335,6 +480,20 @@ class TestGenerate:
             "uniqueItems cannot be enforced by a grammar (ignored)"
         ]
         jsonschema.validate(json.loads(out), {**schema, "uniqueItems": False})
+
+    def test_unique_items_the_guard_enforces_need_no_lenient_mode(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        default_model_dir()
+        schema = {"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True}
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps(schema))
+        code, out, err = run(
+            capsys, "generate", "Two letters as a JSON array.", "--schema", str(path),
+            "--whitespace", "compact", "--max-new-tokens", "16",
+        )  # fmt: skip
+        assert code == 0 and err == ""
+        jsonschema.validate(json.loads(out), schema)  # distinct items: the guard enforced it
 
     def test_json_mode(self, capsys: pytest.CaptureFixture[str]) -> None:
         report = generate_json(
@@ -363,6 +522,25 @@ class TestGenerate:
             "16",
         )
         lark.Lark(load_builtin("arithmetic"), parser="earley").parse(report["text"])
+
+    def test_gbnf_file(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        path = tmp_path / "answer.gbnf"
+        path.write_text('root ::= ("yes" | "no") "." \n')
+        report = generate_json(
+            capsys, "Is the sky blue?", "--grammar", str(path), "--max-new-tokens", "8"
+        )
+        assert report["text"] in ("yes.", "no.") and report["mode"] == "grammar"
+
+    def test_grammar_text_given_directly(self, capsys: pytest.CaptureFixture[str]) -> None:
+        report = generate_json(
+            capsys,
+            "Write a three digit number.",
+            "--grammar",
+            "root ::= [1-9] [0-9] [0-9]",
+            "--max-new-tokens",
+            "8",
+        )
+        assert re.fullmatch(r"[1-9][0-9][0-9]", report["text"]), report["text"]
 
     def test_text_format_prints_only_the_answer(self, capsys: pytest.CaptureFixture[str]) -> None:
         default_model_dir()
