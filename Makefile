@@ -21,8 +21,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Tokenizers and the default model (structgen/_assets.py), and the ajv oracle the tests check
+# against (tests/oracles/: `npm ci` of the committed lock into $STRUCTGEN_CACHE).
 fixtures: $(STAMP)
 	$(BIN)/python -m structgen._assets
+	$(BIN)/python -m tests.oracles.ajv --check
 
 demo: fixtures
 	$(BIN)/structgen demo

@@ -1,0 +1,1 @@
+"""Independent validators the tests check structgen's output against (see `ajv.py`)."""
