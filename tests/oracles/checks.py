@@ -242,7 +242,7 @@ class AjvReport:
             self.known.setdefault(name, []).extend(cases)
         self.unexplained += other.unexplained
 
-    def assert_clean(self, *, min_checked: int = 1) -> None:
+    def assert_clean(self, *, min_checked: int = 1, stacklevel: int = 2) -> None:
         """No unexplained disagreement, and ajv judged at least `min_checked` instances (so
         the check cannot pass by ajv judging nothing). Known ones are reported as a warning."""
         assert not self.unexplained, (
@@ -261,7 +261,7 @@ class AjvReport:
             ]
             warnings.warn(
                 KnownAjvDisagreement("known ajv disagreements: " + "; ".join(lines)),
-                stacklevel=2,
+                stacklevel=stacklevel,
             )
 
 
@@ -301,5 +301,5 @@ def assert_ajv_accepts(
     verdict (or a known reason for none) unless `allow_no_verdict`."""
     report = check_ajv(schema, texts, where=where)
     assert allow_no_verdict or not report.no_verdict, f"ajv gives no verdict: {report.no_verdict}"
-    report.assert_clean(min_checked=0)
+    report.assert_clean(min_checked=0, stacklevel=3)
     return report

@@ -1,5 +1,6 @@
 """Fuzzed and malformed inputs: every case compiles or raises a typed error within its time
-bound, nothing crashes or hangs, and whatever the matcher accepts to the end is valid.
+bound, nothing crashes or hangs, and whatever the matcher accepts to the end is valid (under
+jsonschema and under ajv, tests/oracles/).
 
 Cases come from seeded generators (tests/reliability/fuzzing.py), so a failure names its seed.
 `benchmarks/fuzz.py` runs the same generators longer and prints the figures.
@@ -29,6 +30,7 @@ from structgen import (
     allocate_bitmask,
 )
 from structgen.grammar.lark_frontend import builtin_names, load_builtin
+from tests.oracles.checks import assert_ajv_accepts
 from tests.reliability.fuzzing import (
     BAD_GRAMMARS,
     PATHOLOGICAL_REGEXES,
@@ -75,11 +77,14 @@ def test_malformed_schemas_compile_or_raise_a_typed_error(seed: int) -> None:
     except jsonschema.SchemaError:
         return  # compiled a schema the metaschema rejects: no oracle for its instances
     rng = random.Random(seed)
+    outs = []
     for _ in range(3):
         with time_bound(BOUND_S):
             out = random_walk(grammar, rng)
         if out is not None:
             _assert_valid(schema, out, seed)
+            outs.append(out.decode("utf-8"))
+    assert_ajv_accepts(schema, outs, where=f"seed {seed}")
 
 
 def _assert_valid(schema: object, out: bytes, seed: int) -> None:
@@ -96,11 +101,14 @@ def test_accepted_outputs_of_random_schemas_always_validate(seed: int) -> None:
     if grammar is None:
         return  # unsupported or unsatisfiable: refusing is sound
     rng = random.Random(seed + 1)
+    outs = []
     for _ in range(4):
         with time_bound(BOUND_S):
             out = random_walk(grammar, rng)
         if out is not None:
             _assert_valid(schema, out, seed)
+            outs.append(out.decode("utf-8"))
+    assert_ajv_accepts(schema, outs, where=f"seed {seed}")  # and under ajv (ECMA-262 patterns)
 
 
 def test_ref_cycles_and_missing_refs_are_typed() -> None:
