@@ -1,7 +1,9 @@
-"""`LM`: one call per mode on the default model, each answer checked against its oracle."""
+"""`LM`: one call per mode on the default model, each answer checked against its oracle (JSON
+answers under jsonschema and ajv)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import jsonschema
@@ -9,6 +11,7 @@ import pytest
 
 from structgen import GenerationError
 from tests.api.conftest import default_lm
+from tests.oracles.checks import assert_ajv_accepts
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +41,7 @@ def test_choice_answer_is_one_of_the_options() -> None:
 def test_json_schema_answer_is_parsed_and_valid() -> None:
     value = default_lm().json("Describe Ada Lovelace as JSON: name and age.", PERSON)
     jsonschema.validate(value, PERSON)
+    assert_ajv_accepts(PERSON, [json.dumps(value)])
 
 
 def test_json_mode_gives_a_parsed_value() -> None:
@@ -100,3 +104,4 @@ def test_json_with_unique_items_on_the_default_model() -> None:
     prompt = "List the colours red, red, green and blue, and the tags 'a' and 'a'."
     out = default_lm().json(prompt, schema=schema, max_new_tokens=200)
     jsonschema.validate(out, schema)
+    assert_ajv_accepts(schema, [json.dumps(out)])

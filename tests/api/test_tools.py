@@ -25,6 +25,7 @@ from structgen.api.tools import (
     turn_schema,
 )
 from tests.api.conftest import default_lm
+from tests.oracles.checks import assert_ajv_accepts
 
 pytestmark = pytest.mark.slow
 
@@ -279,6 +280,7 @@ class TestTurnGrammar:
         )
         assert accepts(self.grammar(), text)
         jsonschema.validate(json.loads(text), turn_schema(self.tools))  # the oracle agrees
+        assert_ajv_accepts(turn_schema(self.tools), [text])  # and so does ajv
         turn = parse_tool_turn(text, self.tools)
         assert [c.name for c in turn.calls] == ["get_weather", "calculator"]
         CALLS.clear()
@@ -453,6 +455,7 @@ class TestRunTools:
         by_name = {t.name: t for t in self.tools}
         for record in run.calls:
             jsonschema.validate(record.arguments, by_name[record.name].parameters)
+            assert_ajv_accepts(by_name[record.name].parameters, [json.dumps(record.arguments)])
             assert record.ok and record.step == 1 and record.duration >= 0
         assert [name for name, _ in CALLS] == [r.name for r in run.calls]  # really executed
         # the results went back into the conversation, and through the template to the model
