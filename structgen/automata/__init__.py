@@ -1,6 +1,7 @@
 """The automata layer: regexes and string sets -> lazily built byte-level DFAs.
 
-Pipeline: ``regex_syntax`` parses Python ``re`` syntax into a flag-free AST; ``nfa`` expands it
+Pipeline: ``regex_syntax`` parses a regex dialect (Python ``re``, ECMA-262, Rust ``regex``;
+``dialects.py``) into a flag-free AST; ``nfa`` expands it
 into a trimmed byte NFA (code point sets become shared UTF-8 DAGs); ``dfa.ByteDFA`` runs the
 subset construction lazily, one row per first visit. ``alternatives``/``literal`` build the DFA
 of a finite set of byte strings directly, and ``intersect`` forms a lazy product with liveness
@@ -13,6 +14,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 
 from structgen.automata.dfa import ByteDFA, NFASource, ProductSource, TrieSource
+from structgen.automata.dialects import Dialect, DialectSpec, dialects_of
 from structgen.automata.nfa import AutomataLimits, build_nfa
 from structgen.automata.regex_syntax import (
     Alternation,
@@ -21,12 +23,15 @@ from structgen.automata.regex_syntax import (
     Empty,
     Node,
     Repeat,
+    SearchLanguage,
     String,
+    UnsupportedRegexError,
     alternation,
     concat,
     literal_node,
     parse_regex,
     repeat,
+    search_language,
 )
 from structgen.errors import LimitExceededError
 
@@ -36,10 +41,14 @@ __all__ = [
     "ByteDFA",
     "CharClass",
     "Concat",
+    "Dialect",
+    "DialectSpec",
     "Empty",
     "Node",
     "Repeat",
+    "SearchLanguage",
     "String",
+    "UnsupportedRegexError",
     "alternation",
     "alternatives",
     "compile_ast",
@@ -50,6 +59,7 @@ __all__ = [
     "literal_node",
     "parse_regex",
     "repeat",
+    "search_language",
 ]
 
 _VERSION = "automata-1"
@@ -69,16 +79,22 @@ def compile_regex(
     *,
     ignore_case: bool = False,
     dotall: bool = False,
+    dialect: DialectSpec = "python",
     limits: AutomataLimits | None = None,
 ) -> ByteDFA:
-    """The DFA of the UTF-8 encodings of the strings ``re.fullmatch(pattern, s)`` accepts.
+    """The DFA of the UTF-8 encodings of the strings ``re.fullmatch(pattern, s)`` accepts
+    (in ``dialect``'s syntax and meaning; see ``dialects.py``).
 
     Raises ``RegexError`` (with the offset) for malformed or unsupported patterns and when the
     NFA would exceed ``limits.max_nfa_states``. Only the start state is built here.
     """
     flags = ("i" if ignore_case else "") + ("s" if dotall else "")
-    node = parse_regex(pattern, flags=flags)
-    fingerprint = _digest(b"regex", flags.encode(), pattern.encode("utf-8", "surrogatepass"))
+    node = parse_regex(pattern, flags=flags, dialect=dialect)
+    names = ",".join(dialects_of(dialect))
+    parts = [b"regex", flags.encode(), pattern.encode("utf-8", "surrogatepass")]
+    if names != "python":  # the fingerprints of Python patterns stay what they were
+        parts.append(names.encode())
+    fingerprint = _digest(*parts)
     return compile_ast(node, limits=limits, fingerprint=fingerprint, pattern=pattern)
 
 

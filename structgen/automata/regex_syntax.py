@@ -1,24 +1,42 @@
-"""Python ``re`` syntax -> a small AST of frozen dataclasses with full-match semantics.
+"""Regex syntax of several dialects -> a small AST of frozen dataclasses.
 
-The AST is flag-free: case folding, ``.``/DOTALL and ``\\d\\w\\s`` are resolved to explicit code
-point sets while parsing, so the rest of the pipeline only sees ``Empty``, ``String``,
-``CharClass``, ``Concat``, ``Alternation`` and ``Repeat``. Anchors (``^ $ \\A \\Z``) are accepted
-only where they cannot change a full match (at the very start / very end, also inside a leading
-or trailing group or alternative) and vanish. Everything whose meaning is not a regular language
-over code points (backreferences, lookaround, ``\\b``, conditionals, atomic groups, possessive
-quantifiers) raises ``RegexError`` with the offset of the construct.
+The AST is flag-free: case folding, ``.``, ``\\d \\w \\s`` and ``\\p{...}`` are resolved to
+explicit code point sets while parsing, so the rest of the pipeline only sees ``Empty``,
+``String``, ``CharClass``, ``Concat``, ``Alternation`` and ``Repeat``.
+
+``dialect`` (see ``dialects.py``) picks the syntax and the meaning: ``"python"`` (``re``),
+``"python-ascii"`` (``re.ASCII``), ``"ecma"`` (ECMA-262 with the ``u`` flag, as JSON Schema
+validators such as ajv read patterns) or ``"rust"`` (the ``regex`` crate, as pydantic-core).
+A tuple of dialects reads the pattern with the first one's syntax and gives every atom the
+intersection of what the dialects that can read that atom mean (``\\D`` is "no dialect's
+digit", ``.`` excludes every dialect's line terminators, ``$`` is the very end): a subset of
+the strings every one of them matches, which is what generation needs.
+
+Two readings of anchors: ``parse_regex`` is full-match semantics, where ``^ $ \\A \\Z \\z`` are
+accepted only where they cannot change a full match and vanish; ``search_language`` is
+``re.search`` / ``RegExp.test`` / ``Regex::is_match`` semantics, where anchors may stand
+anywhere and are resolved exactly (the strings that contain a match), and lookaheads right
+after a leading ``^`` become separate languages the whole string must (not) be in.
+
+Whatever is not a regular language over code points, or is not implemented (backreferences,
+other lookaround, ``\\b``, conditionals, atomic groups, possessive quantifiers), raises
+``UnsupportedRegexError``; what the dialect itself rejects raises ``RegexError``, both with the
+offset of the construct.
 """
 
 from __future__ import annotations
 
+import contextlib
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from structgen.automata import dialects as dl
 from structgen.automata import intervals as iv
 from structgen.automata import unicode_tables as ut
+from structgen.automata.dialects import Dialect, DialectSpec
 from structgen.automata.intervals import Ranges
 from structgen.errors import RegexError
 
@@ -31,16 +49,23 @@ __all__ = [
     "Empty",
     "Node",
     "Repeat",
+    "SearchLanguage",
     "String",
+    "UnsupportedRegexError",
     "alternation",
     "concat",
     "literal_node",
     "parse_regex",
     "repeat",
+    "search_language",
 ]
 
 MAX_GROUP_DEPTH = 200
 _MAXREPEAT = 4294967295  # sre's MAXREPEAT on 64-bit builds
+
+
+class UnsupportedRegexError(RegexError):
+    """A valid pattern (in its dialect) that structgen does not turn into an automaton."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,26 +206,156 @@ def repeat(item: Node, min_count: int, max_count: int | None) -> Node:
     return Repeat(item, min_count, max_count)
 
 
-def literal_node(text: str, *, ignore_case: bool = False) -> Node:
-    """The AST matching ``text`` exactly (or case-insensitively, like ``re.IGNORECASE``)."""
+def literal_node(text: str, *, ignore_case: bool = False, ascii_case: bool = False) -> Node:
+    """The AST matching ``text`` exactly, or case-insensitively: like ``re.IGNORECASE``, or
+    folding only A-Z/a-z with ``ascii_case`` (``re.IGNORECASE | re.ASCII``)."""
     if not ignore_case:
         return String(text) if text else Empty()
-    return concat(_fold_char(ord(c), False) for c in text)
+    return concat(_fold_char(ord(c), ascii_case) for c in text)
 
 
 @lru_cache(maxsize=8192)
 def _fold_char(cp: int, ascii_only: bool) -> Node:
     tables = ut.ascii_case_tables() if ascii_only else ut.unicode_case_tables()
-    ranges = tables.fold(((cp, cp),))
+    return _char_class(tables.fold(((cp, cp),)))
+
+
+def _char_class(ranges: Ranges) -> Node:
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
-        return String(chr(cp))
+        return String(chr(ranges[0][0]))
     return CharClass(ranges)
+
+
+# ----------------------------------------------------------------------------- anchors
+
+
+@dataclass(frozen=True, slots=True)
+class SearchLanguage:
+    """The strings a pattern finds a match in: ``node``, intersected with each lookahead's
+    language (``positive``) or its complement (not ``positive``) — lookaheads right after a
+    leading ``^`` assert something about the whole string from its start."""
+
+    node: Node
+    lookaheads: tuple[tuple[bool, Node], ...] = ()
+
+
+# Search mode gives every parsed piece *anchor obligations*: a piece is a map from a key
+# (anchored at the start, end state) to the language of the strings it spells that way. Start
+# anchored: a `^` was passed, so nothing may come before. End state: _FREE (no `$` passed),
+# _NL (Python's `$`: only a final "\n" may follow), _END (only the end may follow).
+_FREE, _NL, _END = 0, 1, 2
+_Key = tuple[bool, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Anchored:
+    parts: dict[_Key, Node]
+
+
+_Item = Node | _Anchored
+_PLAIN_KEY: _Key = (False, _FREE)
+_ANY_STAR = Repeat(CharClass(ANY_CHAR), 0, None)
+_NL_TAIL = Alternation((Empty(), String("\n")))
+
+
+def _parts(item: _Item) -> dict[_Key, Node]:
+    return item.parts if isinstance(item, _Anchored) else {_PLAIN_KEY: item}
+
+
+def _pack(found: dict[_Key, list[Node]]) -> _Item:
+    parts = {key: alternation(nodes) for key, nodes in found.items() if nodes}
+    if not parts:
+        return CharClass(())
+    if list(parts) == [_PLAIN_KEY]:
+        return parts[_PLAIN_KEY]
+    return _Anchored(parts)
+
+
+@lru_cache(maxsize=4096)
+def _nullable(node: Node) -> bool:
+    if isinstance(node, Empty):
+        return True
+    if isinstance(node, (String, CharClass)):
+        return False
+    if isinstance(node, Concat):
+        return all(_nullable(x) for x in node.items)
+    if isinstance(node, Alternation):
+        return any(_nullable(x) for x in node.items)
+    return node.min == 0 or _nullable(node.item)
+
+
+def _spells_char(node: Node, cp: int) -> bool:
+    """Whether ``node`` matches the one-character string ``chr(cp)``."""
+    if isinstance(node, Empty):
+        return False
+    if isinstance(node, String):
+        return node.text == chr(cp)
+    if isinstance(node, CharClass):
+        return iv.contains(node.ranges, cp)
+    if isinstance(node, Alternation):
+        return any(_spells_char(x, cp) for x in node.items)
+    if isinstance(node, Concat):
+        return any(
+            _spells_char(x, cp) and all(_nullable(y) for j, y in enumerate(node.items) if j != i)
+            for i, x in enumerate(node.items)
+        )
+    return (
+        (node.max is None or node.max >= 1)
+        and _spells_char(node.item, cp)
+        and (node.min <= 1 or _nullable(node.item))
+    )
+
+
+def _cat(a: _Item, b: _Item) -> _Item:
+    """Concatenation with anchor obligations resolved: text before a `^` or after a `$` (but a
+    final "\\n" after Python's) makes a way of spelling impossible."""
+    if not isinstance(a, _Anchored) and not isinstance(b, _Anchored):
+        return concat([a, b])
+    found: dict[_Key, list[Node]] = {}
+    for (s1, e1), na in _parts(a).items():
+        for (s2, e2), nb in _parts(b).items():
+            left = na
+            if s2:
+                if not _nullable(left):
+                    continue
+                left = Empty()
+            start = s1 or s2
+            if e1 == _FREE:
+                found.setdefault((start, e2), []).append(concat([left, nb]))
+                continue
+            if _nullable(nb):
+                found.setdefault((start, max(e1, e2)), []).append(left)
+            if e1 == _NL and _spells_char(nb, 10):
+                found.setdefault((start, _END), []).append(concat([left, String("\n")]))
+    return _pack(found)
+
+
+def _alt(items: Iterable[_Item]) -> _Item:
+    items = list(items)
+    if not any(isinstance(x, _Anchored) for x in items):
+        return alternation(items)  # type: ignore[arg-type]
+    found: dict[_Key, list[Node]] = {}
+    for item in items:
+        for key, node in _parts(item).items():
+            found.setdefault(key, []).append(node)
+    return _pack(found)
+
+
+def _search_node(item: _Item, *, from_start: bool = False) -> Node:
+    """The strings containing a match (``from_start``: a match at the start)."""
+    out: list[Node] = []
+    for (start, end), node in _parts(item).items():
+        head = [] if start or from_start else [_ANY_STAR]
+        tail = [_ANY_STAR] if end == _FREE else [_NL_TAIL] if end == _NL else []
+        out.append(concat([*head, node, *tail]))
+    return alternation(out)
 
 
 # ----------------------------------------------------------------------------- parser
 
-_I, _S, _M, _X, _A, _U = 1, 2, 4, 8, 16, 32
-_FLAG_BITS = {"i": _I, "s": _S, "m": _M, "x": _X, "a": _A, "u": _U}
+_I, _S, _M, _X, _A, _U, _R = 1, 2, 4, 8, 16, 32, 64
+_FLAG_BITS = {"i": _I, "s": _S, "m": _M, "x": _X, "a": _A, "u": _U, "R": _R, "U": 0}
+_FAMILY_FLAGS = {"python": "imsxau", "ecma": "ims", "rust": "imsxuUR"}
 _WHITESPACE = frozenset(" \t\n\r\v\f")
 _SPECIAL = frozenset("\\[](){}|.*+?^$")
 _SPECIAL_VERBOSE = _SPECIAL | _WHITESPACE | {"#"}
@@ -209,10 +364,21 @@ _OCTDIGITS = frozenset("01234567")
 _HEXDIGITS = frozenset("0123456789abcdefABCDEF")
 _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _ESCAPES = {"a": 7, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92}
+_ECMA_ESCAPES = {"f": 12, "n": 10, "r": 13, "t": 9, "v": 11}
+_ECMA_SYNTAX = frozenset("^$\\.*+?()[]{}|/")
 _CATEGORY_LETTERS = frozenset("dDsSwW")
+_POSIX: dict[str, Ranges] = {
+    "alnum": ((0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)), "alpha": ((0x41, 0x5A), (0x61, 0x7A)),
+    "ascii": ((0, 0x7F),), "blank": ((9, 9), (32, 32)), "cntrl": ((0, 0x1F), (0x7F, 0x7F)),
+    "digit": ((0x30, 0x39),), "graph": ((0x21, 0x7E),), "lower": ((0x61, 0x7A),),
+    "print": ((0x20, 0x7E),), "punct": ((0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E)),
+    "space": ((9, 13), (32, 32)), "upper": ((0x41, 0x5A),),
+    "word": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
+    "xdigit": ((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)),
+}  # fmt: skip
 
 # Item kinds, for "nothing to repeat" / "multiple repeat" checks.
-_PLAIN, _ANCHOR, _REPEATED = 0, 1, 2
+_PLAIN, _ANCHOR, _REPEATED, _LOOK = 0, 1, 2, 3
 
 
 @dataclass(slots=True)
@@ -225,66 +391,234 @@ class _Info:
     kind: int = _PLAIN
 
 
-def _parse_flag_letters(flags: Iterable[str], pattern: str) -> int:
+_PLAIN_INFO = _Info(False, None, None)
+
+
+def _parse_flag_letters(flags: Iterable[str], pattern: str, dialect: Dialect) -> int:
+    fam = dl.family(dialect)
+    allowed = _FAMILY_FLAGS[fam]
     bits = 0
     for f in flags:
-        if f not in _FLAG_BITS:
+        if f not in allowed:
             raise RegexError(
-                f"unknown regex flag {f!r}; supported flags are i, s, m, x, a, u",
+                f"unknown regex flag {f!r}; supported flags are {', '.join(allowed)}",
                 pattern=pattern,
             )
         bits |= _FLAG_BITS[f]
-    if bits & _A and bits & _U:
+    if fam == "rust":
+        bits &= ~_U  # Unicode is the default; "u" only says so
+    elif bits & _U and (bits & _A or dialect == "python-ascii"):
         raise RegexError("flags 'a' and 'u' are incompatible", pattern=pattern)
     return bits
 
 
-def parse_regex(pattern: str, *, flags: Iterable[str] = "") -> Node:
-    """Parse a Python ``re`` pattern into an AST with full-match semantics.
+def parse_regex(
+    pattern: str,
+    *,
+    flags: Iterable[str] = "",
+    dialect: DialectSpec = "python",
+    ascii_case: bool = False,
+) -> Node:
+    """Parse a pattern into an AST with full-match semantics.
 
     ``flags`` holds flag letters (``"i"`` ignore case, ``"s"`` dotall, ``"m"`` multiline, ``"x"``
     verbose, ``"a"`` ASCII, ``"u"`` Unicode), e.g. ``"is"`` or Lark's ``frozenset({"i"})``.
-    Raises ``RegexError`` with the offset of the problem for malformed or unsupported patterns.
+    ``dialect``: see the module docstring; ``ascii_case`` folds case in ASCII whatever the
+    dialect says (Lark's ``i`` without ``u``). Raises ``RegexError`` with the offset of the
+    problem for malformed patterns, ``UnsupportedRegexError`` for unsupported ones.
     """
-    return _Parser(pattern, _parse_flag_letters(flags, pattern)).parse()
+    ds = dl.dialects_of(dialect)
+    bits = _parse_flag_letters(flags, pattern, ds[0])
+    try:
+        return _Parser(pattern, ds, bits, search=False, ascii_case=ascii_case).parse_full()
+    except UnsupportedRegexError:
+        _check_syntax(pattern, ds, bits, search=False, ascii_case=ascii_case)
+        raise
+
+
+def search_language(
+    pattern: str,
+    *,
+    flags: Iterable[str] = "",
+    dialect: DialectSpec = "python",
+    ascii_case: bool = False,
+) -> SearchLanguage:
+    """The strings in which ``pattern`` finds a match (``re.search``, ``RegExp.test``,
+    ``Regex::is_match``), anchors resolved exactly in the dialect's meaning.
+
+    Anchors may stand anywhere (``(^a|b)c``, ``^(a|$)``, ``a$\\n`` in Python); with the
+    multiline flag they are unsupported. Lookaheads are supported right after a leading ``^``
+    when the pattern has one top-level alternative (each becomes a language of its own).
+    """
+    ds = dl.dialects_of(dialect)
+    bits = _parse_flag_letters(flags, pattern, ds[0])
+    try:
+        return _Parser(pattern, ds, bits, search=True, ascii_case=ascii_case).parse_search()
+    except UnsupportedRegexError:
+        _check_syntax(pattern, ds, bits, search=True, ascii_case=ascii_case)
+        raise
+
+
+def _check_syntax(
+    pattern: str, ds: tuple[Dialect, ...], bits: int, *, search: bool, ascii_case: bool
+) -> None:
+    """Parse again past unsupported constructs: a syntax error anywhere in the pattern is
+    the dialect's verdict (a malformed pattern), whatever came before it."""
+    checker = _Parser(pattern, ds[:1], bits, search=search, ascii_case=ascii_case)
+    checker.tolerant = True
+    with contextlib.suppress(UnsupportedRegexError):
+        checker.parse_search() if search else checker.parse_full()
+
+
+def _set_op(op: str, left: Ranges, right: Ranges) -> Ranges:
+    if op == "&&":
+        return iv.intersect(left, right)
+    if op == "--":
+        return iv.difference(left, right)
+    return iv.union(iv.difference(left, right), iv.difference(right, left))
+
+
+def _ecma_name_ok(name: str) -> bool:
+    if not name:
+        return False
+    first, rest = name[0], name[1:]
+    if not (first in "$_" or first.isidentifier()):
+        return False
+    return all(c in "$\u200c\u200d" or ("a" + c).isidentifier() for c in rest)
+
+
+def _rust_name_ok(name: str) -> bool:
+    if not name or not (name[0] == "_" or name[0].isalpha()):
+        return False
+    return all(c.isalnum() or c in "_.[]" for c in name)
 
 
 class _Parser:
-    def __init__(self, pattern: str, flags: int) -> None:
+    def __init__(
+        self,
+        pattern: str,
+        dialects: tuple[Dialect, ...],
+        flags: int,
+        *,
+        search: bool,
+        ascii_case: bool,
+    ) -> None:
         self.p = pattern
         self.n = len(pattern)
         self.i = 0
+        self.dialects = dialects
+        self.d: Dialect = dialects[0]
+        self.fam = dl.family(self.d)
         self.global_flags = flags
+        self.search = search
+        self.ascii_case = ascii_case
         self.group_names: set[str] = set()
         self.depth = 0
+        self.top_branches = 1
+        self.lookaheads: list[tuple[bool, Node]] = []
+        self.lookahead_at: int | None = None
+        self.in_lookahead = False
+        self._ecma_groups: tuple[int, frozenset[str]] | None = None
+        self.tolerant = False
 
     # --- helpers
 
     def error(self, reason: str, offset: int | None) -> RegexError:
         return RegexError(reason, pattern=self.p, offset=offset)
 
+    def refuse(self, err: RegexError) -> None:
+        """Raise an unsupported construct, unless this pass only checks the syntax (then
+        parsing goes on past it, so that a later syntax error is still found)."""
+        if not self.tolerant:
+            raise err
+
     def unsupported(self, what: str, offset: int, hint: str) -> RegexError:
-        return self.error(f"{what} is not supported ({hint})", offset)
+        return UnsupportedRegexError(
+            f"{what} is not supported ({hint})", pattern=self.p, offset=offset
+        )
+
+    def case_tables(self, dialect: Dialect, flags: int) -> ut.CaseTables:
+        if self.ascii_case or dl.folds_ascii(dialect, bool(flags & _A)):
+            return ut.ascii_case_tables()
+        return ut.unicode_case_tables()
+
+    def across(
+        self, start: int, flags: int, first: Ranges, read: Callable[[_Parser, int], Ranges]
+    ) -> Ranges:
+        """``first`` (this dialect's set for the atom at ``start..self.i``) intersected with
+        what each other dialect reads there; a dialect that cannot read the atom, or reads a
+        different stretch of the pattern, is skipped."""
+        end = self.i
+        out = first
+        for d in self.dialects[1:]:
+            sub = _Parser(self.p, (d,), 0, search=False, ascii_case=self.ascii_case)
+            sub.i = start
+            try:
+                ranges = read(sub, flags)
+            except (RegexError, dl.PropertyError):
+                continue
+            if sub.i == end:
+                out = iv.intersect(out, ranges)
+        return out
+
+    def char_node(self, cp: int, flags: int) -> Node:
+        if not flags & _I:
+            return String(chr(cp))
+        tables = {id(t): t for t in (self.case_tables(d, flags) for d in self.dialects)}
+        if len(tables) == 1:
+            return _fold_char(cp, next(iter(tables.values())) is ut.ascii_case_tables())
+        ranges = ANY_CHAR
+        for t in tables.values():
+            ranges = iv.intersect(ranges, t.fold(((cp, cp),)))
+        return _char_class(ranges)
+
+    def dot(self, flags: int) -> Ranges:
+        ranges = ANY_CHAR
+        for d in self.dialects:
+            ranges = iv.intersect(ranges, dl.dot(d, dotall=bool(flags & _S), crlf=bool(flags & _R)))
+        return ranges
+
+    def dollar(self) -> int:
+        return _END if any(dl.dollar_is_end(d) for d in self.dialects) else _NL
 
     # --- structure
 
-    def parse(self) -> Node:
-        node, _ = self.parse_alternation(self.global_flags, at_start=True, top=True)
+    def parse_full(self) -> Node:
+        item, _ = self.parse_alternation(self.global_flags, at_start=True, top=True)
         if self.i < self.n:
             # parse_alternation stops only at ')' or the end
             raise self.error("unbalanced parenthesis: this ')' closes no group", self.i)
-        return node
+        assert not isinstance(item, _Anchored)
+        return item
 
-    def parse_alternation(self, flags: int, *, at_start: bool, top: bool) -> tuple[Node, _Info]:
-        branches: list[Node] = []
+    def parse_search(self) -> SearchLanguage:
+        item, _ = self.parse_alternation(self.global_flags, at_start=True, top=True)
+        if self.i < self.n:
+            raise self.error("unbalanced parenthesis: this ')' closes no group", self.i)
+        if self.lookaheads and self.top_branches > 1:
+            assert self.lookahead_at is not None
+            self.refuse(
+                self.unsupported(
+                    "a lookahead in one of several top-level alternatives",
+                    self.lookahead_at,
+                    "it would bind to its alternative only; put the alternatives in a group"
+                    " after it",
+                )
+            )
+        return SearchLanguage(_search_node(item), tuple(self.lookaheads))
+
+    def parse_alternation(self, flags: int, *, at_start: bool, top: bool) -> tuple[_Item, _Info]:
+        branches: list[_Item] = []
         zero_width = True
         start_anchor: int | None = None
         end_anchor: int | None = None
         first = True
         while True:
-            if top:
+            if top and self.fam == "python":
                 flags = self.global_flags
-            node, info = self.parse_branch(flags, at_start=at_start, first=top and first)
+            node, info, after = self.parse_branch(flags, at_start=at_start, first=top and first)
+            if self.fam == "rust":
+                flags = after  # Rust's (?i) holds to the end of the group, across `|`
             branches.append(node)
             zero_width = zero_width and info.zero_width
             if start_anchor is None:
@@ -296,23 +630,24 @@ class _Parser:
                 self.i += 1
                 continue
             break
-        node = alternation(branches) if len(branches) > 1 else branches[0]
+        if top:
+            self.top_branches = len(branches)
+        node = _alt(branches) if len(branches) > 1 else branches[0]
         return node, _Info(zero_width, start_anchor, end_anchor)
 
-    def parse_branch(self, flags: int, *, at_start: bool, first: bool) -> tuple[Node, _Info]:
+    def parse_branch(self, flags: int, *, at_start: bool, first: bool) -> tuple[_Item, _Info, int]:
         p, n = self.p, self.n
-        items: list[Node] = []
+        items: list[_Item] = []
         infos: list[_Info] = []
         all_zero_width = True  # every item so far matches only ""
         pending_end: int | None = None  # a $ that nothing consuming may follow
         start_anchor: int | None = None
-        plain = _Info(False, None, None)
         while self.i < n:
             c = p[self.i]
             if c == "|" or c == ")":
                 break
             start = self.i
-            if flags & _X:
+            if flags & _X and self.fam != "ecma":
                 if c in _WHITESPACE:
                     self.i += 1
                     continue
@@ -320,9 +655,9 @@ class _Parser:
                     nl = p.find("\n", self.i)
                     self.i = n if nl < 0 else nl + 1
                     continue
-            node: Node | None
-            info = plain
-            special = _SPECIAL_VERBOSE if flags & _X else _SPECIAL
+            node: _Item
+            info = _PLAIN_INFO
+            special = _SPECIAL_VERBOSE if flags & _X and self.fam != "ecma" else _SPECIAL
             if c not in special:
                 j = self.i + 1
                 if not flags & _I:
@@ -334,21 +669,25 @@ class _Parser:
                         j -= 1
                     node = String(p[self.i : j])
                 else:
-                    node = _fold_char(ord(c), bool(flags & _A))
+                    node = self.char_node(ord(c), flags)
                 self.i = j
             elif c == "\\":
                 node, info = self.parse_escape(flags, at_start and all_zero_width)
             elif c == "[":
-                node = self.parse_class(flags)
+                ranges = self.class_ranges(flags)
+                node = CharClass(self.across(start, flags, ranges, _Parser.class_ranges))
             elif c == ".":
                 self.i += 1
-                node = CharClass(ANY_CHAR if flags & _S else _ANY_BUT_NEWLINE)
+                node = CharClass(self.dot(flags))
             elif c == "(":
-                res = self.parse_group(flags, at_start=at_start and all_zero_width, first=first)
+                zero = start_anchor is not None and all_zero_width
+                res = self.parse_group(
+                    flags, at_start=at_start and all_zero_width, first=first, zero=zero
+                )
                 if res is None:  # comment
                     continue
-                if isinstance(res, int):  # global flags
-                    if not first or items:
+                if isinstance(res, int):  # flags for the rest of the group
+                    if self.fam == "python" and (not first or items):
                         raise self.error(
                             "global flags such as (?i) must be at the very start of the pattern;"
                             " use a scoped group (?i:...) here",
@@ -359,60 +698,133 @@ class _Parser:
                 node, info = res
             elif c == "^" or c == "$":
                 self.i += 1
-                node, info = self.anchor(c == "^", start, at_start and all_zero_width)
+                end = self.dollar() if c == "$" else _END
+                node, info = self.anchor(c == "^", start, at_start and all_zero_width, flags, end)
             elif c in "*+?{":
                 q = self.parse_quantifier()
-                if q is None:  # a '{' that is not a quantifier is a literal
+                if q is None:  # a '{' that is not a quantifier
+                    if self.fam == "ecma":
+                        raise self.error(
+                            "incomplete quantifier: a lone '{' must be escaped as \\{", start
+                        )
+                    if self.fam == "rust":
+                        raise self.error(
+                            "invalid repetition: a '{' must start {n}, {n,} or {n,m}; escape it"
+                            " as \\{",
+                            start,
+                        )
                     self.i = start + 1
-                    node = _fold_char(ord(c), bool(flags & _A)) if flags & _I else String(c)
+                    node = self.char_node(ord(c), flags)
                 else:
                     lo, hi = q
-                    if not items or infos[-1].kind == _ANCHOR:
+                    prev = infos[-1] if infos else None
+                    if prev is None or (prev.kind == _ANCHOR and self.fam != "rust"):
                         raise self.error("nothing to repeat", start)
-                    if infos[-1].kind == _REPEATED:
+                    if prev.kind == _LOOK:
+                        if self.fam == "ecma":
+                            raise self.error("nothing to repeat (a lookahead)", start)
+                        self.refuse(
+                            self.unsupported(
+                                "a repeated lookahead", start, "write the lookahead once"
+                            )
+                        )
+                    if prev.kind == _REPEATED and self.fam != "rust":
                         raise self.error(
                             "multiple repeat; put the repeated part in a group, e.g. (?:a*)*",
                             start,
                         )
                     if self.i < n and p[self.i] == "?":
                         self.i += 1  # lazy: the same language under full-match semantics
-                    elif self.i < n and p[self.i] == "+":
-                        raise self.unsupported(
-                            "a possessive quantifier",
-                            start,
-                            "it can change which strings match; drop the trailing '+'",
+                    elif self.i < n and p[self.i] == "+" and self.fam == "python":
+                        self.refuse(
+                            self.unsupported(
+                                "a possessive quantifier",
+                                start,
+                                "it can change which strings match; drop the trailing '+'",
+                            )
                         )
-                    prev = infos[-1]
-                    if hi is None or hi > 1:
+                        self.i += 1
+                    if not self.search and (hi is None or hi > 1):
                         if prev.start_anchor is not None:
-                            raise self.anchor_error(True, prev.start_anchor)
+                            self.refuse(self.anchor_error(True, prev.start_anchor))
                         if prev.end_anchor is not None:
-                            raise self.anchor_error(False, prev.end_anchor)
-                    items[-1] = repeat(items[-1], lo, hi)
+                            self.refuse(self.anchor_error(False, prev.end_anchor))
+                    items[-1] = self.repeat_item(items[-1], lo, hi, start)
                     infos[-1] = _Info(
                         prev.zero_width, prev.start_anchor, prev.end_anchor, _REPEATED
                     )
                     continue
             else:
-                # ']' and '}' are literals
+                # ']' and '}'
+                if self.fam == "ecma":
+                    raise self.error(
+                        f"lone quantifier bracket {c!r}: ECMA-262 (u flag) needs it escaped as"
+                        f" \\{c}",
+                        start,
+                    )
                 self.i += 1
-                node = _fold_char(ord(c), bool(flags & _A)) if flags & _I else String(c)
-            assert node is not None
-            if pending_end is not None and not info.zero_width:
-                raise self.anchor_error(False, pending_end)
-            if info.end_anchor is not None and pending_end is None:
-                pending_end = info.end_anchor
+                node = self.char_node(ord(c), flags)
+            if not self.search:
+                if pending_end is not None and not info.zero_width:
+                    self.refuse(self.anchor_error(False, pending_end))
+                if info.end_anchor is not None and pending_end is None:
+                    pending_end = info.end_anchor
             if info.start_anchor is not None and start_anchor is None:
                 start_anchor = info.start_anchor
             all_zero_width = all_zero_width and info.zero_width
             items.append(node)
             infos.append(info)
-        return concat(items), _Info(all_zero_width, start_anchor, pending_end)
+        if any(isinstance(x, _Anchored) for x in items):
+            acc: _Item = Empty()
+            for x in items:
+                acc = _cat(acc, x)
+            return acc, _Info(all_zero_width, start_anchor, pending_end), flags
+        return concat(items), _Info(all_zero_width, start_anchor, pending_end), flags  # type: ignore[arg-type]
 
-    def anchor(self, is_start: bool, offset: int, at_start: bool) -> tuple[Node, _Info]:
+    def repeat_item(self, item: _Item, lo: int, hi: int | None, offset: int) -> _Item:
+        if not isinstance(item, _Anchored):
+            return repeat(item, lo, hi)
+        # Anchors inside a repetition: only the first and last iterations can pass them
+        # (text before a `^` or after a `$` is impossible), so a few copies are exact:
+        # x* = x{0,2} P* x{0,2} with P the anchor-free part of x.
+        if lo > 8 or (hi is not None and hi > 8 + lo):
+            self.refuse(
+                self.unsupported(
+                    "an anchor inside a long repetition", offset, "move the anchor out of it"
+                )
+            )
+            return Empty()
+        optional = _alt([Empty(), item])
+        out: _Item = Empty()
+        for _ in range(lo):
+            out = _cat(out, item)
+        if hi is not None:
+            for _ in range(hi - lo):
+                out = _cat(out, optional)
+            return out
+        plain = item.parts.get(_PLAIN_KEY)
+        middle = repeat(plain, 0, None) if plain is not None else Empty()
+        two = _cat(optional, optional)
+        return _cat(out, _cat(_cat(two, middle), two))
+
+    def anchor(
+        self, is_start: bool, offset: int, at_start: bool, flags: int, end: int
+    ) -> tuple[_Item, _Info]:
+        if self.search:
+            if flags & _M:
+                self.refuse(
+                    self.unsupported(
+                        "an anchor with the MULTILINE flag",
+                        offset,
+                        "it tests the characters around it; drop the flag or the anchor",
+                    )
+                )
+            if is_start:
+                return _Anchored({(True, _FREE): Empty()}), _Info(True, offset, None, _ANCHOR)
+            return _Anchored({(False, end): Empty()}), _Info(True, None, offset, _ANCHOR)
         if is_start:
             if not at_start:
-                raise self.anchor_error(True, offset)
+                self.refuse(self.anchor_error(True, offset))
             return Empty(), _Info(True, offset, None, _ANCHOR)
         return Empty(), _Info(True, None, offset, _ANCHOR)
 
@@ -430,7 +842,8 @@ class _Parser:
         )
 
     def parse_quantifier(self) -> tuple[int, int | None] | None:
-        """Parse ``* + ? {m} {m,} {,n} {m,n}`` at ``self.i``; None for a literal ``{``."""
+        """Parse ``* + ? {m} {m,} {,n} {m,n}`` at ``self.i``; None for a ``{`` that is not one
+        (``{,n}`` is one in Python only)."""
         p, n = self.p, self.n
         c = p[self.i]
         start = self.i
@@ -441,19 +854,31 @@ class _Parser:
             return 1, None
         if c == "?":
             return 0, 1
-        j = self.i
+        spaces = self.fam == "rust"
+
+        def digits(k: int) -> int:
+            while k < n and p[k] in _DIGITS:
+                k += 1
+            return k
+
+        def skip(k: int) -> int:
+            while spaces and k < n and p[k] == " ":
+                k += 1
+            return k
+
+        j = skip(self.i)
         if j < n and p[j] == "}":
             return None
-        k = j
-        while k < n and p[k] in _DIGITS:
-            k += 1
+        k = digits(j)
         lo_text = p[j:k]
+        k = skip(k)
+        if not lo_text and self.fam != "python":
+            return None
         if k < n and p[k] == ",":
-            m = k + 1
-            while m < n and p[m] in _DIGITS:
-                m += 1
-            hi_text = p[k + 1 : m]
-            end = m
+            m0 = skip(k + 1)
+            m = digits(m0)
+            hi_text = p[m0:m]
+            end = skip(m)
         else:
             hi_text = lo_text
             end = k
@@ -462,7 +887,7 @@ class _Parser:
         self.i = end + 1
         lo = int(lo_text) if lo_text else 0
         hi = int(hi_text) if hi_text else None
-        if lo >= _MAXREPEAT or (hi is not None and hi >= _MAXREPEAT):
+        if self.fam == "python" and (lo >= _MAXREPEAT or (hi is not None and hi >= _MAXREPEAT)):
             raise self.error("the repetition number is too large", start)
         if hi is not None and hi < lo:
             raise self.error("min repeat greater than max repeat", start + 1)
@@ -470,28 +895,59 @@ class _Parser:
 
     # --- escapes
 
-    def parse_escape(self, flags: int, at_start: bool) -> tuple[Node, _Info]:
+    def parse_escape(self, flags: int, at_start: bool) -> tuple[_Item, _Info]:
         p = self.p
         start = self.i
         if start + 1 >= self.n:
             raise self.error("bad escape (end of pattern): a trailing backslash", start)
         c = p[start + 1]
         self.i = start + 2
-        plain = _Info(False, None, None)
-        if c in _CATEGORY_LETTERS:
-            return CharClass(_category(c, bool(flags & _A))), plain
-        if c == "A":
-            return self.anchor(True, start, at_start)
-        if c == "Z":
-            return self.anchor(False, start, at_start)
-        if c == "b" or c == "B":
-            raise self.unsupported(
-                f"the word boundary \\{c}",
-                start,
-                "it is an assertion about neighbouring characters; spell the characters out",
+        fam = self.fam
+        if c in _CATEGORY_LETTERS or (c in "pP" and fam != "python"):
+            self.i = start
+            ranges = self.escape_set(flags)
+            return CharClass(self.across(start, flags, ranges, _Parser.escape_set)), _PLAIN_INFO
+        if c == "A" and fam != "ecma":
+            return self.anchor(True, start, at_start, flags, _END)
+        if (c == "Z" and fam == "python") or (c == "z" and fam == "rust"):
+            return self.anchor(False, start, at_start, flags, _END)
+        if c in "bB" or (fam == "rust" and c in "<>"):
+            if fam == "rust" and c == "b" and self.i < self.n and p[self.i] == "{":
+                close = p.find("}", self.i)
+                self.i = self.n if close < 0 else close + 1
+            self.refuse(
+                self.unsupported(
+                    f"the word boundary \\{c}",
+                    start,
+                    "it is an assertion about neighbouring characters; spell the characters out",
+                )
             )
-        if c in _DIGITS and c != "0":
-            # octal escape or group reference, as sre decides
+            return Empty(), _Info(True, None, None, _ANCHOR)
+        if c in _DIGITS and (c != "0" or fam == "rust"):
+            return self.char_node(self.digit_escape(c, start), flags), _PLAIN_INFO
+        if c == "k" and fam == "ecma":
+            close = p.find(">", self.i)
+            name = p[self.i + 1 : close] if p.startswith("<", self.i) and close > 0 else None
+            if name is None or name not in self.ecma_groups()[1]:
+                raise self.error("invalid named reference: \\k needs <name> of a group", start)
+            self.i = close + 1
+            self.refuse(
+                self.unsupported(
+                    "a backreference",
+                    start,
+                    "the language it describes is not regular; repeat the sub-pattern instead",
+                )
+            )
+            return Empty(), _PLAIN_INFO
+        cp = self.escape_code_point(c, start, in_class=False)
+        return self.char_node(cp, flags), _PLAIN_INFO
+
+    def digit_escape(self, c: str, start: int) -> int:
+        """``\\1``...: an octal escape (Python, as sre decides) or a backreference."""
+        p = self.p
+        if self.fam == "rust":
+            raise self.error("backreferences (and octal escapes) are not Rust regex syntax", start)
+        if self.fam == "python":
             j = self.i
             if j + 1 < self.n and c in _OCTDIGITS and p[j] in _OCTDIGITS and p[j + 1] in _OCTDIGITS:
                 value = int(p[start + 1 : j + 2], 8)
@@ -501,27 +957,107 @@ class _Parser:
                         start,
                     )
                 self.i = j + 2
-                return self.char_node(value, flags), plain
-            raise self.unsupported(
+                return value
+        else:
+            j = self.i
+            while j < self.n and p[j] in _DIGITS:
+                j += 1
+            self.i = j
+            if int(p[start + 1 : j]) > self.ecma_groups()[0]:
+                raise self.error(
+                    f"invalid escape {p[start:j]}: the pattern has no such group", start
+                )
+        self.refuse(
+            self.unsupported(
                 "a backreference",
                 start,
                 "the language it describes is not regular; repeat the sub-pattern instead",
             )
-        cp = self.escape_code_point(c, start, in_class=False)
-        return self.char_node(cp, flags), plain
+        )
+        return 0
 
-    def escape_code_point(self, c: str, start: int, *, in_class: bool) -> int:
-        """The code point of a literal escape ``\\c...`` whose backslash is at ``start``.
+    def ecma_groups(self) -> tuple[int, frozenset[str]]:
+        """The number of capturing groups and their names (ECMA backreferences may point
+        forward, so they are counted before parsing)."""
+        if self._ecma_groups is None:
+            p, n = self.p, self.n
+            count, names, i, in_class = 0, set(), 0, False
+            while i < n:
+                c = p[i]
+                if c == "\\":
+                    i += 2
+                    continue
+                if in_class:
+                    in_class = c != "]"
+                elif c == "[":
+                    in_class = True
+                elif c == "(":
+                    if p.startswith("(?<", i) and p[i + 3 : i + 4] not in ("=", "!"):
+                        count += 1
+                        names.add(p[i + 3 : max(p.find(">", i), i + 3)])
+                    elif p[i + 1 : i + 2] != "?":
+                        count += 1
+                i += 1
+            self._ecma_groups = (count, frozenset(names))
+        return self._ecma_groups
 
-        ``self.i`` is just after ``c`` and is advanced past any digits or name.
-        """
+    def escape_set(self, flags: int) -> Ranges:
+        """The set of a class escape at ``self.i`` (``\\d``, ``\\p{L}``, ...) in this dialect;
+        ``RegexError`` when it is not one here."""
         p = self.p
-        if c in _ESCAPES:
-            return _ESCAPES[c]
-        if in_class and c == "b":
-            return 8
-        if c in "xuU":
-            width = {"x": 2, "u": 4, "U": 8}[c]
+        start = self.i
+        if p[start : start + 1] != "\\" or start + 1 >= self.n:
+            raise self.error("not a class escape", start)
+        c = p[start + 1]
+        self.i = start + 2
+        if c in _CATEGORY_LETTERS:
+            ranges = dl.class_escape(self.d, c, bool(flags & _A))
+            if flags & _I and self.fam != "python":
+                ranges = self.case_tables(self.d, flags).fold(ranges)
+            return ranges
+        if c not in "pP" or self.fam == "python":
+            raise self.error("not a class escape", start)
+        return self.property(c == "P", start, flags)
+
+    def property(self, negated: bool, start: int, flags: int) -> Ranges:
+        """``\\p{...}`` / ``\\P{...}`` (Rust also ``\\pL``); ``self.i`` is after the letter."""
+        p = self.p
+        if self.i < self.n and p[self.i] == "{":
+            close = p.find("}", self.i)
+            if close < 0:
+                raise self.error("unterminated \\p{...}: add the closing '}'", start)
+            body = p[self.i + 1 : close]
+            self.i = close + 1
+        elif self.fam == "rust" and self.i < self.n:
+            body = p[self.i]
+            self.i += 1
+        else:
+            raise self.error("invalid property name: write \\p{Name}", start)
+        if self.fam == "rust" and body.startswith("^"):
+            raise self.error("invalid property name: \\p{^...} is not supported here", start)
+        try:
+            ranges = dl.property_ranges(self.fam, body)
+        except dl.PropertyError as exc:
+            if exc.unsupported:
+                self.refuse(self.unsupported(f"the property \\p{{{body}}}", start, exc.reason))
+                return ()
+            raise self.error(f"invalid property name: {exc.reason}", start) from None
+        if flags & _I:
+            ranges = self.case_tables(self.d, flags).fold(ranges)
+        return iv.complement(ranges) if negated else ranges
+
+    def hex_value(self, start: int, width: int, braces: bool) -> int:
+        """Hex digits after ``\\x``/``\\u``/``\\U`` at ``self.i``: exactly ``width`` of them, or
+        (``braces``) ``{1-8 digits}``."""
+        p = self.p
+        if braces and self.i < self.n and p[self.i] == "{":
+            close = p.find("}", self.i)
+            digits = p[self.i + 1 : close] if close > 0 else ""
+            if not digits or not all(ch in _HEXDIGITS for ch in digits):
+                raise self.error(f"invalid escape {p[start : max(close, self.i) + 1]}", start)
+            self.i = close + 1
+            value = int(digits, 16)
+        else:
             j = self.i
             while j < self.n and j - self.i < width and p[j] in _HEXDIGITS:
                 j += 1
@@ -529,10 +1065,35 @@ class _Parser:
             if j - self.i != width:
                 raise self.error(f"incomplete escape {text}", start)
             self.i = j
-            value = int(text[2:], 16)
-            if value > iv.MAX_CODE_POINT:
-                raise self.error(f"bad escape {text}: beyond U+10FFFF", start)
-            return value
+            value = int(p[j - width : j], 16)
+        if value > iv.MAX_CODE_POINT:
+            raise self.error(f"bad escape {p[start : self.i]}: beyond U+10FFFF", start)
+        if self.fam == "rust" and 0xD800 <= value <= 0xDFFF:
+            raise self.error(f"bad escape {p[start : self.i]}: a surrogate", start)
+        return value
+
+    def escape_code_point(self, c: str, start: int, *, in_class: bool) -> int:
+        """The code point of a literal escape ``\\c...`` whose backslash is at ``start``.
+
+        ``self.i`` is just after ``c`` and is advanced past any digits or name.
+        """
+        if self.fam == "ecma":
+            return self.ecma_escape(c, start, in_class=in_class)
+        if self.fam == "rust":
+            if c in "afnrtv":
+                return _ESCAPES[c]
+            if c in "xuU":
+                return self.hex_value(start, {"x": 2, "u": 4, "U": 8}[c], True)
+            if c.isascii() and not c.isalnum() and (in_class or c not in "<>"):
+                return ord(c)
+            raise self.error(f"unrecognized escape \\{c} (Rust regex)", start)
+        p = self.p
+        if c in _ESCAPES:
+            return _ESCAPES[c]
+        if in_class and c == "b":
+            return 8
+        if c in "xuU":
+            return self.hex_value(start, {"x": 2, "u": 4, "U": 8}[c], False)
         if c == "N":
             if self.i >= self.n or p[self.i] != "{":
                 raise self.error("missing { after \\N", self.i)
@@ -566,14 +1127,58 @@ class _Parser:
             )
         return ord(c)
 
-    def char_node(self, cp: int, flags: int) -> Node:
-        if flags & _I:
-            return _fold_char(cp, bool(flags & _A))
-        return String(chr(cp))
+    def ecma_escape(self, c: str, start: int, *, in_class: bool) -> int:
+        p = self.p
+        if c in _ECMA_ESCAPES:
+            return _ECMA_ESCAPES[c]
+        if in_class and c == "b":
+            return 8
+        if in_class and c == "-":
+            return 45
+        if c == "c":
+            if self.i < self.n and p[self.i] in _ASCII_LETTERS:
+                self.i += 1
+                return ord(p[self.i - 1]) % 32
+            raise self.error("invalid escape \\c: a control escape needs a letter (\\cJ)", start)
+        if c == "0":
+            if self.i < self.n and p[self.i] in _DIGITS:
+                raise self.error("invalid decimal escape: \\0 followed by a digit", start)
+            return 0
+        if c == "x":
+            j = self.i
+            if j + 2 <= self.n and all(ch in _HEXDIGITS for ch in p[j : j + 2]):
+                self.i = j + 2
+                return int(p[j : j + 2], 16)
+            raise self.error("invalid escape \\x: it needs two hex digits", start)
+        if c == "u":
+            braces = self.i < self.n and p[self.i] == "{"
+            value = self.hex_value(start, 4, True)
+            j = self.i
+            if (
+                not braces
+                and 0xD800 <= value <= 0xDBFF
+                and p.startswith("\\u", j)
+                and all(ch in _HEXDIGITS for ch in p[j + 2 : j + 6])
+                and len(p[j + 2 : j + 6]) == 4
+                and 0xDC00 <= int(p[j + 2 : j + 6], 16) <= 0xDFFF
+            ):
+                self.i = j + 6
+                return 0x10000 + ((value - 0xD800) << 10) + (int(p[j + 2 : j + 6], 16) - 0xDC00)
+            return value
+        if c in _ECMA_SYNTAX:
+            return ord(c)
+        raise self.error(
+            f"invalid escape \\{c}: ECMA-262 (u flag) escapes only ^ $ \\ . * + ? ( ) [ ] {{ }} | /"
+            + (" and -" if in_class else ""),
+            start,
+        )
 
     # --- character classes
 
-    def parse_class(self, flags: int) -> Node:
+    def class_ranges(self, flags: int) -> Ranges:
+        """The set of the class at ``self.i`` (``[``) in this dialect, folded and negated."""
+        if self.fam == "rust":
+            return self.rust_class(flags)
         p, n = self.p, self.n
         start = self.i
         self.i += 1
@@ -583,7 +1188,7 @@ class _Parser:
             self.i += 1
         literals: list[tuple[int, int]] = []
         categories: list[Ranges] = []
-        nonempty = False
+        nonempty = self.fam == "ecma"  # ECMA: `[]` is the empty class, `[^]` any character
         while True:
             if self.i >= n:
                 raise self.error("unterminated character set: add the closing ']'", start)
@@ -619,14 +1224,16 @@ class _Parser:
                 _add_class_item(lo_item, literals, categories)
         lits = iv.normalize(literals)
         cats = iv.union(*categories) if categories else ()
-        if flags & _I:
-            tables = ut.ascii_case_tables() if flags & _A else ut.unicode_case_tables()
-            ranges = tables.fold(lits, cats)
-        else:
-            ranges = iv.union(lits, cats)
-        if negate:
-            ranges = iv.complement(ranges)
-        return CharClass(ranges)
+        ranges = self.fold_class(lits, cats, flags)
+        return iv.complement(ranges) if negate else ranges
+
+    def fold_class(self, lits: Ranges, cats: Ranges, flags: int) -> Ranges:
+        if not flags & _I:
+            return iv.union(lits, cats)
+        tables = self.case_tables(self.d, flags)
+        if self.fam == "python":
+            return tables.fold(lits, cats)
+        return tables.fold(iv.union(lits, cats))
 
     def class_item(self, flags: int) -> int | Ranges:
         """One class member: a code point, or the ranges of a class escape like ``\\d``."""
@@ -639,50 +1246,144 @@ class _Parser:
         if start + 1 >= self.n:
             raise self.error("bad escape (end of pattern): a trailing backslash", start)
         e = p[start + 1]
+        if e in _CATEGORY_LETTERS or (e in "pP" and self.fam != "python"):
+            return self.escape_set(flags & ~_I)  # folded with the whole class
         self.i = start + 2
-        if e in _CATEGORY_LETTERS:
-            return _category(e, bool(flags & _A))
-        if e in _DIGITS and e not in _OCTDIGITS:
+        if self.fam == "python" and e in _DIGITS and e not in _OCTDIGITS:
             raise self.error(f"bad escape \\{e}", start)
+        if self.fam != "python" and e in _DIGITS and (e != "0" or self.fam == "rust"):
+            raise self.error(f"invalid class escape \\{e}", start)
         return self.escape_code_point(e, start, in_class=True)
 
-    # --- groups
-
-    def parse_group(
-        self, flags: int, *, at_start: bool, first: bool
-    ) -> tuple[Node, _Info] | int | None:
-        """Parse a group at ``(``. Returns the node, None for a comment, new flags for (?flags)."""
+    def rust_class(self, flags: int) -> Ranges:
+        """A Rust class: nested classes, ``[:alpha:]``, ``&&`` ``--`` ``~~`` (left to right)."""
         p, n = self.p, self.n
         start = self.i
         self.i += 1
+        negate = False
+        if self.i < n and p[self.i] == "^":
+            negate = True
+            self.i += 1
+        left: Ranges | None = None
+        op = ""
+        current: list[Ranges] = []
+        first = True
+        while True:
+            if self.i >= n:
+                raise self.error("unclosed character class: add the closing ']'", start)
+            c = p[self.i]
+            if c == "]" and not first:
+                self.i += 1
+                break
+            if flags & _X and c in _WHITESPACE:
+                self.i += 1
+                continue
+            first = False
+            two = p[self.i : self.i + 2]
+            if two in ("&&", "--", "~~"):
+                union = iv.union(*current) if current else ()
+                left = union if left is None else _set_op(op, left, union)
+                op = two
+                current = []
+                self.i += 2
+                continue
+            if c == "[":
+                posix = self.posix_class()
+                current.append(posix if posix is not None else self.rust_class(flags & ~_I))
+                continue
+            item_start = self.i
+            lo_item = self.class_item(flags)
+            if self.i + 1 < n and p[self.i] == "-" and p[self.i + 1] not in "]-":
+                self.i += 1
+                hi_item = self.class_item(flags)
+                text = p[item_start : self.i]
+                if isinstance(lo_item, tuple) or isinstance(hi_item, tuple):
+                    raise self.error(
+                        f"bad character range {text}: a class escape cannot bound a range",
+                        item_start,
+                    )
+                if hi_item < lo_item:
+                    raise self.error(
+                        f"bad character range {text}: the end is below the start", item_start
+                    )
+                current.append(((lo_item, hi_item),))
+            else:
+                current.append(lo_item if isinstance(lo_item, tuple) else ((lo_item, lo_item),))
+        union = iv.union(*current) if current else ()
+        ranges = union if left is None else _set_op(op, left, union)
+        ranges = self.fold_class(ranges, (), flags)
+        return iv.complement(ranges) if negate else ranges
+
+    def posix_class(self) -> Ranges | None:
+        """``[:name:]`` / ``[:^name:]`` at ``self.i`` (an ASCII class), else None."""
+        p = self.p
+        if not p.startswith("[:", self.i):
+            return None
+        close = p.find(":]", self.i + 2)
+        if close < 0:
+            return None
+        name = p[self.i + 2 : close]
+        negated = name.startswith("^")
+        ranges = _POSIX.get(name[1:] if negated else name)
+        if ranges is None:
+            return None
+        self.i = close + 2
+        return iv.complement(ranges) if negated else ranges
+
+    # --- groups
+
+    def group_name(self, close_char: str, start: int) -> None:
+        p = self.p
+        close = p.find(close_char, self.i)
+        if close < 0:
+            raise self.error(f"missing {close_char}, unterminated group name", self.i)
+        name = p[self.i : close]
+        if not name:
+            raise self.error("missing group name", self.i)
+        ok = {"python": str.isidentifier, "ecma": _ecma_name_ok, "rust": _rust_name_ok}[self.fam]
+        if not ok(name):
+            raise self.error(f"bad character in group name {name!r}", self.i)
+        if name in self.group_names:
+            raise self.error(f"redefinition of group name {name!r}", self.i)
+        self.group_names.add(name)
+        self.i = close + 1
+
+    def parse_group(
+        self, flags: int, *, at_start: bool, first: bool, zero: bool
+    ) -> tuple[_Item, _Info] | int | None:
+        """Parse a group at ``(``. Returns the node, None for a comment, new flags for
+        ``(?flags)`` (Python: global; Rust: to the end of the enclosing group)."""
+        p, n = self.p, self.n
+        fam = self.fam
+        start = self.i
+        self.i += 1
         inner_flags = flags
+        look: bool | None = None
+        ignored = False  # an unsupported lookaround, parsed only for its syntax
         if self.i < n and p[self.i] == "?":
             self.i += 1
             if self.i >= n:
                 raise self.error("unexpected end of pattern after '(?'", self.i)
             c = p[self.i]
             self.i += 1
-            if c == "P":
+            lookbehind = c == "<" and self.i < n and p[self.i] in "=!"
+            if c == ":":
+                pass
+            elif c == "P" and fam != "ecma":
                 if self.i < n and p[self.i] == "<":
                     self.i += 1
-                    close = p.find(">", self.i)
-                    if close < 0:
-                        raise self.error("missing >, unterminated group name", self.i)
-                    name = p[self.i : close]
-                    if not name:
-                        raise self.error("missing group name", self.i)
-                    if not name.isidentifier():
-                        raise self.error(f"bad character in group name {name!r}", self.i)
-                    if name in self.group_names:
-                        raise self.error(f"redefinition of group name {name!r}", self.i)
-                    self.group_names.add(name)
-                    self.i = close + 1
-                elif self.i < n and p[self.i] == "=":
-                    raise self.unsupported(
-                        "a named backreference (?P=name)",
-                        start,
-                        "the language it describes is not regular; repeat the sub-pattern",
+                    self.group_name(">", start)
+                elif self.i < n and p[self.i] == "=" and fam == "python":
+                    self.refuse(
+                        self.unsupported(
+                            "a named backreference (?P=name)",
+                            start,
+                            "the language it describes is not regular; repeat the sub-pattern",
+                        )
                     )
+                    close = p.find(")", self.i)
+                    self.i = n if close < 0 else close + 1
+                    return Empty(), _PLAIN_INFO
                 elif self.i >= n:
                     raise self.error("unexpected end of pattern after '(?P'", self.i)
                 else:
@@ -690,39 +1391,56 @@ class _Parser:
                         f"unknown extension ?P{p[self.i]}; named groups are written (?P<name>...)",
                         start + 1,
                     )
-            elif c == ":":
-                pass
-            elif c == "#":
-                close = p.find(")", self.i)
-                if close < 0:
-                    raise self.error("missing ), unterminated comment", start)
-                self.i = close + 1
-                return None
+            elif c == "<" and not lookbehind and fam != "python":
+                self.group_name(">", start)
+            elif fam == "rust" and (c in "=!" or lookbehind):
+                raise self.error("look-around is not Rust regex syntax", start)
             elif c in "=!":
-                raise self.unsupported(
-                    "a lookahead assertion", start, "rewrite the pattern without lookaround"
-                )
-            elif c == "<":
-                if self.i < n and p[self.i] in "=!":
-                    raise self.unsupported(
+                if self.search and zero and self.depth == 0 and not self.in_lookahead:
+                    look = c == "="
+                else:
+                    self.refuse(
+                        self.unsupported(
+                            "a lookahead assertion",
+                            start,
+                            "rewrite the pattern without lookaround; lookaheads work only right"
+                            " after a leading ^ of a pattern's search",
+                        )
+                    )
+                    ignored = True
+            elif lookbehind:
+                self.refuse(
+                    self.unsupported(
                         "a lookbehind assertion", start, "rewrite the pattern without lookaround"
                     )
+                )
+                self.i += 1
+                ignored = True
+            elif c == "<":
                 raise self.error(
                     f"unknown extension ?<{p[self.i : self.i + 1]}; named groups are written"
                     " (?P<name>...)",
                     start + 1,
                 )
-            elif c == "(":
+            elif c == "#" and fam == "python":
+                close = p.find(")", self.i)
+                if close < 0:
+                    raise self.error("missing ), unterminated comment", start)
+                self.i = close + 1
+                return None
+            elif c == "(" and fam == "python":
                 raise self.unsupported(
                     "a conditional group (?(...)...)", start, "its meaning is not regular"
                 )
-            elif c == ">":
-                raise self.unsupported(
-                    "an atomic group (?>...)",
-                    start,
-                    "it can change which strings match; use (?:...) instead",
+            elif c == ">" and fam == "python":
+                self.refuse(
+                    self.unsupported(
+                        "an atomic group (?>...)",
+                        start,
+                        "it can change which strings match; use (?:...) instead",
+                    )
                 )
-            elif c in "aiLmsux-":
+            elif fam == "python" and c in "aiLmsux-":
                 res = self.parse_flags(c, flags, start)
                 if isinstance(res, int):
                     if not first:
@@ -735,17 +1453,69 @@ class _Parser:
                     return res
                 add, remove = res
                 inner_flags = (flags | add) & ~remove
+            elif fam == "rust" and c in "imsUuxR-":
+                new, scoped = self.rust_flags(c, flags, start)
+                if not scoped:
+                    return new
+                inner_flags = new
+            elif fam == "ecma":
+                raise self.error(
+                    "invalid group: ECMA-262 groups are (...), (?:...),"
+                    " (?<name>...) and lookaround",
+                    start,
+                )
             else:
                 raise self.error(f"unknown extension ?{c}", start + 1)
         self.depth += 1
         if self.depth > MAX_GROUP_DEPTH:
             raise self.error(f"groups nested more than {MAX_GROUP_DEPTH} deep", start)
+        if look is not None:
+            self.in_lookahead = True
         node, info = self.parse_alternation(inner_flags, at_start=at_start, top=False)
         self.depth -= 1
         if self.i >= n or p[self.i] != ")":
             raise self.error("missing ), unterminated subpattern", start)
         self.i += 1
+        if ignored:
+            return Empty(), _Info(True, None, None, _LOOK)
+        if look is not None:
+            self.in_lookahead = False
+            self.lookaheads.append((look, _search_node(node, from_start=True)))
+            if self.lookahead_at is None:
+                self.lookahead_at = start
+            return Empty(), _Info(True, None, None, _LOOK)
         return node, info
+
+    def rust_flags(self, c: str, flags: int, start: int) -> tuple[int, bool]:
+        """Rust inline flags after ``(?`` (``c`` consumed): the new flags and whether they are
+        scoped (``(?i:...)``) rather than set for the rest of the group (``(?i)``)."""
+        p, n = self.p, self.n
+        seen: set[str] = set()
+        negated = False
+        new = flags
+        while True:
+            if c == "-":
+                if negated:
+                    raise self.error("repeated negation in the flags", self.i - 1)
+                negated = True
+            elif c in ":)":
+                break
+            elif c in "imsUuxR":
+                if c in seen:
+                    raise self.error(f"duplicate flag {c!r}", self.i - 1)
+                seen.add(c)
+                bit = _A if c == "u" else _FLAG_BITS[c]
+                on = not negated if c != "u" else negated  # (?-u) turns ASCII mode on
+                new = new | bit if on else new & ~bit
+            else:
+                raise self.error(f"unrecognized flag {c!r}", self.i - 1)
+            if self.i >= n:
+                raise self.error("unclosed group: the flags need ':' or ')'", start)
+            c = p[self.i]
+            self.i += 1
+        if not seen:
+            raise self.error("empty or dangling flags", start)
+        return new, c == ":"
 
     def parse_flags(self, c: str, flags: int, start: int) -> int | tuple[int, int]:
         """Parse inline flags after ``(?``; ``c`` is the first flag char (already consumed).
@@ -754,6 +1524,7 @@ class _Parser:
         """
         p, n = self.p, self.n
         add = remove = 0
+        ascii_dialect = _A if self.d == "python-ascii" else 0
         if c != "-":
             while True:
                 if c == "L":
@@ -761,7 +1532,7 @@ class _Parser:
                         "bad inline flags: cannot use 'L' flag with a str pattern", self.i - 1
                     )
                 add |= _FLAG_BITS[c]
-                if add & _A and add & _U:
+                if (add | ascii_dialect) & _A and add & _U:
                     raise self.error(
                         "bad inline flags: flags 'a' and 'u' are incompatible", self.i - 1
                     )
@@ -771,13 +1542,13 @@ class _Parser:
                 self.i += 1
                 if c in ")-:":
                     break
-                if c not in _FLAG_BITS:
+                if c not in "imsxau":
                     raise self.error(
                         "unknown flag" if c.isalpha() else "missing -, : or )", self.i - 1
                     )
         if c == ")":
             merged = flags | add
-            if merged & _A and merged & _U:
+            if (merged | ascii_dialect) & _A and merged & _U:
                 raise self.error("bad inline flags: flags 'a' and 'u' are incompatible", start)
             return merged
         if c == "-":
@@ -808,7 +1579,7 @@ class _Parser:
                     raise self.error("unknown flag" if c.isalpha() else "missing :", self.i - 1)
         if add & remove:
             raise self.error("bad inline flags: flag turned on and off", self.i - 1)
-        if (flags | add) & _A and (flags | add) & _U:
+        if ((flags | add) | ascii_dialect) & _A and (flags | add) & _U:
             raise self.error("bad inline flags: flags 'a' and 'u' are incompatible", start)
         return add, remove
 
@@ -820,19 +1591,3 @@ def _add_class_item(
         categories.append(item)
     else:
         literals.append((item, item))
-
-
-def _category(letter: str, ascii_only: bool) -> Ranges:
-    lower = letter.lower()
-    if lower == "d":
-        ranges = ut.digit_ranges(ascii_only)
-    elif lower == "w":
-        ranges = ut.word_ranges(ascii_only)
-    else:
-        ranges = ut.space_ranges(ascii_only)
-    return _complement_cached(ranges) if letter.isupper() else ranges
-
-
-@lru_cache(maxsize=16)
-def _complement_cached(ranges: Ranges) -> Ranges:
-    return iv.complement(ranges)
