@@ -8,10 +8,20 @@ The search stops when `num_beams` hypotheses are finished and the best running b
 its current length, cannot beat the worst of them. Grammar masks are applied to the
 log-probabilities (not renormalised, so scores stay the model's own probabilities); each beam
 owns a `Matcher` copy.
+
+One difference, on purpose: hypotheses are told apart by their *text*, not their tokens. Two
+tokenizations of one text ("ab" vs "a" + "b"; under a grammar the model is often pushed into
+odd spellings) are one hypothesis: a continuation is dropped when a beam with the same text and
+at least its log-probability went on before (in this step or an earlier one: "ab" at step 1,
+"a" + "b" at step 2), and a finished hypothesis whose text is already finished keeps the better
+score. The beam then holds distinct texts, and the returned hypotheses differ from each other.
+The candidate list is read past `2 * num_beams` entries only to skip duplicates, so without
+them the search is exactly `transformers`'.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +42,7 @@ class _Beam:
     tokens: list[int]
     score: float
     matcher: Matcher | None
+    text: bytes = b""  # the output bytes so far (EOS excluded): what tells hypotheses apart
 
 
 def beam_search(
@@ -56,6 +67,8 @@ def beam_search(
     beams = [_Beam([], 0.0, matcher)]
     logits, attention = runner.feed([list(request.prompt_ids)], cache, attention, positions)
     finished: list[tuple[float, _Beam]] = []
+    token_text = _TokenText(vocab, eos_token_ids)
+    expanded: dict[bytes, float] = {}  # text -> best log-probability of a beam that went on
     bitmask = allocate_bitmask(nb, vocab.size, device=device) if matcher is not None else None
     for step in range(1, limit + 1):
         logprobs = logits.log_softmax(dim=-1)
@@ -67,27 +80,34 @@ def beam_search(
         scores = torch.tensor([b.score for b in beams], device=device, dtype=logprobs.dtype)
         total = (logprobs + scores.unsqueeze(1)).reshape(-1)
         width = logprobs.shape[-1]
-        top_scores, top_index = torch.topk(total, min(2 * nb, total.numel()))
-        candidates = list(zip(top_scores.tolist(), top_index.tolist()))
         running: list[_Beam] = []
         parents: list[int] = []
-        for rank, (score, flat) in enumerate(candidates):
-            if score == float("-inf"):
+        ended: set[bytes] = set()  # texts of this step's finishing candidates
+        rank = 0  # among distinct candidates, as transformers ranks its 2 * num_beams
+        for score, flat in _best_first(total, 2 * nb):
+            if score == float("-inf") or rank >= 2 * nb:
                 break
             parent, token = divmod(flat, width)
             base = beams[parent]
+            ends = token in eos_token_ids or step == limit
+            text = base.text + token_text(token)
+            seen = text in ended if ends else expanded.get(text, float("-inf")) >= score
+            if seen:
+                continue  # the same text, as likely or likelier, is already in the search
             child_matcher = base.matcher.copy() if base.matcher is not None else None
             if child_matcher is not None and not child_matcher.accept_token(token):
                 continue
-            child = _Beam([*base.tokens, token], score, child_matcher)
-            ends = token in eos_token_ids or step == limit
+            rank += 1
+            child = _Beam([*base.tokens, token], score, child_matcher, text)
             if ends:
-                if rank < nb:
-                    finished.append((score / (step**params.length_penalty), child))
+                ended.add(text)
+                if rank <= nb:
+                    _add_finished(finished, score / (step**params.length_penalty), child)
                 continue
             if len(running) < nb:
                 running.append(child)
                 parents.append(parent)
+                expanded[text] = score
         finished.sort(key=lambda item: -item[0])
         del finished[nb:]
         if not running or _cannot_improve(finished, running, nb, step, params.length_penalty):
@@ -101,7 +121,46 @@ def beam_search(
             [[b.tokens[-1]] for b in beams], cache, attention, positions
         )
     count = params.num_return or nb
-    return [_hypothesis(vocab, beam, score) for score, beam in finished[:count]]
+    return [_hypothesis(beam, score) for score, beam in finished[:count]]
+
+
+def _best_first(total: torch.Tensor, k: int) -> Iterator[tuple[float, int]]:
+    """(score, flat index) pairs, best first: the top `k`, then more as the caller reads on
+    (it skips duplicates of a text, so it may need more than `2 * num_beams`)."""
+    done = 0
+    size = total.numel()
+    while done < size:
+        k = min(k, size)
+        top_scores, top_index = torch.topk(total, k)
+        yield from zip(top_scores.tolist()[done:], top_index.tolist()[done:])
+        done, k = k, 2 * k
+
+
+class _TokenText:
+    """The bytes a token adds to the output text: EOS and ids past the vocabulary add none."""
+
+    def __init__(self, vocab: Vocabulary, eos_token_ids: frozenset[int]) -> None:
+        self._vocab = vocab
+        self._eos = eos_token_ids
+        self._cache: dict[int, bytes] = {}
+
+    def __call__(self, token: int) -> bytes:
+        data = self._cache.get(token)
+        if data is None:
+            inside = 0 <= token < self._vocab.size and token not in self._eos
+            data = self._vocab.token_bytes(token) if inside else b""
+            self._cache[token] = data
+        return data
+
+
+def _add_finished(finished: list[tuple[float, _Beam]], score: float, beam: _Beam) -> None:
+    """Add a finished hypothesis; one with the same text keeps the better of the two scores."""
+    for i, (other_score, other) in enumerate(finished):
+        if other.text == beam.text:
+            if score > other_score:
+                finished[i] = (score, beam)
+            return
+    finished.append((score, beam))
 
 
 def _cannot_improve(
@@ -113,10 +172,9 @@ def _cannot_improve(
     return best_running <= finished[-1][0]
 
 
-def _hypothesis(vocab: Vocabulary, beam: _Beam, score: float) -> BeamHypothesis:
-    data = b"".join(vocab.token_bytes(t) for t in beam.tokens if 0 <= t < vocab.size)
+def _hypothesis(beam: _Beam, score: float) -> BeamHypothesis:
     return BeamHypothesis(
-        text=data.decode("utf-8", errors="replace"),
+        text=beam.text.decode("utf-8", errors="replace"),
         token_ids=tuple(beam.tokens),
         score=score,
         sum_logprobs=beam.score,
