@@ -10,6 +10,7 @@ from typing import Any
 from structgen import Compiler, Matcher
 from structgen.errors import LimitExceededError, SchemaError, StructgenError, UnsupportedSchemaError
 from structgen.schema import SchemaOptions
+from tests.oracles.checks import AjvReport, check_ajv
 
 # keyword files of the draft 2020-12 suite that structgen claims (the others test features it
 # rejects by design: dynamic refs, remote refs, unevaluated*, vocabularies, content)
@@ -63,6 +64,10 @@ CLAIMED = (
 )
 
 
+# (`file/group` or another label, schema, JSON text) of an instance the matcher accepted
+Accepted = tuple[str, Any, str]
+
+
 def accepts(compiled: Any, tokenizer: Any, text: str) -> bool:
     """True when every token is allowed and the matcher can stop at the end."""
     matcher = Matcher(compiled)
@@ -90,9 +95,12 @@ def compile_or_reason(
         return None, f"error: {type(exc).__name__}"
 
 
-def run_suite(folder: Path, vocab: Any, tokenizer: Any) -> dict[str, dict[str, int]]:
+def run_suite(
+    folder: Path, vocab: Any, tokenizer: Any, *, accepted: list[Accepted] | None = None
+) -> dict[str, dict[str, int]]:
     """Per `file/group` counts: passed, failed (valid rejected), invalidated (invalid accepted),
-    unsupported (tests of groups whose schema does not compile)."""
+    unsupported (tests of groups whose schema does not compile). `accepted` collects
+    (`file/group`, schema, text) of every accepted instance, for `ajv_report`."""
     results: dict[str, dict[str, int]] = {}
     for name in CLAIMED:
         path = folder / f"{name}.json"
@@ -110,7 +118,10 @@ def run_suite(folder: Path, vocab: Any, tokenizer: Any) -> dict[str, dict[str, i
                     else:
                         counts["unsupported"] += 1
                     continue
-                ok = accepts(compiled, tokenizer, json.dumps(test["data"]))
+                text = json.dumps(test["data"])
+                ok = accepts(compiled, tokenizer, text)
+                if ok and accepted is not None:
+                    accepted.append((key, group["schema"], text))
                 if ok == test["valid"]:
                     counts["passed"] += 1
                 elif ok:
@@ -119,3 +130,14 @@ def run_suite(folder: Path, vocab: Any, tokenizer: Any) -> dict[str, dict[str, i
                     counts["failed"] += 1
             results[key] = counts
     return results
+
+
+def ajv_report(accepted: list[Accepted]) -> AjvReport:
+    """ajv's verdicts on accepted instances (one batch per label), classified by `checks`."""
+    by_label: dict[str, tuple[Any, list[str]]] = {}
+    for label, schema, text in accepted:
+        by_label.setdefault(label, (schema, []))[1].append(text)
+    report = AjvReport()
+    for label, (schema, texts) in by_label.items():
+        report.add(check_ajv(schema, texts, where=label))
+    return report

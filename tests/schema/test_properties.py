@@ -1,5 +1,5 @@
 """Properties with Hypothesis: generated instances are accepted, and whatever the matcher
-accepts is valid (jsonschema, Draft 2020-12, with the format checker)."""
+accepts is valid (jsonschema, Draft 2020-12, with the format checker; and ajv, tests/oracles/)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from structgen import Compiler, Matcher
 from structgen.grammar.sampler import sample_sentences
 from structgen.schema import SchemaOptions, compile_schema
 from tests.conftest import load_tokenizer, load_vocab
+from tests.oracles.checks import assert_ajv_accepts
 
 SCHEMAS: dict[str, Any] = {
     "person": {
@@ -90,13 +91,16 @@ def test_grammar_samples_that_are_accepted_validate(name: str, seed: int) -> Non
         SCHEMAS[name], format_checker=Draft202012Validator.FORMAT_CHECKER
     )
     has_intersections = any(t.intersect for t in grammar.terminals)
+    accepted = []
     for text in sample_sentences(grammar, count=3, seed=seed, max_depth=6, max_terminals=60):
         if accepts(name, text):
             value = json.loads(text)
             assert validator.is_valid(value), text
+            accepted.append(text)
         else:
             # the sampler ignores intersections; everything else it draws must be accepted
             assert has_intersections, text
+    assert_ajv_accepts(SCHEMAS[name], accepted, where=f"{name}, seed {seed}")
 
 
 person = st.fixed_dictionaries(

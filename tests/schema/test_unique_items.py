@@ -22,6 +22,7 @@ from structgen import Compiler, Matcher, SchemaOptions, UnsupportedSchemaError
 from structgen.schema import compile_schema
 from structgen.schema._unique import JsonTracker, UniqueArray
 from tests.conftest import load_tokenizer, load_vocab
+from tests.oracles.checks import assert_ajv_accepts
 
 STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
@@ -130,6 +131,7 @@ def test_random_walks_along_the_masks_never_run_dry_and_end_valid(schema: Any) -
     grammar = compiled(schema)
     rng = random.Random(0)
     eos = set(vocab.eos_token_ids)
+    finished = []
     for _ in range(12):
         matcher = Matcher(grammar)
         text = b""
@@ -149,6 +151,8 @@ def test_random_walks_along_the_masks_never_run_dry_and_end_valid(schema: Any) -
             text += vocab.token_bytes(token)
         if matcher.can_terminate():
             assert valid(schema, json.loads(text)), text
+            finished.append(text.decode())
+    assert_ajv_accepts(schema, finished)
 
 
 def test_bounded_below_numbers_stay_open() -> None:
