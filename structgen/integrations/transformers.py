@@ -4,13 +4,23 @@ One matcher per sequence, found by the tokens that sequence has generated so far
 up the matcher of the row's previous prefix, copies it and accepts the newest token. That keeps
 greedy search, sampling and beam search (whose rows are reordered between steps) on one code path.
 The processor resets itself when a new `generate` call starts, so it can be reused.
+
+With `num_beams=` (the value given to `generate`) it also merges beams by text, as structgen's
+own beam search does: `transformers` tells beams apart by their tokens, so two tokenizations of
+one text ("ab" and "a" + "b"; under a grammar the model is often pushed into odd spellings) take
+two beams and come back as two identical answers. The processor follows each beam's
+log-probability (the sum of the scores it returned along the beam's tokens) and gives a beam no
+allowed token when another beam of the same prompt with the same text and at least that score
+went on before (in this step or an earlier one), so its place goes to another text.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from structgen.compiler import CompiledGrammar
+from structgen.errors import StructgenError
 from structgen.masks import allocate_bitmask, apply_bitmask
 from structgen.matcher import Matcher
 
@@ -21,14 +31,25 @@ class LogitsProcessor:
     """A `transformers` logits processor that allows only tokens the grammar accepts.
 
     Pass one compiled grammar for every row, or a list with one per row of the batch.
+    `num_beams`: for beam search, the `num_beams` given to `generate`; beams of one prompt with
+    the same text are then merged (see the module docstring). Leave it out otherwise: rows of
+    different prompts, or sampled rows of one prompt, must never be merged.
     """
 
-    def __init__(self, grammar: CompiledGrammar | list[CompiledGrammar]) -> None:
+    def __init__(
+        self, grammar: CompiledGrammar | list[CompiledGrammar], *, num_beams: int | None = None
+    ) -> None:
+        if num_beams is not None and (
+            isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1
+        ):
+            raise StructgenError(f"num_beams must be an integer >= 1, got {num_beams!r}")
         self._grammars = grammar if isinstance(grammar, list) else None
         self._grammar = grammar if isinstance(grammar, CompiledGrammar) else None
+        self._num_beams = num_beams
         self._prompt_len: int | None = None
         self._matchers: dict[tuple[int, tuple[int, ...]], Matcher] = {}
         self._bitmask: Any = None
+        self._merge = _BeamMerge() if num_beams is not None and num_beams > 1 else None
 
     def _grammar_for(self, row: int) -> CompiledGrammar:
         if self._grammar is not None:
@@ -40,6 +61,8 @@ class LogitsProcessor:
         """Forget all sequences (done automatically when a new generation starts)."""
         self._prompt_len = None
         self._matchers = {}
+        if self._merge is not None:
+            self._merge = _BeamMerge()
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         batch, length = int(input_ids.shape[0]), int(input_ids.shape[1])
@@ -63,6 +86,10 @@ class LogitsProcessor:
             matcher.fill_bitmask(bitmask, row)
         self._matchers = fresh
         apply_bitmask(scores, bitmask)
+        if self._merge is not None:
+            assert self._num_beams is not None
+            vocab = self._grammar_for(0).vocab
+            self._merge.step(rows, scores, self._num_beams, vocab)
         return scores
 
     def _advance(self, group: int, row: int, generated: list[int]) -> Matcher:
@@ -78,3 +105,53 @@ class LogitsProcessor:
                 break  # finished rows are padded; keep them terminated
             matcher.accept_token(int(token))
         return matcher
+
+
+class _BeamMerge:
+    """Per-beam log-probabilities and texts across steps, and which beams repeat a text."""
+
+    def __init__(self) -> None:
+        # (prompt, tokens) -> (log-probability, text) of the beams of the last step
+        self._beams: dict[tuple[int, tuple[int, ...]], tuple[float, bytes]] = {}
+        self._rows: dict[tuple[int, tuple[int, ...]], int] = {}  # ... and their rows
+        self._scores: Any = None  # the scores returned at the last step
+        # (prompt, text) -> (best log-probability, tokens) of a beam that went on
+        self._best: dict[tuple[int, bytes], tuple[float, tuple[int, ...]]] = {}
+
+    def step(self, rows: list[list[int]], scores: Any, num_beams: int, vocab: Any) -> None:
+        eos = set(vocab.eos_token_ids)
+        beams: dict[tuple[int, tuple[int, ...]], tuple[float, bytes]] = {}
+        order: list[tuple[float, int, tuple[int, tuple[int, ...]]]] = []
+        for row, generated in enumerate(rows):
+            key = (row // num_beams, tuple(generated))
+            if key in beams:
+                continue  # the same tokens twice (the first step's copies of the prompt)
+            parent = (key[0], key[1][:-1])
+            if not generated:
+                score, text = 0.0, b""
+            elif parent in self._beams:
+                token = generated[-1]
+                base, text = self._beams[parent]
+                score = base + float(self._scores[self._rows[parent], token])
+                if 0 <= token < vocab.size and token not in eos:
+                    text += vocab.token_bytes(token)
+            else:  # an unknown history (a processor shared across calls): never merged
+                continue
+            beams[key] = (score, text)
+            order.append((score, row, key))
+        order.sort(key=lambda item: (-item[0], item[1]))
+        killed = []
+        for score, row, key in order:
+            if math.isinf(score):
+                continue
+            place = (key[0], beams[key][1])
+            best = self._best.get(place)
+            if best is not None and best[1] != key[1] and best[0] >= score:
+                killed.append(row)
+            elif best is None or score > best[0]:
+                self._best[place] = (score, key[1])
+        if killed:
+            scores[killed] = float("-inf")
+        self._beams = beams
+        self._rows = {key: row for _, row, key in order}
+        self._scores = scores.detach().clone()
