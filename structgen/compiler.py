@@ -219,20 +219,46 @@ class Compiler:
         self.limits = limits or CompileLimits()
 
     def regex(
-        self, pattern: str, *, ignore_case: bool = False, dotall: bool = False
+        self,
+        pattern: str,
+        *,
+        ignore_case: bool = False,
+        dotall: bool = False,
+        unicode: bool = False,
+        dialect: automata.DialectSpec | None = None,
     ) -> CompiledGrammar:
-        """Full-match constraint for a Python-syntax regular expression."""
-        key = ("regex", pattern, ignore_case, dotall)
+        """Full-match constraint for a regular expression (Python `re` syntax by default).
+
+        `\\d`, `\\w`, `\\s` and case-insensitivity are ASCII by default, as under `re.ASCII`
+        (a model asked for `\\d{4}` writes `2024`, never `٢٠٢٤` or `🯲🯰🯲🯴`); `unicode=True`
+        reads them as `re` does for str patterns. `dialect` names another reading: "ecma"
+        (ECMA-262, `u` flag), "rust" (Rust `regex`), or a tuple of dialects — the first one's
+        syntax, and only strings every one of them matches (see docs/design/regex-dialects.md).
+        """
+        if dialect is not None and unicode:
+            raise StructgenError("give either unicode=True or dialect=..., not both")
+        chosen = automata.dialects_of(
+            dialect if dialect is not None else "python" if unicode else "python-ascii"
+        )
+        key = ("regex", pattern, ignore_case, dotall, chosen)
         return self._cached(
             key,
             lambda: self._dfa_engine(
                 automata.compile_regex(
-                    pattern, ignore_case=ignore_case, dotall=dotall, limits=self.limits.automata()
+                    pattern,
+                    ignore_case=ignore_case,
+                    dotall=dotall,
+                    dialect=chosen,
+                    limits=self.limits.automata(),
                 )
             ),
             kind="regex",
             source=pattern,
-            recipe=("regex", (pattern,), {"ignore_case": ignore_case, "dotall": dotall}),
+            recipe=(
+                "regex",
+                (pattern,),
+                {"ignore_case": ignore_case, "dotall": dotall, "dialect": chosen},
+            ),
         )
 
     def choice(self, options: Sequence[str]) -> CompiledGrammar:

@@ -19,7 +19,7 @@ import regex as regex_oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from structgen import Compiler, Matcher, RegexError, Vocabulary, allocate_bitmask
+from structgen import Compiler, Matcher, RegexError, StructgenError, Vocabulary, allocate_bitmask
 from structgen.masks import unpack_bitmask
 from tests.conftest import load_tokenizer, load_vocab
 
@@ -145,7 +145,7 @@ def test_real_tokenizers_accept_matches_and_reject_mutations(name: str) -> None:
     compiler = Compiler(vocab)
     rng = random.Random(0)
     for pattern, samples in REAL_CASES.items():
-        compiled = compiler.regex(pattern)
+        compiled = compiler.regex(pattern, unicode=True)  # the oracle is Unicode `regex`
         for text in samples:
             ids = tokenizer.encode(text, add_special_tokens=False)
             if vocab.decode(ids) != text.encode():  # Mistral prepends a space: not this text
@@ -338,3 +338,27 @@ class TestStopTokenIds:
     def test_stop_ids_outside_the_vocabulary_are_refused(self) -> None:
         with pytest.raises(ValueError, match="stop_token_ids"):
             Matcher(Compiler(VOCAB).regex("a"), stop_token_ids=[10**9])
+
+
+def test_classes_and_case_are_ascii_by_default() -> None:
+    """`Compiler.regex` reads `\\d \\w \\s` and `i` as `re.ASCII` does: a model asked for
+    `\\d{4}` writes ASCII digits; `unicode=True` is Python's str-pattern reading."""
+    vocab = load_vocab("llama3_1")
+
+    def accepts(compiled: object, text: str) -> bool:
+        matcher = Matcher(compiled)  # type: ignore[arg-type]
+        return bool(matcher.accept_bytes(text.encode()) and matcher.can_terminate())
+
+    ascii_default = Compiler(vocab).regex(r"\d{4}-\w+\s")
+    unicode = Compiler(vocab).regex(r"\d{4}-\w+\s", unicode=True)
+    for text, ascii_ok in [("2024-ab_1 ", True), ("٢٠٢٤-ab ", False), ("2024-é\u3000", False)]:
+        assert accepts(ascii_default, text) == ascii_ok, text
+        assert accepts(unicode, text), text
+    folded = Compiler(vocab).regex("k+", ignore_case=True)
+    assert accepts(folded, "kK") and not accepts(folded, "\u212a")
+    assert accepts(Compiler(vocab).regex("k+", ignore_case=True, unicode=True), "\u212a")
+    # any other dialect, or a tuple of them (the first one's syntax, every one's meaning)
+    ecma = Compiler(vocab).regex(r"\s", dialect="ecma")
+    assert accepts(ecma, "\ufeff") and not accepts(ecma, "\x1c")
+    with pytest.raises(StructgenError, match="not both"):
+        Compiler(vocab).regex("a", unicode=True, dialect="rust")

@@ -54,6 +54,7 @@ __all__ = [
     "compile_ast",
     "compile_regex",
     "concat",
+    "dialects_of",
     "intersect",
     "literal",
     "literal_node",

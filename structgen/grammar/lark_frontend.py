@@ -205,7 +205,8 @@ def _terminal_node(text: str, name: str, pattern: Any) -> Node:
     if getattr(pattern, "type", None) == "str":
         if not value:
             raise _terminal_error(text, name, raw, "it is the empty string")
-        return literal_node(value, ignore_case="i" in flags)
+        # `"select"i`: ASCII case folding, so keywords never match `ſ`/`İ`/Kelvin-sign spellings
+        return literal_node(value, ignore_case="i" in flags, ascii_case=True)
     rewrite = _known_rewrites().get((value, flags))
     if rewrite is not None:
         return rewrite
@@ -214,7 +215,8 @@ def _terminal_node(text: str, name: str, pattern: Any) -> Node:
         offset, reason = issue
         raise _terminal_error(text, name, raw, f"{reason} (at offset {offset} of /{value}/)")
     try:
-        node = parse_regex(value, flags="".join(sorted(flags)))
+        # /.../i folds case in ASCII unless the terminal asks for Unicode with the `u` flag
+        node = parse_regex(value, flags="".join(sorted(flags)), ascii_case="u" not in flags)
     except RegexError as exc:
         raise _terminal_error(text, name, raw, f"{exc.reason} in /{value}/") from exc
     if _nullable(node):

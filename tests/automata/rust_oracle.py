@@ -91,6 +91,8 @@ def _main() -> None:
     print('Ranges run across the surrogates where both sides match (they never occur in text)."""')
     print()
     print("from structgen.automata.intervals import Ranges")
+    print()
+    print("# fmt: off")
     for name, cls in (("DIGIT", r"\d"), ("SPACE", r"\s"), ("WORD", r"\w")):
         print()
         print(f"{name}: Ranges = (")
@@ -104,6 +106,8 @@ def _main() -> None:
         if row:
             print("    " + " ".join(row))
         print(")")
+    print()
+    print("# fmt: on")
 
 
 if __name__ == "__main__":

@@ -175,3 +175,27 @@ def mutate(text: str, rng: random.Random) -> str:
     if op == "delete":
         return text[:pos] + text[pos + 1 :]
     return text[:pos] + char + text[pos + 1 :]
+
+
+def test_sql_keywords_fold_case_in_ascii_only() -> None:
+    """`"select"i` folds A-Z/a-z only: Lark's Python `re` would also take `ſELECT` (long s)
+    and `LİMIT` (dotted capital I), which no SQL engine reads as keywords."""
+    from structgen import Compiler, Matcher
+    from tests.reliability.fuzzing import byte_vocab
+
+    compiled = Compiler(byte_vocab()).grammar(load_builtin("sql_select"))
+
+    def accepts(text: str) -> bool:
+        matcher = Matcher(compiled)
+        return bool(matcher.accept_bytes(text.encode()) and matcher.can_terminate())
+
+    for text in ["SELECT a FROM t LIMIT 1", "select a from t limit 1", "SeLeCt a FrOm t"]:
+        assert accepts(text), text
+        assert lark_accepts("sql_select", text), text
+    for text in [
+        "\u017fELECT a FROM t",
+        "SELECT a FROM t L\u0130MIT 1",
+        "SELECT a FROM t WHERE a \u0130S NULL",
+    ]:
+        assert lark_accepts("sql_select", text), text  # Lark's re.IGNORECASE folds them
+        assert not accepts(text), text

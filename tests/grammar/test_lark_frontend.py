@@ -132,17 +132,29 @@ class TestConstructs:
 class TestTerminals:
     def test_i_flag_on_strings(self) -> None:
         grammar = lark_to_ir('start: SELECT\nSELECT: "select"i\n')
-        assert terminal(grammar, "SELECT") == literal_node("select", ignore_case=True)
+        assert terminal(grammar, "SELECT") == literal_node(
+            "select", ignore_case=True, ascii_case=True
+        )
         for text in ("select", "SELECT", "SeLeCt"):
             assert accepts(grammar, "SELECT", text)
         assert not accepts(grammar, "SELECT", "selec")
+        # case folds in ASCII only: no long s (U+017F) for `s`, no dotted I for `i`
+        assert not accepts(grammar, "SELECT", "\u017felect")
+        grammar = lark_to_ir('start: LIMIT\nLIMIT: "limit"i\n')
+        assert accepts(grammar, "LIMIT", "LIMIT") and not accepts(grammar, "LIMIT", "L\u0130MIT")
 
     def test_i_flag_on_anonymous_strings_and_regexes(self) -> None:
         grammar = lark_to_ir('start: "from"i /ab[c-e]/i\n')
         names = [t.name for t in grammar.terminals]
         assert accepts(grammar, names[0], "FROM")
-        assert terminal(grammar, names[1]) == parse_regex("ab[c-e]", flags="i")
+        assert terminal(grammar, names[1]) == parse_regex("ab[c-e]", flags="i", ascii_case=True)
         assert accepts(grammar, names[1], "aBD") and not accepts(grammar, names[1], "abf")
+
+    def test_u_flag_folds_case_in_unicode(self) -> None:
+        grammar = lark_to_ir("start: /k+/i /s+/iu\n")
+        ascii_k, unicode_s = (t.name for t in grammar.terminals)
+        assert accepts(grammar, ascii_k, "kK") and not accepts(grammar, ascii_k, "\u212a")
+        assert accepts(grammar, unicode_s, "sS\u017f")  # as Python's re.IGNORECASE
 
     def test_case_sensitive_by_default(self) -> None:
         grammar = lark_to_ir('start: "from" /ab/\n')
