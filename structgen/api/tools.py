@@ -8,12 +8,17 @@ A model's turn is one JSON object, constrained by one JSON Schema compiled per t
 The `name` of each call is a `const` and its `arguments` are that tool's own argument schema
 (an `anyOf` over the tools), so a call of an unknown tool, or with invalid arguments, cannot be
 generated at all. `tool_choice` picks the branches: "auto" (either), "required" (calls only),
-"none" (answer only) or a tool name (calls of that tool only).
+"none" (answer only) or a tool name (calls of that tool only). A turn holds at most
+`max_calls_per_turn` calls (`maxItems`), and a guard beside the grammar stops a model that
+repeats itself: once a call equals an earlier one (same name, equal arguments; in the turn, or
+made earlier in the run), the only way on is to close the turn, and the repeat is dropped.
+Given the turn's token budget, the same guard closes an answer in time to end within it.
 
 `run_tools` loops: generate a turn, run every call in it (an exception becomes an error message
 for the model, never the user's problem), put the calls and their results into the conversation
 through the chat template, and go again until the model answers; the last allowed step is forced
-to answer, so a run always ends with one. See docs/guide/tools.md.
+to answer, so a run always ends with one, and so is the step after a turn that only repeated
+calls. See docs/guide/tools.md.
 """
 
 from __future__ import annotations
@@ -26,13 +31,19 @@ import json
 import re
 import time
 import typing
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, overload
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
+
+import numpy as np
+import numpy.typing as npt
 
 from structgen.api._docstrings import parse_docstring
 from structgen.compiler import CompiledGrammar, Compiler
 from structgen.errors import GenerationError, StructgenError
+from structgen.masks import pack_bool_mask, unpack_bitmask
 from structgen.schema import SchemaOptions
 
 if TYPE_CHECKING:
@@ -42,6 +53,7 @@ if TYPE_CHECKING:
     from structgen.generate import RequestMetrics, SamplingParams
 
 __all__ = [
+    "DEFAULT_MAX_CALLS_PER_TURN",
     "TURN_SCHEMA_OPTIONS",
     "TemplateSupport",
     "Tool",
@@ -68,6 +80,9 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # and the fixed parts (`{"answer":"`, a forced tool's `{"tool_calls":[{"name":"x","arguments":`)
 # are fed by jump forward instead of sampled. Give `options=` to change it.
 TURN_SCHEMA_OPTIONS = SchemaOptions(whitespace="compact")
+# At most this many calls in one turn (the turn schema's `maxItems`) unless told otherwise: a
+# small model that lists calls without end stops there instead of at max_new_tokens.
+DEFAULT_MAX_CALLS_PER_TURN = 8
 _CHOICES = ("auto", "required", "none")
 
 
@@ -446,16 +461,33 @@ def _choice_name(choice: ToolChoice, tools: Sequence[Tool]) -> str:
     return choice
 
 
-def _max_calls(parallel_tool_calls: bool | int) -> int | None:
+def _max_calls(
+    parallel_tool_calls: bool | int, max_calls_per_turn: int | None = None
+) -> int | None:
+    """The most calls a turn may hold: `parallel_tool_calls` (False: 1, a number: that many)
+    and `max_calls_per_turn` (None: no bound), whichever is smaller."""
+    if max_calls_per_turn is not None and (
+        isinstance(max_calls_per_turn, bool)
+        or not isinstance(max_calls_per_turn, int)
+        or max_calls_per_turn < 1
+    ):
+        raise StructgenError(
+            f"max_calls_per_turn is a number of calls >= 1 or None, got {max_calls_per_turn!r}"
+        )
     if parallel_tool_calls is True:
-        return None
-    if parallel_tool_calls is False:
-        return 1
-    if isinstance(parallel_tool_calls, int) and parallel_tool_calls >= 1:
-        return parallel_tool_calls
-    raise StructgenError(
-        f"parallel_tool_calls is True, False or a number of calls >= 1, got {parallel_tool_calls!r}"
-    )
+        limit = None
+    elif parallel_tool_calls is False:
+        limit = 1
+    elif isinstance(parallel_tool_calls, int) and parallel_tool_calls >= 1:
+        limit = parallel_tool_calls
+    else:
+        raise StructgenError(
+            "parallel_tool_calls is True, False or a number of calls >= 1, "
+            f"got {parallel_tool_calls!r}"
+        )
+    if max_calls_per_turn is None:
+        return limit
+    return max_calls_per_turn if limit is None else min(limit, max_calls_per_turn)
 
 
 def turn_schema(
@@ -464,11 +496,14 @@ def turn_schema(
     *,
     parallel_tool_calls: bool | int = True,
     max_answer_chars: int | None = None,
+    max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
 ) -> dict[str, Any]:
     """The JSON Schema of one model turn (see the module docstring for the format).
 
-    `parallel_tool_calls`: True (any number of calls per turn), False (one) or a maximum.
-    `max_answer_chars` bounds the answer string, so a rambling model still finishes in budget.
+    `parallel_tool_calls`: True (several calls per turn), False (one) or a maximum;
+    `max_calls_per_turn` bounds the calls of a turn in any case (None: no bound), so both give
+    the list's `maxItems`. `max_answer_chars` bounds the answer string (`maxLength`): the
+    grammar closes the answer there, so a rambling model still finishes in budget.
     Each tool's argument schema moves under `$defs/tool:<name>` with its local `$ref`s rewritten,
     so tools that bring their own `$defs` do not collide.
     """
@@ -492,7 +527,7 @@ def turn_schema(
                 }
             )
     calls: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": branches}}
-    limit = _max_calls(parallel_tool_calls)
+    limit = _max_calls(parallel_tool_calls, max_calls_per_turn)
     if limit is not None:
         calls["maxItems"] = limit
     answer_text: dict[str, Any] = {"type": "string", "minLength": 1}
@@ -551,11 +586,20 @@ def tool_call_grammar(
     parallel_tool_calls: bool | int = True,
     max_answer_chars: int | None = None,
     options: SchemaOptions | None = None,
+    max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
+    allow_repeated_calls: bool = False,
+    earlier_calls: Iterable[ToolCall | ToolCallRecord | tuple[str, Mapping[str, Any]]] = (),
+    max_new_tokens: int | None = None,
 ) -> CompiledGrammar:
     """The compiled constraint of one turn, for your own loop or a `LogitsProcessor`.
 
-    Compiled through the compiler's cache, so each (tool set, choice) is compiled once.
-    `options` defaults to `TURN_SCHEMA_OPTIONS` (compact JSON: no whitespace between tokens).
+    The turn schema is compiled through the compiler's cache, so each (tool set, choice) is
+    compiled once. `options` defaults to `TURN_SCHEMA_OPTIONS` (compact JSON: no whitespace
+    between tokens). Unless `allow_repeated_calls`, a guard closes the turn as soon as a call
+    repeats an earlier one of the turn or one of `earlier_calls` (the calls already made, as
+    `ToolCall`s, records or `(name, arguments)` pairs): the text then ends with that one
+    repeat, which `parse_tool_turn` drops. With `max_new_tokens` (the turn's token budget, as
+    given to the generation), an answer is closed in time to end within it.
     """
     compiler = lm_or_compiler if isinstance(lm_or_compiler, Compiler) else lm_or_compiler.compiler
     schema = turn_schema(
@@ -563,8 +607,20 @@ def tool_call_grammar(
         tool_choice,
         parallel_tool_calls=parallel_tool_calls,
         max_answer_chars=max_answer_chars,
+        max_calls_per_turn=max_calls_per_turn,
     )
-    return compiler.json_schema(schema, options=options or TURN_SCHEMA_OPTIONS)
+    compiled = compiler.json_schema(schema, options=options or TURN_SCHEMA_OPTIONS)
+    tool_list = as_tools(tools)
+    seen: frozenset[Any] | None = None
+    if not allow_repeated_calls and tool_list and _choice_name(tool_choice, tool_list) != "none":
+        seen = frozenset(_call_key(*_name_and_arguments(c)) for c in earlier_calls)
+    if seen is None and max_new_tokens is None:
+        return compiled
+    if max_new_tokens is not None and (
+        isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+    ):
+        raise StructgenError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
+    return _guarded_turn(compiled, seen, max_new_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,10 +645,15 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ToolTurn:
-    """A parsed turn: either `calls` (one or more) or an `answer`."""
+    """A parsed turn: either `calls` (one or more) or an `answer`.
+
+    `repeated` holds the calls dropped from `calls` because they repeated an earlier call of
+    the turn (same name, equal arguments; see `parse_tool_turn`).
+    """
 
     calls: tuple[ToolCall, ...] = ()
     answer: str | None = None
+    repeated: tuple[ToolCall, ...] = ()
 
     @property
     def is_answer(self) -> bool:
@@ -604,11 +665,14 @@ def parse_tool_turn(
     tools: Sequence[ToolLike] | None = None,
     *,
     id_prefix: str = "call_",
+    drop_repeats: bool = True,
 ) -> ToolTurn:
     """Parse a turn's text; with `tools`, also check names and arguments (for outside output).
 
     Text generated under `tool_call_grammar` always parses; text from elsewhere that does not
-    follow the turn format raises `GenerationError` saying why.
+    follow the turn format raises `GenerationError` saying why. With `drop_repeats`, a call
+    equal to an earlier one of the turn (same name, equal JSON arguments) moves to `repeated`
+    instead of `calls` (ids count the calls kept).
     """
     try:
         data = json.loads(text)
@@ -623,7 +687,9 @@ def parse_tool_turn(
             f"got {text[:200]!r}"
         )
     known = {t.name: t for t in as_tools(tools)} if tools is not None else None
-    calls = []
+    calls: list[ToolCall] = []
+    repeated: list[ToolCall] = []
+    seen: set[Any] = set()
     for i, item in enumerate(raw):
         if (
             not isinstance(item, dict)
@@ -645,8 +711,336 @@ def parse_tool_turn(
                 raise GenerationError(
                     f"call {i} of {name!r} has invalid arguments: {exc.message}"
                 ) from exc
-        calls.append(ToolCall(f"{id_prefix}{i}", name, arguments))
-    return ToolTurn(calls=tuple(calls))
+        key = _call_key(name, arguments)
+        if drop_repeats and key in seen:
+            repeated.append(ToolCall(f"{id_prefix}repeat_{len(repeated)}", name, arguments))
+            continue
+        seen.add(key)
+        calls.append(ToolCall(f"{id_prefix}{len(calls)}", name, arguments))
+    return ToolTurn(calls=tuple(calls), repeated=tuple(repeated))
+
+
+# ====================================================================== repeated calls
+
+
+def _hashable(value: Any) -> Any:
+    """A JSON value as a hashable key that is equal exactly when the values are JSON-equal
+    (key order does not matter, 1 and 1.0 are one number, true is not 1)."""
+    if isinstance(value, Mapping):
+        return ("o", frozenset((str(k), _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return ("a", tuple(_hashable(v) for v in value))
+    if isinstance(value, bool) or value is None:
+        return ("c", value)
+    if isinstance(value, (int, float)):
+        return ("n", value)
+    return ("s", str(value))
+
+
+def _call_key(name: str, arguments: Any) -> tuple[str, Any]:
+    return (name, _hashable(arguments))
+
+
+def _name_and_arguments(
+    call: ToolCall | ToolCallRecord | tuple[str, Mapping[str, Any]],
+) -> tuple[str, Any]:
+    if isinstance(call, (ToolCall, ToolCallRecord)):
+        return call.name, call.arguments
+    name, arguments = call
+    return str(name), arguments
+
+
+_CLOSING = frozenset(b" \t\n\r]}")  # what may follow a repeated call: the turn's end
+# Tokens an answer may need to end once the budget closes it: from just after a backslash,
+# `u` and four hex digits (one byte per token at worst), then `"`, `}` and EOS; plus one.
+_ANSWER_RESERVE = 9
+
+
+class _TurnScan(NamedTuple):
+    """Where the output is in the turn's JSON, the calls finished so far, tokens read."""
+
+    stack: bytes = b""  # open containers, b"{" or b"["
+    in_string: bool = False
+    escape: int = 0  # in a string: 0 none, -1 just after "\", k > 0 hex digits of \u to come
+    utf8: int = 0  # continuation bytes of a UTF-8 character still to come
+    answer: bool = False  # the string is the answer (a value of the turn object itself)
+    after_colon: bool = False  # in the turn object, after a ":" (a value comes next)
+    item: bytes = b""  # the text of the call being written (from its "{"), inside one
+    seen: frozenset[Any] | None = frozenset()  # keys of the calls made; None: not tracked
+    repeated: bool = False  # a call repeated one of them: only the turn's end may follow
+    tokens: int = 0  # tokens read (advance calls)
+
+    @property
+    def in_answer(self) -> bool:
+        return self.in_string and self.answer
+
+    @property
+    def clean(self) -> bool:
+        """Not inside an escape or a UTF-8 character: a closing quote could come next."""
+        return self.escape == 0 and self.utf8 == 0
+
+
+def _scan(scan: _TurnScan, data: bytes) -> tuple[_TurnScan | None, int]:
+    """The scan after `data`, and the offset in `data` just past the end of a call that
+    repeated an earlier one (-1: none). None when `data` goes on past such a call with more
+    than the turn's closing brackets and whitespace."""
+    stack, in_string, escape, utf8, answer, after_colon, item, seen, repeated, tokens = scan
+    buffer = bytearray(item)
+    in_item = bool(item)
+    cut = -1
+    for i, byte in enumerate(data):
+        if repeated:
+            if byte not in _CLOSING:
+                return None, cut
+            continue
+        if in_item:
+            buffer.append(byte)
+        if in_string:
+            if escape == -1:
+                escape = 4 if byte == 0x75 else 0  # \uXXXX, or a one-letter escape
+            elif escape > 0:
+                escape -= 1
+            elif utf8:
+                utf8 -= 1
+            elif byte == 0x5C:  # backslash
+                escape = -1
+            elif byte == 0x22:
+                in_string = answer = False
+            elif byte >= 0xC0:
+                utf8 = 1 if byte < 0xE0 else 2 if byte < 0xF0 else 3
+            continue
+        if byte == 0x22:
+            in_string = True
+            answer = after_colon and stack == b"{"
+            after_colon = False
+        elif byte == 0x3A:  # ":"
+            after_colon = stack == b"{"
+        elif byte in b"{[":
+            after_colon = False
+            stack += bytes((byte,))
+            if byte == 0x7B and stack == b"{[{":  # a call opens in the tool_calls list
+                buffer = bytearray(b"{")
+                in_item = True
+        elif byte in b"}]":
+            stack = stack[:-1]
+            if in_item and stack == b"{[":  # the call is complete
+                in_item = False
+                key = _parsed_call_key(bytes(buffer))
+                buffer = bytearray()
+                if key is None or seen is None:
+                    continue
+                if key in seen:
+                    repeated = True
+                    cut = i + 1
+                else:
+                    seen = seen | {key}
+    text = bytes(buffer) if in_item else b""
+    scanned = _TurnScan(
+        stack, in_string, escape, utf8, answer, after_colon, text, seen, repeated, tokens
+    )
+    return scanned, cut
+
+
+def _parsed_call_key(text: bytes) -> tuple[str, Any] | None:
+    try:
+        call = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    return _call_key(call["name"], call.get("arguments", {}))
+
+
+class _TokenGroups:
+    """Per vocabulary: tokens that can end a call (they hold a "}"), tokens that are only
+    closing brackets and whitespace (what may follow a repeated call), and tokens that close
+    a string and then only that (`"`, `"}`, ...: how an answer ends)."""
+
+    def __init__(self, vocab: Any) -> None:
+        size = vocab.size
+        braces = np.zeros(size, dtype=bool)
+        closing = np.zeros(size, dtype=bool)
+        quote = np.zeros(size, dtype=bool)
+        for token in range(size):
+            data = vocab.token_bytes(token)
+            if not data:
+                continue
+            braces[token] = 0x7D in data
+            closing[token] = all(byte in _CLOSING for byte in data)
+            quote[token] = data[0] == 0x22 and all(byte in _CLOSING for byte in data[1:])
+        self.braces = pack_bool_mask(braces)
+        self.closing = pack_bool_mask(closing)
+        self.quote = pack_bool_mask(quote)
+
+
+_GROUPS: dict[str, _TokenGroups] = {}
+
+
+class _TurnGuard:
+    """A turn grammar's engine whose states also carry a `_TurnScan`, for two rules no JSON
+    Schema states:
+
+    - no repeated call (with `seen`, the keys of the calls made before the turn): a token that
+      finishes a call equal to an earlier one is allowed only when nothing but the turn's end
+      follows it in the token, and after it only the turn's end is (a looping model is
+      stopped at once, never steered into a near copy of the call);
+    - the answer ends within `budget` tokens: once the tokens left could only just close it,
+      the answer string is closed (from inside an escape or a UTF-8 character, after one more
+      token that finishes it). Tokens are counted as `advance` calls, one per token.
+    """
+
+    def __init__(
+        self, inner: CompiledGrammar, seen: frozenset[Any] | None, budget: int | None
+    ) -> None:
+        self.inner = inner
+        self.vocab = inner.vocab
+        self.seen = seen
+        self.budget = budget
+        groups = _GROUPS.get(inner.vocab.fingerprint)
+        if groups is None:
+            groups = _GROUPS.setdefault(inner.vocab.fingerprint, _TokenGroups(inner.vocab))
+        self.groups = groups
+        repeats = "allowed" if seen is None else json.dumps(sorted(repr(k) for k in seen))
+        self.fingerprint = f"{inner.fingerprint}:turn-guard:{repeats}:{budget}"
+
+    @property
+    def initial_state(self) -> tuple[Any, _TurnScan]:
+        return (self.inner.initial_state, _TurnScan(seen=self.seen))
+
+    def advance(self, state: tuple[Any, _TurnScan], data: bytes) -> Any:
+        if self._closing(state[1]) and not self._closes(state, data):
+            return None
+        scan, _ = _scan(state[1], data)
+        if scan is None:
+            return None
+        inner = self.inner.advance(state[0], data)
+        if inner is None:
+            return None
+        return (inner, scan._replace(tokens=scan.tokens + 1))
+
+    def is_accepting(self, state: tuple[Any, _TurnScan]) -> bool:
+        return bool(self.inner.is_accepting(state[0]))
+
+    def token_mask(self, state: tuple[Any, _TurnScan]) -> npt.NDArray[np.int32]:
+        mask = self.inner.token_mask(state[0])
+        scan = state[1]
+        if scan.repeated:
+            return mask & self.groups.closing
+        if self._closing(scan):
+            return self._closing_answer(mask, scan)
+        if scan.in_answer:
+            return mask
+        if not scan.seen or not scan.item:
+            return mask  # no earlier call, or not inside a call: nothing can repeat here
+        return self._refuse(mask, mask & self.groups.braces, scan)
+
+    def _closing(self, scan: _TurnScan) -> bool:
+        """In the answer, with no more tokens left than closing it may take."""
+        budget = self.budget
+        return budget is not None and scan.in_answer and budget - scan.tokens <= _ANSWER_RESERVE
+
+    def _closes(self, state: tuple[Any, _TurnScan], data: bytes) -> bool:
+        """What `_closing_answer` allows, for one token's bytes (`advance` agrees with masks)."""
+        scan = state[1]
+        if not scan.clean:
+            return _only_finishes(scan, data)
+        if self.inner.advance(state[0], b'"') is None:
+            return True  # the answer cannot end here (a \u surrogate pair must go on)
+        return data[:1] == b'"' and all(byte in _CLOSING for byte in data[1:])
+
+    def _closing_answer(
+        self, mask: npt.NDArray[np.int32], scan: _TurnScan
+    ) -> npt.NDArray[np.int32]:
+        """Close the answer: a quote now, or tokens that only finish the escape or the UTF-8
+        character the answer is inside of (nothing new after it)."""
+        if scan.clean:
+            closed = mask & self.groups.quote
+            return closed if closed.any() else mask  # (a \u surrogate pair must go on)
+        keep = [
+            int(t)
+            for t in np.flatnonzero(unpack_bitmask(mask, self.vocab.size))
+            if _only_finishes(scan, self.vocab.token_bytes(int(t)))
+        ]
+        if not keep:
+            return mask
+        allowed = np.zeros(self.vocab.size, dtype=bool)
+        allowed[keep] = True
+        narrowed: npt.NDArray[np.int32] = mask & pack_bool_mask(allowed)
+        return narrowed
+
+    def _refuse(
+        self, mask: npt.NDArray[np.int32], words: npt.NDArray[np.int32], scan: _TurnScan
+    ) -> npt.NDArray[np.int32]:
+        """The mask without the tokens among `words` that go on past a repeated call."""
+        if not words.any():
+            return mask
+        refused = [
+            int(t)
+            for t in np.flatnonzero(unpack_bitmask(words, self.vocab.size))
+            if _scan(scan, self.vocab.token_bytes(int(t)))[0] is None
+        ]
+        if not refused:
+            return mask
+        out = mask.copy()
+        ids = np.asarray(refused, dtype=np.int64)
+        np.bitwise_and.at(
+            out.view(np.uint32), ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32))
+        )
+        return out
+
+    def forced_bytes(self, state: tuple[Any, _TurnScan], limit: int = 4096) -> bytes:
+        inner, scan = state
+        if scan.repeated:  # the turn's end, byte by byte while only one closing byte fits
+            out = bytearray()
+            while len(out) < limit and not self.inner.is_accepting(inner):
+                fits = [b for b in _CLOSING if self.inner.advance(inner, bytes((b,))) is not None]
+                if len(fits) != 1:
+                    break
+                out.append(fits[0])
+                inner = self.inner.advance(inner, bytes(out[-1:]))
+            return bytes(out)
+        forced = self.inner.forced_bytes(inner, limit)
+        if forced and scan.seen:
+            _, cut = _scan(scan, forced)
+            if cut >= 0:
+                return forced[:cut]  # up to the repeated call's end; the turn's end follows
+        return forced
+
+
+def _only_finishes(scan: _TurnScan, data: bytes) -> bool:
+    """Whether `data` stays inside the escape or character `scan` is in, or ends with it."""
+    for i in range(len(data)):
+        after, _ = _scan(scan, data[: i + 1])
+        if after is None:
+            return False
+        if after.clean:
+            return i == len(data) - 1
+    return True
+
+
+class _GuardedGrammar(CompiledGrammar):
+    """A turn grammar with the turn guard; pickles as the grammar it wraps."""
+
+    __slots__ = ("_budget", "_inner", "_seen")
+    _inner: CompiledGrammar
+    _seen: frozenset[Any] | None
+    _budget: int | None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (_guarded_turn, (self._inner, self._seen, self._budget))
+
+
+@lru_cache(maxsize=64)
+def _guarded_turn(
+    inner: CompiledGrammar, seen: frozenset[Any] | None, budget: int | None
+) -> CompiledGrammar:
+    guarded = _GuardedGrammar(
+        inner.vocab, _TurnGuard(inner, seen, budget), kind=inner.kind, source=inner.source
+    )
+    guarded._inner = inner
+    guarded._seen = seen
+    guarded._budget = budget
+    return guarded
 
 
 # ====================================================================== rendering
@@ -856,12 +1250,18 @@ class ToolCallRecord:
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
-    """One generated turn: its step, the tool_choice it ran under, its text and metrics."""
+    """One generated turn: its step, the tool_choice it ran under, its text and metrics.
+
+    `repeated_calls` are the calls of the turn that repeated a call made before (in the turn
+    or earlier in the run: same name, equal arguments); the turn was closed at the first of
+    them and they were not run.
+    """
 
     step: int
     tool_choice: str
     text: str
     metrics: RequestMetrics
+    repeated_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -871,7 +1271,10 @@ class ToolRun:
     `answer` is the final answer; `calls` every executed call in order; `messages` the whole
     conversation in OpenAI shape (assistant `tool_calls`, role "tool" results, the answer last;
     pass it back with a new user message to continue); `turns` each generated turn with its
-    metrics; `forced_answer` is True when the step limit made the last turn answer.
+    metrics; `forced_answer` is True when the step limit, or a turn that only repeated calls
+    already made, made the last turn answer.
+    `answer_cut` is True when the answer reached `max_answer_chars`, where the grammar closed
+    it: it may end mid-sentence (`run_tools` warns too).
     """
 
     answer: str
@@ -879,6 +1282,7 @@ class ToolRun:
     messages: tuple[dict[str, Any], ...]
     turns: tuple[TurnRecord, ...]
     forced_answer: bool
+    answer_cut: bool = False
 
     @property
     def steps(self) -> int:
@@ -889,6 +1293,11 @@ class ToolRun:
     def metrics(self) -> tuple[RequestMetrics, ...]:
         """The generation metrics of each turn."""
         return tuple(t.metrics for t in self.turns)
+
+    @property
+    def repeated_calls(self) -> tuple[ToolCall, ...]:
+        """Calls the model repeated (not run): each turn's `repeated_calls`, in order."""
+        return tuple(c for t in self.turns for c in t.repeated_calls)
 
 
 def _result_text(value: Any) -> str:
@@ -994,6 +1403,8 @@ def run_tools(
     system: str | None = None,
     schema_options: SchemaOptions | None = None,
     params: SamplingParams | None = None,
+    max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
+    allow_repeated_calls: bool = False,
     **sampling: Any,
 ) -> ToolRun:
     """Let the model call `tools` until it answers; returns the answer, the calls, the chat.
@@ -1002,8 +1413,14 @@ def run_tools(
     return through the chat template and the next step begins. `tool_choice` applies to the
     first turn (later turns are "auto", unless it is "none"), and turn `max_steps` must answer,
     so the run always ends with an answer. A tool that raises sends its error to the model.
-    Raises `GenerationError` when a turn is cut short (raise `max_new_tokens`, or bound the
-    answer with `max_answer_chars`).
+
+    A turn holds at most `max_calls_per_turn` calls. Unless `allow_repeated_calls`, a call
+    equal to one already made (same name, equal arguments, in this turn or an earlier one)
+    closes the turn and is not run (`TurnRecord.repeated_calls`); a turn with nothing new to
+    run makes the next turn answer. An answer ends within `max_new_tokens` and within
+    `max_answer_chars` when given: the grammar closes it there, and `ToolRun.answer_cut` and a
+    warning say when it did. Raises `GenerationError` when a turn of calls is cut short (raise
+    `max_new_tokens`, or bound the calls with `max_calls_per_turn`).
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise GenerationError(f"max_steps must be an integer >= 1, got {max_steps!r}")
@@ -1016,6 +1433,13 @@ def run_tools(
             "(Tool.from_openai(spec, function)) or run the calls yourself (tool_call_grammar)"
         )
     first_choice = _choice_name(tool_choice, tool_list)
+    _max_calls(parallel_tool_calls, max_calls_per_turn)  # refuse bad values before generating
+    if max_answer_chars is not None and (
+        isinstance(max_answer_chars, bool)
+        or not isinstance(max_answer_chars, int)
+        or max_answer_chars < 1
+    ):
+        raise StructgenError(f"max_answer_chars must be an integer >= 1, got {max_answer_chars!r}")
     if max_steps < 2 and first_choice not in ("auto", "none"):
         raise GenerationError(
             f"tool_choice={first_choice!r} needs max_steps >= 2 (the last turn must answer)"
@@ -1024,9 +1448,11 @@ def run_tools(
     conversation = lm.messages(prompt, system=system)
     turns: list[TurnRecord] = []
     records: list[ToolCallRecord] = []
+    made: set[Any] = set()  # keys of the calls run so far
+    answer_next = False  # the last turn only repeated calls: this one answers
     t0 = time.perf_counter()
     for step in range(1, max_steps + 1):
-        if step == max_steps or not tool_list:
+        if step == max_steps or not tool_list or answer_next:
             choice = "none"
         elif step == 1 or first_choice == "none":
             choice = first_choice
@@ -1039,34 +1465,59 @@ def run_tools(
             parallel_tool_calls=parallel_tool_calls,
             max_answer_chars=max_answer_chars,
             options=schema_options,
+            max_calls_per_turn=max_calls_per_turn,
+            allow_repeated_calls=allow_repeated_calls,
+            earlier_calls=records,
+            max_new_tokens=sampling_params.max_new_tokens,
         )
         text = tool_prompt(lm, conversation, tool_list, parallel_tool_calls=parallel_tool_calls)
         ids = lm.tokenizer(text, add_special_tokens=not lm.has_chat_template)["input_ids"]
         result = lm.generator.generate(list(ids), sampling_params, grammar=grammar)
-        turns.append(TurnRecord(step, choice, result.text, result.metrics))
         if result.finish_reason not in ("eos", "stop"):
             raise GenerationError(
                 f"turn {step} stopped ({result.finish_reason}) after "
                 f"{result.metrics.output_tokens} tokens before it was complete; raise "
-                f"max_new_tokens (now {sampling_params.max_new_tokens}) or bound the answer "
-                f"with max_answer_chars. Partial turn: {result.text[:200]!r}"
+                f"max_new_tokens (now {sampling_params.max_new_tokens}), bound the answer "
+                "with max_answer_chars or the calls with max_calls_per_turn. "
+                f"Partial turn: {result.text[:200]!r}"
             )
-        turn = parse_tool_turn(result.text, id_prefix=f"call_{step}_")
+        turn = parse_tool_turn(
+            result.text, id_prefix=f"call_{step}_", drop_repeats=not allow_repeated_calls
+        )
+        if not allow_repeated_calls:
+            turn = _without_calls_made(turn, made)
+        turns.append(TurnRecord(step, choice, result.text, result.metrics, turn.repeated))
         if turn.answer is not None:
             conversation.append({"role": "assistant", "content": turn.answer})
+            cut = _answer_cut(
+                turn.answer,
+                result.metrics.output_tokens,
+                max_answer_chars,
+                sampling_params.max_new_tokens,
+            )
+            if cut:
+                warnings.warn(
+                    f"run_tools: {cut}, so it may be cut short (ToolRun.answer_cut)", stacklevel=2
+                )
             return ToolRun(
                 answer=turn.answer,
                 calls=tuple(records),
                 messages=tuple(conversation),
                 turns=tuple(turns),
-                forced_answer=step == max_steps and first_choice != "none" and bool(tool_list),
+                forced_answer=answer_next
+                or (step == max_steps and first_choice != "none" and bool(tool_list)),
+                answer_cut=bool(cut),
             )
+        if not turn.calls:  # only calls already made: the results are in; now answer
+            answer_next = True
+            continue
         conversation.append(
             {"role": "assistant", "content": None, "tool_calls": [c.openai() for c in turn.calls]}
         )
         for call in turn.calls:
             record = _execute(call, by_name[call.name], step, t0)
             records.append(record)
+            made.add(_call_key(call.name, call.arguments))
             conversation.append(
                 {
                     "role": "tool",
@@ -1076,3 +1527,28 @@ def run_tools(
                 }
             )
     raise AssertionError("unreachable: the last step always answers")  # pragma: no cover
+
+
+def _answer_cut(answer: str, tokens: int, max_chars: int | None, max_tokens: int) -> str:
+    """Why the grammar closed the answer ("" when the model ended it): its length reached
+    `max_answer_chars`, or the turn reached the tokens where the budget closes answers."""
+    if max_chars is not None and len(answer) >= max_chars:
+        return (
+            f"the answer reached max_answer_chars={max_chars}, where the grammar closed it "
+            "(raise max_answer_chars for a longer one)"
+        )
+    if tokens >= max_tokens - _ANSWER_RESERVE:
+        return (
+            f"the answer was closed to end within max_new_tokens={max_tokens} (raise "
+            "max_new_tokens, or ask for a shorter answer)"
+        )
+    return ""
+
+
+def _without_calls_made(turn: ToolTurn, made: set[Any]) -> ToolTurn:
+    """The turn with the calls already made in earlier turns moved to `repeated`."""
+    again = [c for c in turn.calls if _call_key(c.name, c.arguments) in made]
+    if not again:
+        return turn
+    kept = tuple(c for c in turn.calls if c not in again)
+    return replace(turn, calls=kept, repeated=(*turn.repeated, *again))

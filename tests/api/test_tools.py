@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import enum
 import json
+import warnings
 from typing import Any, Literal, Optional
 
 import jsonschema
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 
 from structgen import GenerationError, Matcher, StructgenError
 from structgen.api.tools import (
+    DEFAULT_MAX_CALLS_PER_TURN,
     Tool,
     ToolCall,
     execute_tool_calls,
@@ -501,3 +503,84 @@ class TestRunTools:
             run_tools(default_lm(), "Hi", self.tools, max_steps=1, tool_choice="required")
         with pytest.raises(StructgenError, match="tool_choice"):
             run_tools(default_lm(), "Hi", self.tools, tool_choice="weather")
+
+
+class TestLoopBounds:
+    """The README example on the default model: the model repeats its call until the tokens
+    run out unless the turn guard stops it, and rambles in its answer unless it is bounded."""
+
+    def test_one_call_then_an_answer(self) -> None:
+        made: list[str] = []
+
+        @tool
+        def weather(city: str) -> dict[str, Any]:
+            """Current weather in a city."""
+            made.append(city)
+            return {"city": city, "temperature": 18, "unit": "celsius", "sky": "cloudy"}
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run = run_tools(default_lm(), "Weather in Lyon?", [weather], **SHORT)
+        assert [(c.name, c.arguments) for c in run.calls] == [("weather", {"city": "Lyon"})]
+        assert made == ["Lyon"]  # run once, though the model asked for it again
+        # greedy SmolLM2 writes the call twice in turn 1 (closed at the repeat, which is
+        # dropped) and once more in turn 2 (nothing new: the next turn answers)
+        assert run.repeated_calls
+        assert all(
+            (c.name, c.arguments) == ("weather", {"city": "Lyon"}) for c in run.repeated_calls
+        )
+        first = json.loads(run.turns[0].text)["tool_calls"]
+        assert len(first) <= 2 < DEFAULT_MAX_CALLS_PER_TURN  # stopped at the first repeat
+        assert run.turns[-1].tool_choice == "none" and run.steps <= 3
+        assert isinstance(run.answer, str) and 0 < len(run.answer) <= SHORT["max_answer_chars"]
+        assert run.messages[-1] == {"role": "assistant", "content": run.answer}
+        # the rambling answer reached max_answer_chars: the result and a warning say so
+        assert run.answer_cut
+        assert any("max_answer_chars=24" in str(w.message) for w in caught)
+
+    def test_an_answer_is_closed_within_max_new_tokens(self) -> None:
+        with pytest.warns(UserWarning, match="max_new_tokens=24"):
+            run = run_tools(
+                default_lm(),
+                "Tell me a long story about a dragon and a knight.",
+                self_tools(),
+                tool_choice="none",
+                max_new_tokens=24,
+            )
+        (turn,) = run.turns
+        assert turn.metrics.output_tokens <= 24
+        assert json.loads(turn.text) == {"answer": run.answer} and len(run.answer) > 10
+        assert run.answer_cut
+
+    def test_an_answer_that_ends_by_itself_is_not_cut(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            run = run_tools(
+                default_lm(), "Say hello.", self_tools(), tool_choice="none", max_new_tokens=64
+            )
+        assert not run.answer_cut and run.answer
+
+    def test_repeated_calls_can_be_allowed(self) -> None:
+        calls: list[str] = []
+
+        @tool
+        def weather(city: str) -> str:
+            """Current weather in a city."""
+            calls.append(city)
+            return "cloudy"
+
+        run = run_tools(
+            default_lm(),
+            "Weather in Lyon?",
+            [weather],
+            max_steps=2,
+            max_calls_per_turn=3,
+            allow_repeated_calls=True,
+            **SHORT,
+        )
+        # without the guard greedy SmolLM2 repeats the call up to the bound, and each one runs
+        assert calls == ["Lyon"] * 3 and not run.repeated_calls
+
+
+def self_tools() -> tuple[Tool, ...]:
+    return TestRunTools.tools
