@@ -19,6 +19,7 @@ from typing import Any, Literal
 from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.ir import Grammar
 from structgen.schema._compiler import SchemaCompiler
+from structgen.schema._patterns import DIALECT_KEYWORD, model_dialect
 from structgen.schema._unique import UniqueArray
 
 __all__ = [
@@ -44,8 +45,12 @@ class SchemaOptions:
     `max_rules` / `max_branches` bound the grammar size and the alternatives that combinators
     expand to, `max_nesting` how deeply the schema's JSON may nest (objects and arrays; the
     compiler recurses along it) — `LimitExceededError` beyond each.
+    `mode`: "accept" validates existing text exactly (patterns in the schema's own dialect);
+    "generate" offers only what every common validator accepts (patterns: ECMA-262, Python `re`
+    and Rust `regex` at once).
     """
 
+    mode: Literal["generate", "accept"] = "accept"
     whitespace: Literal["flexible", "compact"] = "flexible"
     max_whitespace: int = 16
     lenient: bool = False
@@ -54,6 +59,8 @@ class SchemaOptions:
     max_nesting: int = DEFAULT_MAX_NESTING
 
     def __post_init__(self) -> None:
+        if self.mode not in ("generate", "accept"):
+            raise ValueError("mode must be 'generate' or 'accept'")
         if self.whitespace not in ("flexible", "compact"):
             raise ValueError("whitespace must be 'flexible' or 'compact'")
         if self.max_whitespace < 0:
@@ -102,6 +109,9 @@ def _load(schema: Any, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
             raise SchemaError(f"{schema.__name__} is not a Pydantic BaseModel subclass")
         data = method()
         _check_nesting(data, max_nesting)
+        if isinstance(data, dict):
+            # Pydantic checks the patterns with its own engine: Rust regex, or Python re
+            data[DIALECT_KEYWORD] = model_dialect(schema)
         return data
     if isinstance(schema, (str, bytes)):
         try:

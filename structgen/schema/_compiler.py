@@ -16,7 +16,6 @@ import contextlib
 import itertools
 import json
 import math
-import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from structgen._budget import check_budget
 from structgen.automata import (
     AutomataLimits,
     CharClass,
-    Empty,
     Node,
     Repeat,
     String,
@@ -52,8 +50,8 @@ from structgen.schema._numbers import (
     NumRange,
     number_node,
 )
+from structgen.schema._patterns import DIALECT_KEYWORD, PatternReader
 from structgen.schema._strings import (
-    ANY_CHAR,
     any_string_body,
     encode,
     length_body,
@@ -81,7 +79,7 @@ _ANNOTATIONS = frozenset(
         "$schema", "$id", "id", "$comment", "$anchor", "$dynamicAnchor", "$defs", "definitions",
         "$vocabulary", "title", "description", "default", "examples", "readOnly", "writeOnly",
         "deprecated", "contentMediaType", "contentEncoding", "contentSchema", "example",
-        "discriminator", "$recursiveAnchor",
+        "discriminator", "$recursiveAnchor", DIALECT_KEYWORD,
     }
 )  # fmt: skip
 _COMBINATORS = (
@@ -195,6 +193,14 @@ class SchemaCompiler:
         self.ids: dict[str, _Sub] = {}
         self.anchors: dict[str, _Sub] = {}
         self._index(_Sub(root, "", self.root_base))
+        # patterns in the validator's dialect: ECMA-262 for JSON Schema, a Pydantic model's
+        # engine for its schema (`_patterns.py`); generate mode: what every dialect accepts
+        dialect = root.get(DIALECT_KEYWORD) if isinstance(root, dict) else None
+        self.patterns = PatternReader(
+            dialect if dialect in ("rust", "python") else "ecma",
+            generate=options.mode == "generate",
+            lenient=options.lenient,
+        )
         ws = CharClass(((9, 10), (13, 13), (32, 32)))
         self.ws: Node = (
             Repeat(ws, 0, options.max_whitespace)
@@ -659,7 +665,7 @@ class SchemaCompiler:
                 for pat, schema in value.items():
                     if schema is True or schema == {}:
                         continue
-                    _py_search(pat, "", f"{kp}/{_esc(pat)}")  # an invalid pattern raises here
+                    self.patterns.node(pat, f"{kp}/{_esc(pat)}")  # an invalid pattern raises here
                     neg = self.negate(self.child(sub, schema, key, pat), depth + 1)
                     spec = {"exclude": [], "notPatterns": [], "pattern": pat, "schema": neg.schema}
                     parts.append({"type": "object", _SOME_KW: [spec]})
@@ -818,7 +824,7 @@ class SchemaCompiler:
             from jsonschema.validators import validator_for
 
             root = self.root if isinstance(self.root, dict) else {}
-            cls = validator_for(root, default=Draft202012Validator)
+            cls = self.patterns.validator_class(validator_for(root, default=Draft202012Validator))
             self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
         return self._validator
 
@@ -839,7 +845,9 @@ class SchemaCompiler:
                 return False
             if _NOTIN_KW in s and any(json_equal(value, v) for v in s[_NOTIN_KW]):
                 return False
-            if isinstance(value, str) and any(re.search(p, value) for p in s.get(_NOTPAT_KW, ())):
+            if isinstance(value, str) and any(
+                self.patterns.matches(p, value, sub.ptr, every=False) for p in s.get(_NOTPAT_KW, ())
+            ):
                 return False
             clean = _plain_schema(s)
             try:
@@ -1019,7 +1027,7 @@ class SchemaCompiler:
             if "pattern" in s:
                 decoded.extend(self.pattern_nodes(s["pattern"], f"{sub.ptr}/pattern"))
             for pat in s.get(_NOTPAT_KW, ()):
-                node = self.pattern_node(pat, f"{sub.ptr}/not/pattern")
+                node = self.patterns.possible(pat, f"{sub.ptr}/not/pattern")
                 decoded.append(self.complement(node, sub))
             if "format" in s:
                 fmt = s["format"]
@@ -1039,38 +1047,12 @@ class SchemaCompiler:
         return parts, bool(parts)
 
     def pattern_nodes(self, pattern: JSON, ptr: str) -> list[Node]:
-        """`pattern_node`, also for lookaheads right after a leading `^` (`^(?!org\\.)...`,
-        `^(?=.{1,255}$)...`): each is a language of its own at the start of the string (or its
-        complement), intersected with the rest of the pattern."""
-        split = _leading_lookaheads(pattern) if isinstance(pattern, str) else None
-        if split is None:
-            return [self.pattern_node(pattern, ptr)]
-        flags, looks, rest = split
-        try:
-            nodes = [_search_node(rest)]
-            inners = [(p, _search_node(f"{flags}^(?:{inner})"), inner) for p, inner in looks]
-        except RegexError as exc:
-            raise UnsupportedSchemaError(f"pattern {pattern!r}: {exc.reason}", pointer=ptr) from exc
-        for positive, node, inner in inners:
-            if not positive:
-                try:
-                    node = complement(node)
-                except RegexError as exc:
-                    raise UnsupportedSchemaError(
-                        f"pattern {pattern!r}: the negative lookahead (?!{inner}) is too large"
-                        f" to complement: {exc.reason}",
-                        pointer=ptr,
-                    ) from exc
-            nodes.append(node)
-        return nodes
+        """The languages whose intersection is `pattern`'s (lookaheads after a leading `^`
+        are languages of their own): `PatternReader.nodes`."""
+        return self.patterns.nodes(pattern, ptr)
 
     def pattern_node(self, pattern: JSON, ptr: str) -> Node:
-        if not isinstance(pattern, str):
-            raise SchemaError("pattern must be a string", pointer=ptr)
-        try:
-            return _search_node(pattern)
-        except RegexError as exc:
-            raise UnsupportedSchemaError(f"pattern {pattern!r}: {exc.reason}", pointer=ptr) from exc
+        return self.patterns.node(pattern, ptr)
 
     def _string(self, flat: list[_Sub], kinds: frozenset[str]) -> str:
         parts, constrained = self.string_parts(flat)
@@ -1303,7 +1285,8 @@ class SchemaCompiler:
                     conj.append(self.child(sub, props[name], "properties", name))
                     matched = True
                 for pat, schema in (s.get("patternProperties") or {}).items():
-                    if _py_search(pat, name, f"{sub.ptr}/patternProperties"):
+                    where = f"{sub.ptr}/patternProperties"
+                    if self.patterns.matches(pat, name, where, every=False):
                         conj.append(self.child(sub, schema, "patternProperties", pat))
                         matched = True
                 if not matched and "additionalProperties" in s:
@@ -1321,7 +1304,9 @@ class SchemaCompiler:
                         f"{ptr}/required", f"required property {name!r} can never be valid"
                     )
                 continue
-            qualifying = [j for j, (_, spec) in enumerate(musts) if _key_qualifies(name, spec)]
+            qualifying = [
+                j for j, (s, spec) in enumerate(musts) if self.patterns.qualifies(name, spec, s.ptr)
+            ]
             declared.append((name, options(conj, rule, qualifying), name in required))
 
         members, make_key = self._extra_members(flat, order, names_schemas, ptr)
@@ -1385,7 +1370,7 @@ class SchemaCompiler:
             out.append(not_in_set(spec["exclude"]))
         where = f"{sub.ptr}/{_esc(_SOME_KW)}"
         if spec["notPatterns"]:
-            nodes = [self.pattern_node(p, where) for p in spec["notPatterns"]]
+            nodes = [self.patterns.possible(p, where) for p in spec["notPatterns"]]
             out.append(encode(self.complement(alternation(nodes), sub)))
         if spec["pattern"] is not None:
             out.append(encode(self.pattern_node(spec["pattern"], where)))
@@ -1442,11 +1427,15 @@ class SchemaCompiler:
         sub = patterned[0]
         pats = list(sub.schema["patternProperties"].items())
         nodes = [self.pattern_node(p, f"{sub.ptr}/patternProperties/{_esc(p)}") for p, _ in pats]
+        # keys that some dialect matches (what "does not match" must exclude)
+        wide = [
+            self.patterns.possible(p, f"{sub.ptr}/patternProperties/{_esc(p)}") for p, _ in pats
+        ]
         out: list[tuple[list[Node], list[_Sub], str]] = []
         # keys matching exactly the patterns in `group`: a value for each group of patterns
         groups: list[tuple[list[int], list[Node]]] = []
         overlapping = any(
-            not _same(pats[i][1], pats[j][1]) and not _overlap_free(nodes[i], nodes[j])
+            not _same(pats[i][1], pats[j][1]) and not _overlap_free(wide[i], wide[j])
             for i in range(len(pats))
             for j in range(i + 1, len(pats))
         )
@@ -1457,7 +1446,7 @@ class SchemaCompiler:
                 for combo in itertools.combinations(range(len(pats)), size):
                     langs = [nodes[i] for i in combo]
                     langs += [
-                        self.complement(nodes[j], sub) for j in range(len(pats)) if j not in combo
+                        self.complement(wide[j], sub) for j in range(len(pats)) if j not in combo
                     ]
                     groups.append((list(combo), langs))
         else:
@@ -1476,7 +1465,7 @@ class SchemaCompiler:
             out.append((langs, conj, value))
         addl = sub.schema.get("additionalProperties", True)
         if addl is not False:
-            rest = [self.complement(alternation(nodes), sub)]
+            rest = [self.complement(alternation(wide), sub)]
             conj = [self.child(sub, addl, "additionalProperties"), *other_conj]
             with contextlib.suppress(_Unsat):
                 out.append((rest, conj, self.value(conj)))
@@ -1583,197 +1572,6 @@ def _empty_range(r: NumRange) -> bool:
     return r.lo > r.hi or (r.lo == r.hi and (r.lo_excl or r.hi_excl))
 
 
-def _structure(text: str) -> Iterator[tuple[int, str, int]]:
-    """(offset, character, group depth before it) for every character of a regex that is
-    neither escaped nor inside a character class."""
-    depth = 0
-    in_class = False
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            if c == "]":
-                in_class = False
-        elif c == "[":
-            in_class = True
-            if text[i + 1 : i + 2] == "^":
-                i += 1
-            if text[i + 1 : i + 2] == "]":  # a leading `]` is a literal
-                i += 1
-        else:
-            yield i, c, depth
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-        i += 1
-
-
-def _top_level_alternatives(pattern: str) -> list[tuple[int, int]]:
-    """Spans of the top-level `|` alternatives of a regex (outside groups and classes)."""
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for i, c, depth in _structure(pattern):
-        if c == "|" and depth == 0:
-            spans.append((start, i))
-            start = i + 1
-    spans.append((start, len(pattern)))
-    return spans
-
-
-def _anchors(pattern: str) -> list[int]:
-    """Offsets of `^`, `$`, `\\A`, `\\Z` outside character classes."""
-    out: list[int] = []
-    in_class = False
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            if pattern[i + 1 : i + 2] in ("A", "Z", "z"):
-                out.append(i)
-            i += 2
-            continue
-        if in_class:
-            if c == "]":
-                in_class = False
-        elif c == "[":
-            in_class = True
-            if pattern[i + 1 : i + 2] == "^":
-                i += 1
-            if pattern[i + 1 : i + 2] == "]":
-                i += 1
-        elif c in "^$":
-            out.append(i)
-        i += 1
-    return out
-
-
-_ANY_STAR = Repeat(ANY_CHAR, 0, None)
-# Python's `$` (no MULTILINE) matches at the very end or before a final newline.
-_DOLLAR_TAIL = alternation([Empty(), String("\n")])
-_GLOBAL_FLAGS = re.compile(r"\(\?([aimsux]+)\)")
-
-
-def _escaped(text: str, index: int) -> bool:
-    """Whether the character at `index` is escaped (an odd run of backslashes before it)."""
-    count = 0
-    while index - count - 1 >= 0 and text[index - count - 1] == "\\":
-        count += 1
-    return count % 2 == 1
-
-
-def _whole_group(text: str) -> str | None:
-    """The inside of `text` when it is exactly one plain group: `(...)`, `(?:...)` or
-    `(?P<name>...)` (not followed by a quantifier); None otherwise."""
-    if not text.startswith("(") or not text.endswith(")"):
-        return None
-    if text.startswith("(?:"):
-        body = 3
-    elif text.startswith("(?P<"):
-        close = text.find(">")
-        if close < 0:
-            return None
-        body = close + 1
-    elif text.startswith("(?"):
-        return None  # lookaround, scoped flags, named references: not a plain group
-    else:
-        body = 1
-    for i, c, depth in _structure(text):
-        if c == ")" and depth == 1:  # the group opened at offset 0 closes here
-            return text[body:i] if i == len(text) - 1 else None
-    return None
-
-
-def _anchored_alternatives(
-    alternative: str, pattern: str, offset: int, depth: int = 0
-) -> list[tuple[bool, str | None, str]]:
-    """`alternative` (a top-level `|` branch) as (starts anchored, end anchor, anchor-free core)
-    triples whose union it is: `^`/`\\A` at its start, `$`/`\\Z` at its end, and anchors inside a
-    group that spans the whole alternative (`(^a$)`, `^(a|$)`) distributed over that group's
-    own alternatives. Anchors anywhere else raise `RegexError`."""
-    start = False
-    end: str | None = None
-    core = alternative
-    if core.startswith("^"):
-        start, core = True, core[1:]
-    elif core.startswith("\\A"):
-        start, core = True, core[2:]
-    if core.endswith("\\Z") and not _escaped(core, len(core) - 2):
-        end, core = "Z", core[:-2]
-    elif core.endswith("$") and not _escaped(core, len(core) - 1):
-        end, core = "$", core[:-1]
-    if not _anchors(core):
-        return [(start, end, core)]
-    inner = _whole_group(core)
-    if inner is None or depth > 8:
-        raise RegexError(
-            "anchors inside the pattern are not supported", pattern=pattern, offset=offset
-        )
-    out: list[tuple[bool, str | None, str]] = []
-    for lo, hi in _top_level_alternatives(inner):
-        for s2, e2, c2 in _anchored_alternatives(inner[lo:hi], pattern, offset, depth + 1):
-            both = {end, e2}
-            out.append((start or s2, "Z" if "Z" in both else "$" if "$" in both else None, c2))
-    return out
-
-
-def _leading_lookaheads(pattern: str) -> tuple[str, list[tuple[bool, str]], str] | None:
-    """`(?i)^(?=A)(?!B)rest` -> ("(?i)", [(True, "A"), (False, "B")], "(?i)^rest"): the global
-    flags, the lookaheads right after a leading `^` (positive or not, their text) and the pattern
-    without them. None when the pattern does not start that way, or when `rest` has top-level
-    alternatives (the lookaheads would bind to the first one only)."""
-    flags = ""
-    head = 0
-    while m := _GLOBAL_FLAGS.match(pattern, head):
-        flags += m.group(0)
-        head = m.end()
-    if not pattern.startswith("^(?", head) or pattern[head + 3 : head + 4] not in ("=", "!"):
-        return None
-    looks: list[tuple[bool, str]] = []
-    i = head + 1
-    while pattern.startswith(("(?=", "(?!"), i):
-        close = next(
-            (j for j, c, depth in _structure(pattern[i:]) if c == ")" and depth == 1), None
-        )
-        if close is None:
-            return None  # unbalanced: the parser reports it
-        looks.append((pattern[i + 2] == "=", pattern[i + 3 : i + close]))
-        i += close + 1
-    rest = f"{flags}^{pattern[i:]}"
-    if len(_top_level_alternatives(pattern[i:])) > 1:
-        return None
-    return flags, looks, rest
-
-
-def _search_node(pattern: str) -> Node:
-    """`re.search(pattern, s)` as a full-match language: unanchored ends take any text, `$` at
-    the end also allows one final newline (as Python's `$` does)."""
-    flags = ""
-    rest = pattern
-    while m := _GLOBAL_FLAGS.match(rest):
-        flags += m.group(1)
-        rest = rest[m.end() :]
-    has_anchors = bool(_anchors(rest))
-    if has_anchors and ("m" in flags or "x" in flags):
-        raise RegexError(
-            "anchors with the MULTILINE or VERBOSE flag are not supported", pattern=pattern
-        )
-    if not has_anchors:
-        return concat([_ANY_STAR, parse_regex(rest, flags=flags), _ANY_STAR])
-    alternatives: list[Node] = []
-    skip = len(pattern) - len(rest)
-    for lo, hi in _top_level_alternatives(rest):
-        for starts, end, core in _anchored_alternatives(rest[lo:hi], pattern, skip + lo):
-            node = parse_regex(core, flags=flags)
-            head: list[Node] = [] if starts else [_ANY_STAR]
-            tail: list[Node] = [_ANY_STAR] if end is None else [_DOLLAR_TAIL] if end == "$" else []
-            alternatives.append(concat([*head, node, *tail]))
-    return alternation(alternatives)
-
-
 def _bits(indices: Iterator[int] | tuple[int, ...] | list[int]) -> int:
     out = 0
     for j in indices:
@@ -1826,20 +1624,6 @@ _KIND_SCHEMAS: dict[str, JSON] = {
     "integer": {"type": "number", "multipleOf": 1},
     "nonint": {"type": "number", "not": {"multipleOf": 1}},
 }
-
-
-def _key_qualifies(name: str, spec: dict[str, JSON]) -> bool:
-    """Whether a member key is in the key set of a "some member" constraint."""
-    if name in spec["exclude"] or any(re.search(p, name) for p in spec["notPatterns"]):
-        return False
-    return spec["pattern"] is None or re.search(spec["pattern"], name) is not None
-
-
-def _py_search(pattern: str, text: str, ptr: str) -> bool:
-    try:
-        return re.search(pattern, text) is not None
-    except re.error as exc:
-        raise UnsupportedSchemaError(f"pattern {pattern!r} is invalid: {exc}", pointer=ptr) from exc
 
 
 def _overlap_free(a: Node, b: Node) -> bool:

@@ -23,7 +23,6 @@ from tests.oracles.ajv import AjvOracle, AjvSchemaError, AjvTimeout, AjvUnavaila
 
 __all__ = [
     "KNOWN",
-    "PATTERN_DIALECT",
     "AjvReport",
     "Known",
     "KnownAjvDisagreement",
@@ -31,8 +30,6 @@ __all__ = [
     "assert_ajv_accepts",
     "check_ajv",
 ]
-
-PATTERN_DIALECT = "structgen still reads pattern as Python re; issue 18 part 1"
 
 
 class KnownAjvDisagreement(UserWarning):
@@ -123,16 +120,6 @@ class Known:
     structgen_changes: bool = True
 
 
-def _has_dollar_pattern(schema: Any) -> bool:
-    return any("$" in p for p in _patterns(schema))
-
-
-def _strip_final_newline(instance: Any) -> Any:
-    if not any(s.endswith("\n") for s in _strings(instance)):
-        return None
-    return _map_strings(instance, lambda s: s[:-1] if s.endswith("\n") else s)
-
-
 _EMAIL = re.compile(r"(?s)(.*)@([^@]*)")
 
 
@@ -165,21 +152,6 @@ def _names_prototype_member(schema: Any) -> bool:
 
 
 KNOWN: tuple[Known, ...] = (
-    Known(
-        "pattern-dollar-before-final-newline",
-        f"{PATTERN_DIALECT}: Python's `$` also matches before a final newline, ECMA-262's only "
-        "at the very end",
-        ({"type": "string", "pattern": "^SKU-[0-9]{3}$"}, "SKU-881\n"),
-        applies=_has_dollar_pattern,
-        repair=_strip_final_newline,
-    ),
-    Known(
-        "pattern-not-ecma-syntax",
-        f"{PATTERN_DIALECT}: the pattern is Python syntax that ECMA-262 (`u` flag) rejects, "
-        "so ajv cannot compile the schema; structgen should raise SchemaError",
-        ({"type": "string", "pattern": "(?i)^a$"}, "A"),
-        error=re.compile(r"^Invalid regular expression"),
-    ),
     Known(
         "email-undotted-domain-or-address-literal",
         "ajv-formats' email wants a dotted domain name and no address literal; structgen's "

@@ -20,6 +20,11 @@ INVALID = [
     ({"enum": 3}, "/enum"),
     ({"multipleOf": 0}, "/multipleOf"),
     ({"pattern": 5}, "/pattern"),
+    # ECMA-262 (u flag) rejects these patterns: the schema is invalid
+    ({"pattern": "a\\1"}, "/pattern"),
+    ({"pattern": "\\d{2,1}"}, "/pattern"),
+    ({"properties": {"a": {"pattern": "(?i)x"}}}, "/properties/a/pattern"),
+    ({"patternProperties": {"x{": {"type": "string"}}}, "/patternProperties/x{"),
     ({"anyOf": []}, "/anyOf"),
     ({"items": 3}, "/items"),
     ({"properties": []}, "/properties"),
@@ -59,7 +64,7 @@ UNSATISFIABLE = [
 UNSUPPORTED = [
     ({"type": "array", "uniqueItems": True}, "/uniqueItems"),
     ({"type": "string", "pattern": "(?=a)b"}, "/pattern"),
-    ({"type": "string", "pattern": "a\\1"}, "/pattern"),
+    ({"type": "string", "pattern": "(a)\\1"}, "/pattern"),
     ({"properties": {"a": {"type": "string", "format": "regex"}}}, "/properties/a/format"),
     ({"multipleOf": 0.1}, "/multipleOf"),
     ({"$ref": "https://example.com/schema.json"}, "/$ref"),

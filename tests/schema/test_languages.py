@@ -11,8 +11,7 @@ from collections.abc import Callable
 import pytest
 from jsonschema import Draft202012Validator
 
-from structgen.automata import Node, compile_ast, intersect
-from structgen.schema._compiler import _search_node
+from structgen.automata import Node, compile_ast, intersect, search_language
 from structgen.schema._complement import complement
 from structgen.schema._formats import format_nodes
 from structgen.schema._numbers import NumRange, number_node
@@ -20,6 +19,11 @@ from structgen.schema._strings import encode, length_body, literal_body, not_in_
 from tests.conftest import shared_dir
 
 CHECKER = Draft202012Validator.FORMAT_CHECKER
+
+
+def _search_node(pattern: str) -> Node:
+    """`re.search(pattern, s)` as a language (Python's `re`: the oracle here)."""
+    return search_language(pattern, dialect="python").node
 
 
 def matcher(*nodes: Node) -> Callable[[str], bool]:

@@ -17,10 +17,16 @@ from jsonschema.validators import validator_for
 
 from structgen import Compiler, UnsupportedSchemaError
 from structgen.automata import repeat
+from structgen.errors import SchemaError
+from structgen.schema import SchemaOptions
 from structgen.schema._strings import _unit, length_body
 from tests.conftest import load_tokenizer, load_vocab
+from tests.oracles.checks import ajv
 from tests.schema._runner import accepts, compile_or_reason
 from tests.schema.test_languages import matcher
+
+ACCEPT = SchemaOptions(mode="accept")
+GENERATE = SchemaOptions(mode="generate")
 
 
 def is_valid(schema: Any, instance: Any) -> bool:
@@ -70,27 +76,66 @@ def test_long_length_counter_still_counts_escapes() -> None:
 
 
 # ---------------------------------------------------------------- pattern: `$`, flags, groups
+# JSON Schema reads `pattern` as ECMA-262 with the `u` flag: ajv is the oracle here.
 
 
-def test_dollar_matches_before_a_final_newline() -> None:
-    # Python's `$` (what jsonschema's re.search uses) also matches before a trailing newline;
-    # under `not` and in the keys no pattern matches, the old exact-end reading accepted
-    # invalid instances
-    check({"type": "string", "pattern": "^a$"}, ["a", "a\n", "a\n\n", "ba", "\na"], want_valid=2)
-    check({"not": {"pattern": "^a$"}}, ["a", "a\n", "a\n\n", "b", 1], want_valid=2)
-    check({"type": "string", "pattern": "^a\\Z"}, ["a", "a\n"], want_valid=1)
+def check_ecma(
+    schema: Any, instances: list[Any], *, want_valid: int | None = None, options: Any = None
+) -> None:
+    """`check`, with ajv's verdicts (ECMA-262 patterns) and accept mode by default."""
+    vocab, tokenizer = load_vocab("llama3_1"), load_tokenizer("llama3_1")
+    compiled, reason = compile_or_reason(vocab, schema, options or ACCEPT)
+    assert compiled is not None, reason
+    verdicts = ajv().validate_many(schema, instances)
+    wrong = []
+    for instance, expected in zip(instances, verdicts, strict=True):
+        text = json.dumps(instance, ensure_ascii=False)
+        if accepts(compiled, tokenizer, text) != expected:
+            wrong.append(f"{text!r}: valid={expected}")
+    assert not wrong, wrong
+    if want_valid is not None:
+        assert sum(verdicts) == want_valid, verdicts
+
+
+def test_dollar_matches_only_at_the_very_end() -> None:
+    # ECMA-262's `$` (no `m` flag) is the end of the string; Python's also matches before a
+    # final newline (the reading structgen had, which ajv and Pydantic reject)
+    check_ecma(
+        {"type": "string", "pattern": "^a$"}, ["a", "a\n", "a\n\n", "ba", "\na"], want_valid=1
+    )
+    check_ecma({"not": {"pattern": "^a$"}}, ["a", "a\n", "a\n\n", "b", 1], want_valid=3)
     schema = {
         "type": "object",
         "patternProperties": {"^a$": {"type": "integer"}},
         "additionalProperties": {"type": "string"},
     }
-    check(schema, [{"a\n": 1}, {"a\n": "x"}, {"a": "x"}, {"b": "x"}, {"b\n": 1}], want_valid=2)
+    check_ecma(schema, [{"a\n": 1}, {"a\n": "x"}, {"a": "x"}, {"a": 1}, {"b\n": 1}], want_valid=2)
+    # generate mode: also what Python's `re` accepts (no final newline either)
+    check_ecma({"type": "string", "pattern": "^a$"}, ["a", "a\n"], options=GENERATE)
 
 
-def test_global_flags_apply_to_every_alternative() -> None:
-    # `(?i)` at the start applies to the whole pattern, not just its first alternative
-    check({"not": {"pattern": "(?i)a|b"}}, ["B", "A", "c", "C"], want_valid=2)
-    check({"type": "string", "pattern": "(?i)^x$|^y$"}, ["Y", "X", "Z"], want_valid=2)
+def test_python_only_syntax_is_an_invalid_pattern() -> None:
+    # ECMA-262 has no inline flags and no \Z: ajv cannot compile these schemas
+    for pattern in ["(?i)^x$|^y$", "^a\\Z", "(?P<n>a)", "\\%"]:
+        with pytest.raises(SchemaError) as info:
+            Compiler(load_vocab("llama3_1")).json_schema(
+                {"type": "string", "pattern": pattern}, options=ACCEPT
+            )
+        assert not isinstance(info.value, UnsupportedSchemaError)
+        assert info.value.pointer == "/pattern"
+        assert "ECMA-262" in info.value.reason
+
+
+def test_generate_mode_reads_python_syntax_when_ecma_cannot() -> None:
+    # every validator that can parse the pattern accepts the output: here Python re and Rust,
+    # and `(?i)` at the start applies to every alternative
+    vocab, tokenizer = load_vocab("llama3_1"), load_tokenizer("llama3_1")
+    compiled, reason = compile_or_reason(
+        vocab, {"type": "string", "pattern": "(?i)^x$|^y$"}, GENERATE
+    )
+    assert compiled is not None, reason
+    for text, ok in [('"Y"', True), ('"X"', True), ('"Z"', False), ('"y\\n"', False)]:
+        assert accepts(compiled, tokenizer, text) == ok, text
 
 
 @pytest.mark.parametrize(
@@ -100,14 +145,17 @@ def test_global_flags_apply_to_every_alternative() -> None:
         ("^$|(^(?:\\S+\\s+){0,99}\\S+$)", ["", "one", "one two", " one", "one ", "a  b"]),
         ("^([^,]|$)", ["", "a", ",", "a,b", ",a"]),
         ("(^[a-zA-Z0-9_.()-]+$)", ["a.b", "a b", "", "(x)"]),
-        ("^([0-9x]+\\.[0-9x]+\\.*[0-9x]*$|\\%VERSION\\%)", ["1.2", "1.2.x", "%VERSION%-1", "1"]),
+        ("^([0-9x]+\\.[0-9x]+\\.*[0-9x]*$|%VERSION%)", ["1.2", "1.2.x", "%VERSION%-1", "1"]),
         ("^(\\d{4}(-\\d{2})?$)|(^\\d{4}-\\d{2}T$)", ["2020", "2020-01", "2020-01T", "20201"]),
+        # anchors anywhere: distributed over the alternatives they sit in
+        ("(^a|b)c", ["ac", "xac", "bc", "xbc", "c"]),
+        ("a(b$|c)", ["ab", "abx", "acx", "ab\n"]),
     ],
 )
-def test_anchors_inside_a_leading_group(pattern: str, samples: list[str]) -> None:
-    check({"type": "string", "pattern": pattern}, samples)
+def test_anchors_inside_groups(pattern: str, samples: list[str]) -> None:
+    check_ecma({"type": "string", "pattern": pattern}, samples)
     if "{0,99}" not in pattern:  # (its complement is over the size limit)
-        check({"not": {"pattern": pattern}}, samples)
+        check_ecma({"not": {"pattern": pattern}}, samples)
 
 
 @pytest.mark.parametrize(
@@ -122,14 +170,14 @@ def test_anchors_inside_a_leading_group(pattern: str, samples: list[str]) -> Non
         ("^(?!pattern$).*$", ["pattern", "patterns", "xpattern", "", "pattern\n"]),
         ("^(?!tag|category)$", ["", "tag", "x", "\n"]),
         ("^(?=.{2,4}$)(?!.*--)[a-z-]+", ["ab", "a-b", "a--b", "abcde", "a", "ab-"]),
-        ("(?i)^(?!ab)[a-z]+$", ["AB", "Ac", "aBc", "xab", "ab"]),
+        ("^(?!ab)[a-zA-Z]+$", ["AB", "Ac", "aBc", "xab", "ab"]),
     ],
 )
 def test_lookaheads_after_the_leading_caret(pattern: str, samples: list[str]) -> None:
     # each lookahead is its own language at the start of the string (negative: complemented)
-    check({"type": "string", "pattern": pattern}, samples)
-    assert any(is_valid({"pattern": pattern}, s) for s in samples)
-    assert not all(is_valid({"pattern": pattern}, s) for s in samples)
+    check_ecma({"type": "string", "pattern": pattern}, samples)
+    verdicts = ajv().validate_many({"pattern": pattern}, samples)
+    assert any(verdicts) and not all(verdicts)
 
 
 @pytest.mark.parametrize(
@@ -143,7 +191,9 @@ def test_lookaheads_after_the_leading_caret(pattern: str, samples: list[str]) ->
 )
 def test_other_lookarounds_are_refused(pattern: str) -> None:
     with pytest.raises(UnsupportedSchemaError, match="look") as info:
-        Compiler(load_vocab("llama3_1")).json_schema({"type": "string", "pattern": pattern})
+        Compiler(load_vocab("llama3_1")).json_schema(
+            {"type": "string", "pattern": pattern}, options=ACCEPT
+        )
     assert info.value.pointer == "/pattern"
 
 
