@@ -172,11 +172,14 @@ def _mag_int(a: int, b: int | None) -> Node:
     return alternation(parts)
 
 
+_CANONICAL_INT = alternation([String("0"), concat([_MINUS_OPT, NONZERO, _DIGITS])])
+
+
 @lru_cache(maxsize=1024)
-def int_texts(lo: int | None, hi: int | None) -> Node:
-    """Integer-syntax texts (`-0` included) with value in [lo, hi]."""
+def int_texts(lo: int | None, hi: int | None, canonical: bool = False) -> Node:
+    """Integer-syntax texts (`-0` included, unless `canonical`) with value in [lo, hi]."""
     if lo is None and hi is None:
-        return INT_SYNTAX
+        return _CANONICAL_INT if canonical else INT_SYNTAX
     parts: list[Node] = []
     if hi is None or hi >= 0:
         parts.append(_mag_int(max(lo, 0) if lo is not None else 0, hi))
@@ -186,7 +189,7 @@ def int_texts(lo: int | None, hi: int | None) -> Node:
         mhi = -lo if lo is not None else None
         if mhi is None or mlo <= mhi:
             parts.append(concat([String("-"), _mag_int(mlo, mhi)]))
-    if (lo is None or lo <= 0) and (hi is None or hi >= 0):
+    if (lo is None or lo <= 0) and (hi is None or hi >= 0) and not canonical:
         parts.append(String("-0"))
     return alternation(parts)
 
@@ -271,19 +274,23 @@ def float_texts(lo: Decimal | None, hi: Decimal | None) -> Node:
     return alternation(parts)
 
 
-def number_node(rng: NumRange, *, integer: bool) -> Node:
-    """All JSON number texts (integer-valued ones only when `integer`) inside `rng`.
+def number_node(rng: NumRange, *, integer: bool, canonical: bool = False) -> Node:
+    """All JSON number texts (integer-valued ones only when `integer`) inside `rng`; with
+    `canonical`, integers are written as plain digits only (no `3.0`, as a writer spells them).
 
     Memoised by the bounds: ranges repeat across schemas (0..100, int32...), and returning the
     same AST object lets every later cache (terminal automata, digests) hit at once.
     """
-    return _number_node(rng.lo, rng.hi, rng.lo_excl, rng.hi_excl, integer)
+    return _number_node(rng.lo, rng.hi, rng.lo_excl, rng.hi_excl, integer, canonical)
 
 
-def _integer_point(value: int, integer: bool) -> Node:
+def _integer_point(value: int, integer: bool, canonical: bool = False) -> Node:
     """The texts of one integral value (an enum or const entry): `v`, and `v.0…` (its float
     spellings; at most 16 zeros where only integers are allowed), `-0` forms for zero — the same
-    language the range construction gives for `[v, v]`, in a few states instead of thousands."""
+    language the range construction gives for `[v, v]`, in a few states instead of thousands.
+    With `canonical` (and `integer`), `v` alone."""
+    if canonical and integer:
+        return String(str(value))
     zeros = Repeat(String("0"), 1, _MAX_INTEGER_ZEROS if integer else None)
     tail = repeat(concat([String("."), zeros]), 0, 1)
     head = String(str(value)) if value else concat([repeat(String("-"), 0, 1), String("0")])
@@ -292,7 +299,12 @@ def _integer_point(value: int, integer: bool) -> Node:
 
 @lru_cache(maxsize=1024)
 def _number_node(
-    lo: Bound | None, hi: Bound | None, lo_excl: bool, hi_excl: bool, integer: bool
+    lo: Bound | None,
+    hi: Bound | None,
+    lo_excl: bool,
+    hi_excl: bool,
+    integer: bool,
+    canonical: bool = False,
 ) -> Node:
     if (
         lo is not None
@@ -302,13 +314,15 @@ def _number_node(
         and float(lo).is_integer()
         and abs(lo) <= _MAX_SAFE
     ):
-        return _integer_point(int(lo), integer)
+        return _integer_point(int(lo), integer, canonical)
     rng = NumRange(lo, hi, lo_excl=lo_excl, hi_excl=hi_excl)
     ilo, ihi = rng.int_bounds()
     if ilo is not None and ihi is not None and ilo > ihi:
         ints: Node = CharClass(())
     else:
         ints = int_texts(ilo, ihi)
+    if integer and canonical:
+        return int_texts(ilo, ihi, True) if ilo is None or ihi is None or ilo <= ihi else ints
     if integer:
         # `3.0` is an integer too; floats are exact up to 2**53
         slo = max(ilo, -_MAX_SAFE) if ilo is not None else -_MAX_SAFE

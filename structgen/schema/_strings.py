@@ -5,11 +5,18 @@ points), but the model emits the *encoded* text, where one code point may be wri
 short escape (`\\n`), as `\\uXXXX` (either hex case) or, beyond the BMP, as a surrogate pair.
 `encode(node)` substitutes every character set of a decoded-language AST by the alternation of
 its encodings, so a regex over decoded strings becomes the exact regex over encoded bodies.
-See docs/design/json-schema.md (strings).
+
+Generating is another job: a model offered every spelling wanders into `\\u0072` escapes. With
+`canonical=True` each function here spells a code point one way only, the way
+`json.dumps(..., ensure_ascii=False)` does (raw, except `\\"`, `\\\\`, the short escapes of
+control characters and `\\u00xx` for the other controls), so the encoded language is the image
+of the decoded one under a bijection and every constraint stays exact. See
+docs/design/json-schema.md (strings) and docs/guide/generation.md.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache, lru_cache
 from typing import Any
@@ -31,6 +38,8 @@ from structgen.automata import intervals as iv
 __all__ = [
     "ANY_CHAR",
     "any_string_body",
+    "canonical_class",
+    "canonical_text",
     "encode",
     "fixed_width_range",
     "hex_range",
@@ -50,6 +59,10 @@ _SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 8: "b", 12: "f", 10: "n", 13
 # Above this many ranges, a class's `\uXXXX` forms are limited to U+0000-U+00FF and its
 # surrogate-pair forms dropped: the exact alternation would be large and such forms are rare.
 _MAX_ESCAPE_RANGES = 64
+# What json.dumps writes as a short escape (it never escapes `/`).
+_CANONICAL_SHORT = {0x22: '"', 0x5C: "\\", 8: "b", 12: "f", 10: "n", 13: "r", 9: "t"}
+_CANONICAL_RAW: iv.Ranges = iv.difference(_RAW_OK, _SURROGATES)
+_LOWER_HEX = "0123456789abcdef"
 
 
 def _hex_digit(lo: int, hi: int) -> Node:
@@ -162,20 +175,57 @@ def encode_class(ranges: iv.Ranges) -> Node:
     return alternation(parts)
 
 
-def encode(node: Node) -> Node:
-    """The encoded-body language of a decoded-text language (every character substituted)."""
+@lru_cache(maxsize=4096)
+def canonical_class(ranges: iv.Ranges, *, controls: bool = True) -> Node:
+    """The one spelling json.dumps(ensure_ascii=False) gives each code point of `ranges`:
+    raw, `\\"`, `\\\\`, `\\b \\f \\n \\r \\t`, and `\\u00xx` (lowercase) for the other
+    control characters (left out with `controls=False`). Lone surrogates have no spelling."""
+    parts: list[Node] = []
+    raw = iv.intersect(ranges, _CANONICAL_RAW)
+    if raw:
+        parts.append(CharClass(raw))
+    shorts = [esc for cp, esc in sorted(_CANONICAL_SHORT.items()) if iv.contains(ranges, cp)]
+    if shorts:
+        parts.append(concat([String("\\"), CharClass(iv.from_points(map(ord, shorts)))]))
+    if controls:
+        by_high: dict[str, list[int]] = {}
+        for cp in range(0x20):
+            if cp not in _CANONICAL_SHORT and iv.contains(ranges, cp):
+                by_high.setdefault(_LOWER_HEX[cp >> 4], []).append(ord(_LOWER_HEX[cp & 15]))
+        if by_high:
+            highs = [
+                concat([String(h), CharClass(iv.from_points(lo))]) for h, lo in by_high.items()
+            ]
+            parts.append(concat([String("\\u00"), alternation(highs)]))
+    return alternation(parts)
+
+
+def canonical_text(text: str) -> str:
+    """`text` as json.dumps(ensure_ascii=False) writes a string's body (lone surrogates, which
+    UTF-8 cannot carry raw, as `\\udxxx`)."""
+    body = json.dumps(text, ensure_ascii=False)[1:-1]
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in body):
+        body = "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in body)
+    return body
+
+
+def encode(node: Node, *, canonical: bool = False) -> Node:
+    """The encoded-body language of a decoded-text language (every character substituted):
+    every spelling, or with `canonical` the one json.dumps writes."""
     if isinstance(node, Empty):
         return node
     if isinstance(node, String):
+        if canonical:
+            return String(canonical_text(node.text))
         return concat(encode_class(((ord(c), ord(c)),)) for c in node.text)
     if isinstance(node, CharClass):
-        return encode_class(node.ranges)
+        return canonical_class(node.ranges) if canonical else encode_class(node.ranges)
     if isinstance(node, Concat):
-        return concat(encode(item) for item in node.items)
+        return concat(encode(item, canonical=canonical) for item in node.items)
     if isinstance(node, Alternation):
-        return alternation(encode(item) for item in node.items)
+        return alternation(encode(item, canonical=canonical) for item in node.items)
     if isinstance(node, Repeat):
-        return repeat(encode(node.item), node.min, node.max)
+        return repeat(encode(node.item, canonical=canonical), node.min, node.max)
     raise TypeError(f"unknown regex node {node!r}")
 
 
@@ -193,9 +243,12 @@ _ANY_BODY = Repeat(
 )
 
 
-def any_string_body() -> Node:
-    """Any JSON string body (between the quotes)."""
-    return _ANY_BODY
+_CANONICAL_ANY_BODY = Repeat(canonical_class(ANY_CHAR.ranges), 0, None)
+
+
+def any_string_body(*, canonical: bool = False) -> Node:
+    """Any JSON string body (between the quotes); with `canonical`, json.dumps' spelling."""
+    return _CANONICAL_ANY_BODY if canonical else _ANY_BODY
 
 
 _HEX = _hex_digit(0, 15)
@@ -228,8 +281,12 @@ _SHORT_UP_TO = 32_768
 MAX_COUNTED = 60_000
 
 
-def _unit(bound: int) -> Node:
+def _unit(bound: int, canonical: bool = False) -> Node:
     """One decoded code point, in as many encodings as the count `bound` affords."""
+    if canonical:
+        if bound > _SHORT_UP_TO:
+            return CharClass(_CANONICAL_RAW)
+        return canonical_class(ANY_CHAR.ranges, controls=bound <= _UNICODE_UP_TO)
     if bound > _SHORT_UP_TO:
         return CharClass(_RAW_OK)
     if bound > _UNICODE_UP_TO:
@@ -240,7 +297,7 @@ def _unit(bound: int) -> Node:
     return alternation(parts)
 
 
-def length_body(min_len: int, max_len: int | None) -> Node:
+def length_body(min_len: int, max_len: int | None, *, canonical: bool = False) -> Node:
     """Bodies decoding to between `min_len` and `max_len` code points.
 
     An escape counts as the one code point it decodes to. For large counts only cheaper
@@ -250,15 +307,17 @@ def length_body(min_len: int, max_len: int | None) -> Node:
     if max_len is not None:
         max_len = max(min(max_len, MAX_COUNTED), min_len)
     bound = max_len if max_len is not None else min_len
-    unit = _unit(bound)
+    unit = _unit(bound, canonical)
     if max_len is None:
-        return concat([repeat(unit, min_len, min_len), Repeat(_unit(0), 0, None)])
+        return concat([repeat(unit, min_len, min_len), Repeat(_unit(0, canonical), 0, None)])
     return repeat(unit, min_len, max_len)
 
 
-def literal_body(text: str) -> Node:
-    """Every encoding of exactly `text`."""
-    return encode(String(text)) if text else Empty()
+def literal_body(text: str, *, canonical: bool = False) -> Node:
+    """Every encoding of exactly `text` (with `canonical`: json.dumps' one)."""
+    if not text:
+        return Empty()
+    return String(canonical_text(text)) if canonical else encode(String(text))
 
 
 # Above this many literal strings, an enum's bodies are spelled compactly (see `literal_bodies`).
@@ -280,16 +339,17 @@ def _compact_char(ch: str) -> Node:
     return encode_class(((cp, cp),))
 
 
-def literal_bodies(words: Iterable[str]) -> Node:
+def literal_bodies(words: Iterable[str], *, canonical: bool = False) -> Node:
     """The encoded bodies of exactly `words`, as a trie (shared prefixes built once).
 
     For many words (an enum of thousands of strings) each character is spelled only the ways
     encoders write it — printable ASCII raw, `\\uXXXX` only for the others — which keeps the
-    automaton linear in the trie's size; for a few words every encoding is allowed.
+    automaton linear in the trie's size; for a few words every encoding is allowed. With
+    `canonical`, each word is spelled once, as json.dumps writes it.
     """
     unique = sorted(set(words))
     if len(unique) <= MANY_LITERALS:
-        return alternation(literal_body(w) for w in unique)
+        return alternation(literal_body(w, canonical=canonical) for w in unique)
     # The trie is built recursively: very long words stay plain alternatives.
     long = [w for w in unique if len(w) > _MAX_TRIE_WORD]
     trie: dict[str, Any] = {}
@@ -306,7 +366,7 @@ def literal_bodies(words: Iterable[str]) -> Node:
     def char(ch: str) -> Node:
         hit = memo.get(ch)
         if hit is None:
-            hit = memo[ch] = _compact_char(ch)
+            hit = memo[ch] = String(canonical_text(ch)) if canonical else _compact_char(ch)
         return hit
 
     def build(node: dict[str, Any]) -> Node:
@@ -316,18 +376,19 @@ def literal_bodies(words: Iterable[str]) -> Node:
                 parts.append(concat([char(ch), build(child)]))
         return alternation(parts)
 
-    return alternation([build(trie), *(literal_body(w) for w in long)])
+    return alternation([build(trie), *(literal_body(w, canonical=canonical) for w in long)])
 
 
 _MAX_TRIE_WORD = 200
 
 
-def not_in_set(words: Iterable[str]) -> Node:
+def not_in_set(words: Iterable[str], *, canonical: bool = False) -> Node:
     """Encoded bodies whose decoded string is none of `words` (a trie walked in encoded form).
 
     Only raw characters and short escapes are used (no `\\uXXXX`), which keeps the automaton
     linear in the words' length; leaving the trie at any node, or ending before a word's end,
-    yields a string that is not a word.
+    yields a string that is not a word. With `canonical`, only json.dumps' spellings (its short
+    escapes, no `\\/`), and the other control characters are left out.
     """
     trie: dict[str, Any] = {}
     ends = ""
@@ -336,15 +397,18 @@ def not_in_set(words: Iterable[str]) -> Node:
         for ch in word:
             node = node.setdefault(ch, {})
         node[ends] = {}
-    tail = Repeat(_SIMPLE_UNIT, 0, None)
-    short_of = {chr(cp): esc for cp, esc in _SHORT_ESCAPES.items()}
+    escapes = _CANONICAL_SHORT if canonical else _SHORT_ESCAPES
+    unit = canonical_class(ANY_CHAR.ranges, controls=False) if canonical else _SIMPLE_UNIT
+    raw_ok = _CANONICAL_RAW if canonical else _RAW_OK
+    tail = Repeat(unit, 0, None)
+    short_of = {chr(cp): esc for cp, esc in escapes.items()}
 
     def build(node: dict[str, Any]) -> Node:
         children = [k for k in node if k != ends]
         parts: list[Node] = []
         if ends not in node:
             parts.append(Empty())
-        raw = iv.difference(_RAW_OK, iv.from_points(ord(c) for c in children))
+        raw = iv.difference(raw_ok, iv.from_points(ord(c) for c in children))
         if raw:
             parts.append(Concat((CharClass(raw), tail)))
         shorts = sorted(e for c, e in short_of.items() if c not in node)
@@ -352,7 +416,7 @@ def not_in_set(words: Iterable[str]) -> Node:
             letters = CharClass(iv.from_points(ord(e) for e in shorts))
             parts.append(Concat((String("\\"), letters, tail)))
         for ch in sorted(children):
-            if iv.contains(_RAW_OK, ord(ch)):
+            if iv.contains(raw_ok, ord(ch)):
                 first: Node = String(ch)
             elif ch in short_of:
                 first = String("\\" + short_of[ch])

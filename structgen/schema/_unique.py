@@ -30,7 +30,12 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen.masks import pack_bool_mask, unpack_bitmask
-from structgen.schema._strings import _MAX_TRIE_WORD, _SHORT_ESCAPES, MANY_LITERALS
+from structgen.schema._strings import (
+    _MAX_TRIE_WORD,
+    _SHORT_ESCAPES,
+    MANY_LITERALS,
+    canonical_text,
+)
 
 __all__ = ["JsonTracker", "UniqueArray", "UniqueItemsEngine", "find_unique_arrays"]
 
@@ -45,6 +50,7 @@ class UniqueArray(NamedTuple):
     path: Pattern
     kind: str  # "string", "integer", "number", or "enum" (strings from `values`)
     values: frozenset[str] = frozenset()
+    canonical: bool = False  # the grammar spells strings one way only (generate mode)
 
 
 # Keywords that only annotate (or that the schema compiler ignores): harmless anywhere.
@@ -198,7 +204,7 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
         kind = _item_kind(compiler, sub, known)
         if kind is None:
             return None
-        out.append(UniqueArray(path, kind[0], kind[1]))
+        out.append(UniqueArray(path, kind[0], kind[1], bool(getattr(compiler, "canonical", False))))
         item_schemas.update(kind[2])
     for array in out:
         for path, schema, plain in seen:
@@ -429,6 +435,8 @@ def _could_finish(body: bytes, array: UniqueArray, seen: frozenset[Any]) -> bool
     for more, `\\u` only for other than printable ASCII and short escapes only for their own
     characters (`_compact_char`), words over `_MAX_TRIE_WORD` characters excepted."""
     compact = len(array.values) > MANY_LITERALS
+    if array.canonical:
+        return _could_finish_canonical(body, array, seen)
     tail = b""
     if _escaped(body):
         tail, body = b"\\", body[:-1]
@@ -475,6 +483,25 @@ def _could_finish(body: bytes, array: UniqueArray, seen: frozenset[Any]) -> bool
         if f"{code:04x}".startswith(tail[2:].decode("ascii").lower()):
             return True
     return False
+
+
+def _could_finish_canonical(body: bytes, array: UniqueArray, seen: frozenset[Any]) -> bool:
+    """`_could_finish` for a grammar that spells each value as json.dumps(ensure_ascii=False)
+    does: the body is a prefix of the canonical spelling of some value not yet taken."""
+    bodies, values = _canonical_sorted(array.values)
+    for i in range(bisect.bisect_left(bodies, body), len(bodies)):
+        if not bodies[i].startswith(body):
+            break  # (sorted: the bodies starting with `body` are one run)
+        if ("s", values[i]) not in seen:
+            return True
+    return False
+
+
+@lru_cache(maxsize=256)
+def _canonical_sorted(values: frozenset[str]) -> tuple[tuple[bytes, ...], tuple[str, ...]]:
+    """The values' canonical bodies (UTF-8), sorted, beside the values they spell."""
+    pairs = sorted((canonical_text(v).encode("utf-8", "surrogatepass"), v) for v in values)
+    return tuple(b for b, _ in pairs), tuple(v for _, v in pairs)
 
 
 @lru_cache(maxsize=256)
