@@ -6,6 +6,8 @@ Llama-3.1 tokenizer, and for every token fill the mask (TBM), check the token is
 commit it. A valid instance must be accepted to its end (and the engine able to stop); an invalid
 one must be rejected at some token (or be unable to stop). A schema passes when it compiles and
 every instance gets the right verdict. Accepting an invalid instance is an *invalidation error*.
+structgen runs in accept mode (`SchemaOptions(mode="accept")`: every spelling and layout of a
+valid text), since the protocol validates existing text; generation uses generate mode.
 
 Every engine runs in its own worker process (one core each) and each schema has a time limit
 (compile plus all instances); a schema over it counts as a timeout and the worker is restarted.
@@ -52,11 +54,12 @@ class _Structgen:
 
     def compile(self, schema: Any) -> None:
         import structgen.compiler
-        from structgen import Compiler, StructgenError
+        from structgen import Compiler, SchemaOptions, StructgenError
 
         structgen.compiler._CACHE.clear()
         try:
-            self.compiled = Compiler(self.vocab).json_schema(schema)
+            accept = SchemaOptions(mode="accept")
+            self.compiled = Compiler(self.vocab).json_schema(schema, options=accept)
         except StructgenError as exc:
             raise CompileError(f"{type(exc).__name__}: {exc}") from exc
 

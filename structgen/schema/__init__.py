@@ -23,6 +23,7 @@ from structgen.schema._patterns import DIALECT_KEYWORD, model_dialect
 from structgen.schema._unique import UniqueArray
 
 __all__ = [
+    "DEFAULT_GENERATE_LAYOUT",
     "SchemaOptions",
     "compile_schema",
     "compile_schema_guarded",
@@ -35,23 +36,37 @@ __all__ = [
 DEFAULT_MAX_NESTING = 200
 
 
+Layout = Literal["flexible", "compact", "spaced", "indented"]
+# The layout generate mode uses unless told otherwise (measured on the dev schemas with the
+# default model: docs/benchmarks.md, "Generation layouts").
+DEFAULT_GENERATE_LAYOUT: Layout = "spaced"
+
+
 @dataclass(frozen=True, slots=True)
 class SchemaOptions:
-    """How JSON text may be laid out, how strict to be, and how much work a schema may cost.
+    """What text to allow, how strict to be, and how much work a schema may cost.
 
-    `whitespace="flexible"` allows runs of up to `max_whitespace` spaces/tabs/newlines between
-    tokens (json.dumps' default separators and indented output); "compact" allows none.
+    `mode="generate"` (opt-in for now; to become the default) offers a model one spelling of
+    each value — keys, `enum` and `const` strings as json.dumps(ensure_ascii=False) writes
+    them, free strings escaping only `"`, `\\` and control characters, integers as plain
+    digits — no keys beyond the listed `properties` where a schema says nothing of others, a
+    writer's layout, and only what every common validator accepts of a pattern (ECMA-262,
+    Python `re` and Rust `regex` at once). `mode="accept"` (the default) validates existing
+    text exactly: every spelling and layout, unlisted properties, patterns in the schema's own
+    dialect.
+    `whitespace`: "flexible" allows runs of up to `max_whitespace` spaces/tabs/newlines between
+    tokens; "compact" none; "spaced" json.dumps' default separators (`", "`, `": "`);
+    "indented" json.dumps(indent=...)'s newlines and indents (up to `max_whitespace` spaces);
+    "auto" (the default) is "flexible" when accepting and `DEFAULT_GENERATE_LAYOUT` when
+    generating — `layout` says which.
     `lenient=True` relaxes keywords that cannot be enforced exactly, warning for each.
     `max_rules` / `max_branches` bound the grammar size and the alternatives that combinators
     expand to, `max_nesting` how deeply the schema's JSON may nest (objects and arrays; the
     compiler recurses along it) — `LimitExceededError` beyond each.
-    `mode`: "accept" validates existing text exactly (patterns in the schema's own dialect);
-    "generate" offers only what every common validator accepts (patterns: ECMA-262, Python `re`
-    and Rust `regex` at once).
     """
 
     mode: Literal["generate", "accept"] = "accept"
-    whitespace: Literal["flexible", "compact"] = "flexible"
+    whitespace: Literal["auto", "flexible", "compact", "spaced", "indented"] = "auto"
     max_whitespace: int = 16
     lenient: bool = False
     max_rules: int = 100_000
@@ -61,10 +76,19 @@ class SchemaOptions:
     def __post_init__(self) -> None:
         if self.mode not in ("generate", "accept"):
             raise ValueError("mode must be 'generate' or 'accept'")
-        if self.whitespace not in ("flexible", "compact"):
-            raise ValueError("whitespace must be 'flexible' or 'compact'")
+        if self.whitespace not in ("auto", "flexible", "compact", "spaced", "indented"):
+            raise ValueError(
+                "whitespace must be 'auto', 'flexible', 'compact', 'spaced' or 'indented'"
+            )
         if self.max_whitespace < 0:
             raise ValueError("max_whitespace must be >= 0")
+
+    @property
+    def layout(self) -> Layout:
+        """The layout in force: `whitespace`, with "auto" resolved by `mode`."""
+        if self.whitespace != "auto":
+            return self.whitespace
+        return "flexible" if self.mode == "accept" else DEFAULT_GENERATE_LAYOUT
 
 
 def schema_data(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:

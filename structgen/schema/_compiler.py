@@ -26,6 +26,7 @@ from structgen._budget import check_budget
 from structgen.automata import (
     AutomataLimits,
     CharClass,
+    Empty,
     Node,
     Repeat,
     String,
@@ -34,6 +35,7 @@ from structgen.automata import (
     concat,
     intersect,
     parse_regex,
+    repeat,
 )
 from structgen.errors import (
     LimitExceededError,
@@ -201,12 +203,16 @@ class SchemaCompiler:
             generate=options.mode == "generate",
             lenient=options.lenient,
         )
+        # generate mode: one spelling per value (json.dumps'), literal keys, plain integers,
+        # no unlisted properties where a schema lists some (see `_closed_by_default`)
+        self.canonical = options.mode == "generate"
+        self.layout = options.layout
         ws = CharClass(((9, 10), (13, 13), (32, 32)))
         self.ws: Node = (
-            Repeat(ws, 0, options.max_whitespace)
-            if options.whitespace == "flexible"
-            else String("")
+            Repeat(ws, 0, options.max_whitespace) if self.layout == "flexible" else Empty()
         )
+        # indented: a newline and an indent (any depth up to max_whitespace spaces)
+        self.newline: Node = concat([String("\n"), Repeat(String(" "), 0, options.max_whitespace)])
         self._validator: Any = None
 
     # ------------------------------------------------------------------ plumbing
@@ -240,7 +246,23 @@ class SchemaCompiler:
         return name
 
     def punct(self, text: str) -> str:
-        """`{`, `}`, `[`, `]`, `,`, `:` with the whitespace allowed around them."""
+        """`{`, `}`, `[`, `]`, `,`, `:` with the whitespace the layout allows around them:
+        any run (flexible), none (compact), json.dumps' `", "` and `": "` (spaced), or those of
+        `json.dumps(indent=...)` (indented: a newline after `{ [ ,` and before `} ]`, optional
+        around the brackets so that empty ones stay `{}`)."""
+        if self.layout == "compact":
+            return self.terminal(String(text))
+        if self.layout == "spaced":
+            return self.terminal(String(text + " " if text in ",:" else text))
+        if self.layout == "indented":
+            nl = self.newline
+            if text == ":":
+                return self.terminal(String(": "))
+            if text == ",":
+                return self.terminal(concat([String(","), nl]))
+            if text in "{[":
+                return self.terminal(concat([String(text), repeat(nl, 0, 1)]))
+            return self.terminal(concat([repeat(nl, 0, 1), String(text)]))
         ws = self.ws
         if text in "{[":
             return self.terminal(concat([String(text), ws]))
@@ -885,7 +907,8 @@ class SchemaCompiler:
             else:
                 scalars.append(self._scalar_text(v))
         if words:
-            scalars.append(concat([String('"'), literal_bodies(words), String('"')]))
+            bodies = literal_bodies(words, canonical=self.canonical)
+            scalars.append(concat([String('"'), bodies, String('"')]))
         if scalars:
             out.insert(0, self.terminal(alternation(scalars)))
         return out
@@ -898,9 +921,9 @@ class SchemaCompiler:
         if v is False:
             return String("false")
         if isinstance(v, str):
-            return concat([String('"'), literal_body(v), String('"')])
-        if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
-            return number_node(NumRange(v, v), integer=False)
+            return concat([String('"'), literal_body(v, canonical=self.canonical), String('"')])
+        if self.canonical:
+            return String(json.dumps(v))  # as a writer spells it: 3, 1.5, 1e+100
         return number_node(NumRange(v, v), integer=False)
 
     # ------------------------------------------------------------------ numbers
@@ -948,7 +971,7 @@ class SchemaCompiler:
         ranges = _split_range(rng, excluded)
         if not ranges:
             raise _Unsat(ptr, "the numeric range is empty")
-        nodes = [number_node(r, integer=integer) for r in ranges]
+        nodes = [number_node(r, integer=integer, canonical=self.canonical) for r in ranges]
         node = alternation(nodes)
         if kinds == frozenset({"nonint"}):
             return self.terminal(node, (_NONINT,))
@@ -976,7 +999,10 @@ class SchemaCompiler:
                 if not values:
                     raise _Unsat(ptr, "every multiple is excluded")
                 return self.terminal(
-                    alternation(number_node(NumRange(v, v), integer=True) for v in values)
+                    alternation(
+                        number_node(NumRange(v, v), integer=True, canonical=self.canonical)
+                        for v in values
+                    )
                 )
         if excluded:
             raise UnsupportedSchemaError("multipleOf with excluded values", pointer=ptr)
@@ -1009,7 +1035,8 @@ class SchemaCompiler:
         self.add(name, body)
         if negatives:
             self.add(name, self.terminal(String("-")), body)
-            self.add(name, self.terminal(String("-0")))
+            if not self.canonical:
+                self.add(name, self.terminal(String("-0")))
         return name
 
     # ------------------------------------------------------------------ strings
@@ -1039,11 +1066,12 @@ class SchemaCompiler:
         excluded = [v for v in self._excluded(flat) if isinstance(v, str)]
         if hi is not None and lo > hi:
             raise _Unsat(flat[0].ptr, "minLength is greater than maxLength")
-        parts = [encode(n) for n in decoded]
+        canonical = self.canonical
+        parts = [encode(n, canonical=canonical) for n in decoded]
         if excluded:
-            parts.append(not_in_set(excluded))
+            parts.append(not_in_set(excluded, canonical=canonical))
         if lo > 0 or hi is not None:
-            parts.insert(0, length_body(lo, hi))
+            parts.insert(0, length_body(lo, hi, canonical=canonical))
         return parts, bool(parts)
 
     def pattern_nodes(self, pattern: JSON, ptr: str) -> list[Node]:
@@ -1057,7 +1085,7 @@ class SchemaCompiler:
     def _string(self, flat: list[_Sub], kinds: frozenset[str]) -> str:
         parts, constrained = self.string_parts(flat)
         if not constrained:
-            return self.string_terminal(any_string_body())
+            return self.string_terminal(any_string_body(canonical=self.canonical))
         return self.string_terminal(parts[0], tuple(parts[1:]))
 
     # ------------------------------------------------------------------ arrays
@@ -1310,6 +1338,8 @@ class SchemaCompiler:
             declared.append((name, options(conj, rule, qualifying), name in required))
 
         members, make_key = self._extra_members(flat, order, names_schemas, ptr)
+        if self._closed_by_default(flat, musts, len(order), lo):
+            members = []
         extra: list[tuple[str, str, int]] = []  # key terminal, value rule, flags it sets
         key_sets = [self._some_keys(sub, spec) for sub, spec in musts]
         for langs, conj, value_rule in members:
@@ -1340,7 +1370,10 @@ class SchemaCompiler:
                 todo.append(key)
             return states[key]
 
-        keys = [self.key_terminal(literal_body(name)) for name, _, _ in declared]
+        keys = [
+            self.key_terminal(literal_body(name, canonical=self.canonical))
+            for name, _, _ in declared
+        ]
         start = state(0, 0, True, 0)
         while todo:
             i, c, first, f = todo.pop()
@@ -1363,17 +1396,33 @@ class SchemaCompiler:
         self.add(rule, self.punct("{"), start, self.punct("}"))
         return rule
 
+    def _closed_by_default(
+        self, flat: list[_Sub], musts: list[Any], declared: int, min_count: int
+    ) -> bool:
+        """Whether generate mode offers no keys beyond the declared ones: a subschema lists
+        `properties` and none says anything of other keys (as OpenAI's strict mode and xgrammar
+        do; accept mode keeps JSON Schema's open default). Keys that `required` names are
+        declared; an object that `minProperties` forces past them stays open."""
+        if not self.canonical or musts or min_count > declared:
+            return False
+        if not any(sub.schema.get("properties") for sub in flat):
+            return False
+        open_keys = ("additionalProperties", "patternProperties", "propertyNames",
+                     "unevaluatedProperties")  # fmt: skip
+        return not any(key in sub.schema for sub in flat for key in open_keys)
+
     def _some_keys(self, sub: _Sub, spec: dict[str, JSON]) -> list[Node]:
         """The encoded key languages whose intersection is a "some member" key set."""
         out: list[Node] = []
+        canonical = self.canonical
         if spec["exclude"]:
-            out.append(not_in_set(spec["exclude"]))
+            out.append(not_in_set(spec["exclude"], canonical=canonical))
         where = f"{sub.ptr}/{_esc(_SOME_KW)}"
         if spec["notPatterns"]:
             nodes = [self.patterns.possible(p, where) for p in spec["notPatterns"]]
-            out.append(encode(self.complement(alternation(nodes), sub)))
+            out.append(encode(self.complement(alternation(nodes), sub), canonical=canonical))
         if spec["pattern"] is not None:
-            out.append(encode(self.pattern_node(spec["pattern"], where)))
+            out.append(encode(self.pattern_node(spec["pattern"], where), canonical=canonical))
         return out
 
     def _extra_members(
@@ -1391,7 +1440,8 @@ class SchemaCompiler:
         name_parts: list[Node] = []
         for ns in names_schemas:
             name_parts.extend(self._names_language(ns))
-        base_key = not_in_set(declared) if declared else None
+        canonical = self.canonical
+        base_key = not_in_set(declared, canonical=canonical) if declared else None
 
         def trivial(sub: _Sub) -> bool:
             pats = sub.schema.get("patternProperties") or {}
@@ -1399,10 +1449,10 @@ class SchemaCompiler:
             return addl in (True, {}) and all(v is True or v == {} for v in pats.values())
 
         def key_terminal(decoded: list[Node], encoded: list[Node]) -> str:
-            enc = [encode(d) for d in decoded] + encoded + name_parts
+            enc = [encode(d, canonical=canonical) for d in decoded] + encoded + name_parts
             enc += [base_key] if base_key else []
             if not enc:
-                return self.key_terminal(any_string_body())
+                return self.key_terminal(any_string_body(canonical=canonical))
             return self.key_terminal(enc[0], tuple(enc[1:]))
 
         patterned = [s for s in flat if s.schema.get("patternProperties") and not trivial(s)]
@@ -1498,7 +1548,7 @@ class SchemaCompiler:
             s = finite[0].schema
             values = [s["const"]] if "const" in s else list(s["enum"])
             words = [v for v in values if isinstance(v, str) and self._valid(v, flat)]
-            return [alternation(literal_body(w) for w in words)]
+            return [alternation(literal_body(w, canonical=self.canonical) for w in words)]
         parts, _ = self.string_parts(flat)
         return parts
 

@@ -26,6 +26,7 @@ from structgen import (
     Matcher,
     RegexError,
     SchemaError,
+    SchemaOptions,
     StructgenError,
     allocate_bitmask,
 )
@@ -51,12 +52,16 @@ VOCAB = byte_vocab()
 FORMATS = Draft202012Validator.FORMAT_CHECKER
 
 
-def _compile_schema(schema: object) -> CompiledGrammar | None:
-    """Compile and fill the first mask; None for a typed refusal. Anything else propagates."""
+_ACCEPT = SchemaOptions(mode="accept")
+
+
+def _compile_schema(schema: object, options: SchemaOptions = _ACCEPT) -> CompiledGrammar | None:
+    """Compile and fill the first mask; None for a typed refusal. Anything else propagates.
+    Accept mode: the checks below compare every JSON spelling with jsonschema's verdict."""
     with time_bound(BOUND_S), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            grammar = Compiler(VOCAB).json_schema(schema)
+            grammar = Compiler(VOCAB).json_schema(schema, options=options)
             Matcher(grammar).fill_bitmask(allocate_bitmask(1, VOCAB.size))
         except StructgenError:
             return None
@@ -270,6 +275,16 @@ def test_large_string_enums_accept_what_encoders_write_and_nothing_else() -> Non
     for other in ('"v150"', '"v1 "', '"qu\\"ote\\""', '"V1"', '""'):
         matcher = Matcher(grammar)
         assert not (matcher.accept_bytes(other.encode()) and matcher.can_terminate()), other
+    generate = _compile_schema({"enum": values}, SchemaOptions(mode="generate"))
+    assert generate is not None
+    for value in values:
+        canonical = json.dumps(value, ensure_ascii=False).encode()
+        matcher = Matcher(generate)
+        assert matcher.accept_bytes(canonical) and matcher.can_terminate(), canonical
+        escaped = json.dumps(value).encode()
+        if escaped != canonical:
+            matcher = Matcher(generate)
+            assert not (matcher.accept_bytes(escaped) and matcher.can_terminate()), escaped
 
 
 def test_a_limit_hit_while_generating_refuses_the_token_and_is_reported() -> None:
@@ -423,7 +438,16 @@ def test_large_integer_enums_compile_quickly_and_exactly() -> None:
     hundreds of states each), so 2,500 of them ran past the state limit after seconds."""
     values = list(range(500, 3000))
     with time_bound(5.0):
-        grammar = Compiler(VOCAB).json_schema({"enum": [*values, 0]})
+        grammar = Compiler(VOCAB).json_schema(
+            {"enum": [*values, 0]}, options=SchemaOptions(mode="accept")
+        )
     for text, ok in ((b"2999", True), (b"500.0", True), (b"-0", True), (b"3000", False)):
+        matcher = Matcher(grammar)
+        assert (matcher.accept_bytes(text) and matcher.can_terminate()) is ok, text
+    with time_bound(5.0):
+        grammar = Compiler(VOCAB).json_schema(
+            {"enum": [*values, 0]}, options=SchemaOptions(mode="generate")
+        )  # generate mode: plain digits only
+    for text, ok in ((b"2999", True), (b"0", True), (b"500.0", False), (b"-0", False)):
         matcher = Matcher(grammar)
         assert (matcher.accept_bytes(text) and matcher.can_terminate()) is ok, text

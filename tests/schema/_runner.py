@@ -95,12 +95,24 @@ def compile_or_reason(
         return None, f"error: {type(exc).__name__}"
 
 
+# Validating existing text: every spelling and layout of a valid instance must be accepted.
+ACCEPT = SchemaOptions(mode="accept")
+
+
 def run_suite(
-    folder: Path, vocab: Any, tokenizer: Any, *, accepted: list[Accepted] | None = None
+    folder: Path,
+    vocab: Any,
+    tokenizer: Any,
+    options: SchemaOptions = ACCEPT,
+    *,
+    accepted: list[Accepted] | None = None,
 ) -> dict[str, dict[str, int]]:
     """Per `file/group` counts: passed, failed (valid rejected), invalidated (invalid accepted),
-    unsupported (tests of groups whose schema does not compile). `accepted` collects
-    (`file/group`, schema, text) of every accepted instance, for `ajv_report`."""
+    unsupported (tests of groups whose schema does not compile). Instances are written as
+    `json.dumps` writes them (`ensure_ascii=False` in generate mode, whose spellings are those).
+    `accepted` collects (`file/group`, schema, text) of every accepted instance, for
+    `ajv_report`."""
+    ascii_only = options.mode == "accept"
     results: dict[str, dict[str, int]] = {}
     for name in CLAIMED:
         path = folder / f"{name}.json"
@@ -109,7 +121,7 @@ def run_suite(
         for group in json.loads(path.read_text()):
             key = f"{name}/{group['description']}"
             counts = {"passed": 0, "failed": 0, "invalidated": 0, "unsupported": 0}
-            compiled, reason = compile_or_reason(vocab, group["schema"])
+            compiled, reason = compile_or_reason(vocab, group["schema"], options)
             for test in group["tests"]:
                 if compiled is None:
                     # an unsatisfiable schema rejects everything: right for invalid instances
@@ -118,7 +130,7 @@ def run_suite(
                     else:
                         counts["unsupported"] += 1
                     continue
-                text = json.dumps(test["data"])
+                text = json.dumps(test["data"], ensure_ascii=ascii_only)
                 ok = accepts(compiled, tokenizer, text)
                 if ok and accepted is not None:
                     accepted.append((key, group["schema"], text))

@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from structgen.schema import SchemaOptions
 from tests.conftest import load_tokenizer, load_vocab, shared_dir
 from tests.schema._runner import Accepted, ajv_report, run_suite
 
@@ -40,3 +41,17 @@ def test_suite_never_accepts_invalid_and_does_not_regress() -> None:
     assert total >= sum(v["passed"] for v in baseline.values())
     # ajv has no verdict on a few groups only (it overflows its stack on two relative-$ref ones)
     ajv_report(accepted).assert_clean(min_checked=int(0.95 * len(accepted)))
+
+
+def test_generate_mode_never_accepts_invalid() -> None:
+    """Generate mode offers a subset of the valid texts (one spelling, a writer's layout, no
+    unlisted properties): whatever it accepts of the suite's instances must be valid, and the
+    valid instances as json.dumps writes them mostly stay accepted."""
+    folder = shared_dir("json-schema-test-suite") / "tests" / "draft2020-12"
+    options = SchemaOptions(mode="generate", whitespace="spaced")
+    results = run_suite(folder, load_vocab("llama3_1"), load_tokenizer("llama3_1"), options)
+    invalidated = {k: v["invalidated"] for k, v in results.items() if v["invalidated"]}
+    assert not invalidated, f"invalid instances accepted in generate mode: {invalidated}"
+    accept = json.loads(BASELINE.read_text())
+    passed = sum(v["passed"] for v in results.values())
+    assert passed >= 0.9 * sum(v["passed"] for v in accept.values())

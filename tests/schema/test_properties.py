@@ -73,8 +73,12 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
-def accepts(name: str, text: str) -> bool:
-    compiled = Compiler(load_vocab("llama3_1")).json_schema(SCHEMAS[name])
+ACCEPT = SchemaOptions(mode="accept")
+GENERATE = SchemaOptions(mode="generate")
+
+
+def accepts(name: str, text: str, options: SchemaOptions = ACCEPT) -> bool:
+    compiled = Compiler(load_vocab("llama3_1")).json_schema(SCHEMAS[name], options=options)
     matcher = Matcher(compiled)
     for token in load_tokenizer("llama3_1").encode(text, add_special_tokens=False):
         if not matcher.accept_token(token):
@@ -82,18 +86,21 @@ def accepts(name: str, text: str) -> bool:
     return matcher.can_terminate()
 
 
+@pytest.mark.parametrize("options", [ACCEPT, GENERATE], ids=["accept", "generate"])
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31))
-def test_grammar_samples_that_are_accepted_validate(name: str, seed: int) -> None:
-    grammar = compile_schema(SCHEMAS[name], options=SchemaOptions())
+def test_grammar_samples_that_are_accepted_validate(
+    name: str, options: SchemaOptions, seed: int
+) -> None:
+    grammar = compile_schema(SCHEMAS[name], options=options)
     validator = Draft202012Validator(
         SCHEMAS[name], format_checker=Draft202012Validator.FORMAT_CHECKER
     )
     has_intersections = any(t.intersect for t in grammar.terminals)
     accepted = []
     for text in sample_sentences(grammar, count=3, seed=seed, max_depth=6, max_terminals=60):
-        if accepts(name, text):
+        if accepts(name, text, options):
             value = json.loads(text)
             assert validator.is_valid(value), text
             accepted.append(text)
@@ -149,3 +156,22 @@ def test_generated_instances_are_accepted(
 def test_json_mode_accepts_any_json(value: Any) -> None:
     assert accepts("json", json.dumps(value))
     assert accepts("json", json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    # generate mode: json.dumps' own spelling and separators, nothing else
+    assert accepts("json", json.dumps(value, ensure_ascii=False), GENERATE)
+    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    assert accepts("json", compact, GENERATE) == (compact == json.dumps(value, ensure_ascii=False))
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=person)
+def test_generate_mode_accepts_exactly_the_writers_spelling(value: dict[str, Any]) -> None:
+    value = in_schema_order(value, list(SCHEMAS["person"]["properties"]))
+    if "score" in value and "e" in repr(value["score"]):
+        value["score"] = 1.5  # exponent forms are not generated for bounded numbers
+    assert accepts("person", json.dumps(value, ensure_ascii=False), GENERATE)
+    escaped = json.dumps(value, ensure_ascii=True)
+    if escaped != json.dumps(value, ensure_ascii=False):
+        assert not accepts("person", escaped, GENERATE)  # `\u00e9` is not how a writer spells é
+    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    assert not accepts("person", compact, GENERATE)
+    assert accepts("person", compact, SchemaOptions(whitespace="compact"))
