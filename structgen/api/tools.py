@@ -43,7 +43,7 @@ import numpy.typing as npt
 from structgen.api._docstrings import parse_docstring
 from structgen.compiler import CompiledGrammar, Compiler
 from structgen.errors import GenerationError, StructgenError
-from structgen.masks import pack_bool_mask, unpack_bitmask
+from structgen.masks import pack_bool_mask, unpack_bitmask, without_tokens
 from structgen.schema import SchemaOptions
 
 if TYPE_CHECKING:
@@ -981,12 +981,7 @@ class _TurnGuard:
         ]
         if not refused:
             return mask
-        out = mask.copy()
-        ids = np.asarray(refused, dtype=np.int64)
-        np.bitwise_and.at(
-            out.view(np.uint32), ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32))
-        )
-        return out
+        return without_tokens(mask, refused)
 
     def forced_bytes(self, state: tuple[Any, _TurnScan], limit: int = 4096) -> bytes:
         inner, scan = state

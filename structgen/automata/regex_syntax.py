@@ -427,13 +427,8 @@ def parse_regex(
     dialect says (Lark's ``i`` without ``u``). Raises ``RegexError`` with the offset of the
     problem for malformed patterns, ``UnsupportedRegexError`` for unsupported ones.
     """
-    ds = dl.dialects_of(dialect)
-    bits = _parse_flag_letters(flags, pattern, ds[0])
-    try:
-        return _Parser(pattern, ds, bits, search=False, ascii_case=ascii_case).parse_full()
-    except UnsupportedRegexError:
-        _check_syntax(pattern, ds, bits, search=False, ascii_case=ascii_case)
-        raise
+    node: Node = _parse(pattern, flags, dialect, ascii_case, search=False)
+    return node
 
 
 def search_language(
@@ -450,12 +445,22 @@ def search_language(
     multiline flag they are unsupported. Lookaheads are supported right after a leading ``^``
     when the pattern has one top-level alternative (each becomes a language of its own).
     """
+    language: SearchLanguage = _parse(pattern, flags, dialect, ascii_case, search=True)
+    return language
+
+
+def _parse(
+    pattern: str, flags: Iterable[str], dialect: DialectSpec, ascii_case: bool, *, search: bool
+) -> Any:
+    """`parse_regex` (full match) or `search_language` (`search`): an unsupported construct is
+    reported only once the whole pattern is known to be well-formed in the dialect."""
     ds = dl.dialects_of(dialect)
     bits = _parse_flag_letters(flags, pattern, ds[0])
+    parser = _Parser(pattern, ds, bits, search=search, ascii_case=ascii_case)
     try:
-        return _Parser(pattern, ds, bits, search=True, ascii_case=ascii_case).parse_search()
+        return parser.parse_search() if search else parser.parse_full()
     except UnsupportedRegexError:
-        _check_syntax(pattern, ds, bits, search=True, ascii_case=ascii_case)
+        _check_syntax(pattern, ds, bits, search=search, ascii_case=ascii_case)
         raise
 
 

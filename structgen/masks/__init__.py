@@ -6,6 +6,7 @@ from structgen.masks._bitmask import (
     bitmask_words,
     pack_bool_mask,
     unpack_bitmask,
+    without_tokens,
 )
 from structgen.masks._walker import TokenClasses, TokenMaskWalker, token_classes
 
@@ -18,4 +19,5 @@ __all__ = [
     "pack_bool_mask",
     "token_classes",
     "unpack_bitmask",
+    "without_tokens",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "bitmask_words",
     "pack_bool_mask",
     "unpack_bitmask",
+    "without_tokens",
 ]
 
 
@@ -59,6 +60,17 @@ def unpack_bitmask(row: Any, vocab_size: int) -> npt.NDArray[np.bool_]:
 
 
 _SHIFTS: dict[Any, Any] = {}
+
+
+def without_tokens(row: npt.NDArray[np.int32], ids: Any) -> npt.NDArray[np.int32]:
+    """A copy of the packed mask `row` with the tokens `ids` cleared (for guards that refuse a
+    few tokens of a cached mask, which must stay untouched)."""
+    out = row.copy()
+    ids = np.asarray(ids, dtype=np.int64)
+    np.bitwise_and.at(
+        out.view(np.uint32), ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32))
+    )
+    return out
 
 
 def apply_bitmask(logits: Any, bitmask: Any, *, indices: Any = None) -> Any:

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from structgen.masks import pack_bool_mask, unpack_bitmask
+from structgen.masks import pack_bool_mask, unpack_bitmask, without_tokens
 from structgen.schema._strings import (
     _MAX_TRIE_WORD,
     _SHORT_ESCAPES,
@@ -204,7 +204,7 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
         kind = _item_kind(compiler, sub, known)
         if kind is None:
             return None
-        out.append(UniqueArray(path, kind[0], kind[1], bool(getattr(compiler, "canonical", False))))
+        out.append(UniqueArray(path, kind[0], kind[1], compiler.canonical))
         item_schemas.update(kind[2])
     for array in out:
         for path, schema, plain in seen:
@@ -648,11 +648,7 @@ class UniqueItemsEngine:
         ]
         if not refused:
             return mask
-        out = mask.copy()
-        ids = np.asarray(refused, dtype=np.int64)
-        np.bitwise_and.at(
-            out.view(np.uint32), ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32))
-        )
+        out = without_tokens(mask, refused)
         out.setflags(write=False)
         return out
 
