@@ -22,6 +22,7 @@ import numpy.typing as npt
 from structgen import automata
 from structgen._budget import compile_budget
 from structgen.automata import AutomataLimits
+from structgen.automata.dfa import shortest_paths
 from structgen.errors import StructgenError
 from structgen.grammar.engine import GrammarEngine
 from structgen.grammar.ir import Grammar
@@ -96,6 +97,11 @@ class _RegexEngine:
     def token_mask(self, state: int) -> npt.NDArray[np.int32]:
         return self._walker.mask(state)
 
+    def shortest_completion(self, state: int, *, spaced: bool = False) -> bytes | None:
+        """The shortest bytes from `state` to a match (None: none found within the search)."""
+        found = shortest_paths(self._dfa, state, self._dfa.is_accepting)
+        return found[0][0] if found else None
+
     def forced_bytes(self, state: int, limit: int = 4096) -> bytes:
         out = bytearray()
         dfa = self._dfa
@@ -116,7 +122,7 @@ class CompiledGrammar:
     expose the same small interface (states are opaque to the Matcher).
     """
 
-    __slots__ = ("_engine", "_recipe", "fingerprint", "kind", "source", "vocab")
+    __slots__ = ("_engine", "_planner", "_recipe", "fingerprint", "kind", "source", "vocab")
 
     def __init__(
         self,
@@ -132,6 +138,7 @@ class CompiledGrammar:
         self.source = source
         self._engine = engine
         self._recipe = recipe
+        self._planner: Any = None  # closing.CompletionPlanner, made on first use
         digest = hashlib.sha256(
             f"{_COMPILER_VERSION}\0{kind}\0{engine.fingerprint}\0{vocab.fingerprint}".encode()
         )
@@ -152,6 +159,16 @@ class CompiledGrammar:
         """Packed mask of the text tokens allowed in `state` (EOS not included)."""
         mask: npt.NDArray[np.int32] = self._engine.token_mask(state)
         return mask
+
+    def shortest_completion(self, state: Any, *, spaced: bool = False) -> bytes | None:
+        """A short text that completes the output from `state` (b"" when it is complete; None
+        when the engine finds none). The engine's proposal: `closing.CompletionPlanner` checks it
+        (wrapping engines may refuse it) and searches on where it fails."""
+        finder = getattr(self._engine, "shortest_completion", None)
+        if finder is None:
+            return None
+        found: bytes | None = finder(state, spaced=spaced)
+        return found
 
     def forced_bytes(self, state: Any, limit: int = 4096) -> bytes:
         """The bytes every continuation from `state` starts with (empty when there is a choice)."""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from structgen.closing import planner_of
 from structgen.compiler import CompiledGrammar
 from structgen.errors import StructgenError
 
@@ -229,6 +230,39 @@ class Matcher:
         clone._history = list(self._history)
         clone.error = self.error
         return clone
+
+    # ------------------------------------------------------------------ budgets
+
+    def completion_tokens(self) -> list[int] | None:
+        """Tokens that complete the output from here ([] when it is complete; None when none
+        was found). A real completion: its length bounds the fewest tokens from above."""
+        state = self._state
+        if state is _TERMINATED:
+            return []
+        plan = planner_of(self._grammar).plan(state)
+        return None if plan is None else list(plan)
+
+    def tokens_to_finish(self) -> int | None:
+        """How many tokens `completion_tokens()` takes (0 when complete; None: unknown)."""
+        plan = self.completion_tokens()
+        return None if plan is None else len(plan)
+
+    def fits(self, token_id: int, tokens_left: int) -> bool:
+        """Whether `token_id` is allowed and, after it, the output can still be completed in
+        the `tokens_left - 1` tokens that remain (budget-aware closing; docs/design/budgets.md).
+        """
+        nxt = self._next_state(token_id)
+        if nxt is None:
+            return False
+        if nxt is _TERMINATED:
+            return True
+        planner = planner_of(self._grammar)
+        state = self._state
+        mine = planner.plan(state)
+        if mine and mine[0] == token_id:  # the plan's own next step: its rest completes nxt
+            planner.remember(nxt, mine[1:])
+        plan = planner.plan(nxt)
+        return plan is not None and len(plan) <= tokens_left - 1
 
     # ------------------------------------------------------------------ jump forward
 

@@ -129,7 +129,7 @@ class LM:
         sampling = self.params(params, **options)
         model_input, chat = self.model_input(prompt, system=system)
         result = self.generator.generate(model_input, sampling, grammar=grammar, chat=chat)
-        if grammar is not None and result.finish_reason not in ("eos", "stop"):
+        if grammar is not None and not (result.finish_reason in ("eos", "stop") or result.complete):
             raise GenerationError(
                 f"the output stopped ({result.finish_reason}) after "
                 f"{result.metrics.output_tokens} tokens before the {grammar.kind} constraint was "

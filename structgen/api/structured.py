@@ -303,7 +303,7 @@ class _Asker(Generic[ModelT]):
     def judge(self, result: GenerationResult) -> ModelT | None:
         """The validated instance, or None after recording the failure and the re-ask."""
         text = result.text
-        if result.finish_reason not in ("eos", "stop"):
+        if not (result.finish_reason in ("eos", "stop") or result.complete):
             reason = (
                 f"max_new_tokens={self.params.max_new_tokens} was reached"
                 if result.finish_reason == "length"

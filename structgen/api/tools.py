@@ -921,6 +921,12 @@ class _TurnGuard:
     def is_accepting(self, state: tuple[Any, _TurnScan]) -> bool:
         return bool(self.inner.is_accepting(state[0]))
 
+    def shortest_completion(
+        self, state: tuple[Any, _TurnScan], *, spaced: bool = False
+    ) -> bytes | None:
+        """The turn grammar's proposal (the planner checks it against the guard)."""
+        return self.inner.shortest_completion(state[0], spaced=spaced)
+
     def token_mask(self, state: tuple[Any, _TurnScan]) -> npt.NDArray[np.int32]:
         mask = self.inner.token_mask(state[0])
         scan = state[1]
@@ -1468,7 +1474,7 @@ def run_tools(
         text = tool_prompt(lm, conversation, tool_list, parallel_tool_calls=parallel_tool_calls)
         ids = lm.tokenizer(text, add_special_tokens=not lm.has_chat_template)["input_ids"]
         result = lm.generator.generate(list(ids), sampling_params, grammar=grammar)
-        if result.finish_reason not in ("eos", "stop"):
+        if not (result.finish_reason in ("eos", "stop") or result.complete):
             raise GenerationError(
                 f"turn {step} stopped ({result.finish_reason}) after "
                 f"{result.metrics.output_tokens} tokens before it was complete; raise "

@@ -30,7 +30,7 @@ from structgen.automata._native_subset import _NativeStates
 from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
 from structgen.errors import LimitExceededError
 
-__all__ = ["ByteDFA", "UnionSource", "byte_classes_from_ranges"]
+__all__ = ["ByteDFA", "UnionSource", "byte_classes_from_ranges", "shortest_paths"]
 
 IntArray = npt.NDArray[np.int32]
 _DEAD_ROW: IntArray = np.full(256, -1, dtype=np.int32)
@@ -444,6 +444,73 @@ class ByteDFA:
 
 
 # ---------------------------------------------------------------------- regex (NFA) source
+
+
+def _byte_rank(byte: int) -> int:
+    """Which bytes a completion path prefers: letters and digits, then other printable ASCII,
+    then UTF-8 lead bytes and the rest (paths read like text and tokenize into fewer tokens)."""
+    if 0x61 <= byte <= 0x7A or 0x30 <= byte <= 0x39:
+        return 0
+    if 0x41 <= byte <= 0x5A:
+        return 1
+    if 0x20 <= byte <= 0x7E:
+        return 2
+    if byte >= 0x80:
+        return 3
+    return 4
+
+
+#: all bytes, the preferred first (`shortest_paths` takes the first byte that reaches a state)
+_PREFERRED_BYTES = np.array(sorted(range(256), key=lambda b: (_byte_rank(b), b)), dtype=np.intp)
+
+
+def shortest_paths(
+    dfa: ByteDFA,
+    state: int,
+    is_goal: Callable[[int], bool],
+    *,
+    max_goals: int = 1,
+    max_states: int = 4096,
+) -> list[tuple[bytes, int]]:
+    """Up to `max_goals` (path, goal state) pairs from `state`, shortest paths first.
+
+    Breadth first over the lazily built rows, visiting at most `max_states` states; a state is
+    reached by its preferred byte (readable text first). `state` itself counts when it is a goal.
+    """
+    if state < 0:
+        return []
+    parent: dict[int, tuple[int, int]] = {state: (-1, -1)}
+    found: list[tuple[bytes, int]] = []
+
+    def path_to(end: int) -> bytes:
+        out = bytearray()
+        node = end
+        while True:
+            prev, byte = parent[node]
+            if prev < 0:
+                break
+            out.append(byte)
+            node = prev
+        out.reverse()
+        return bytes(out)
+
+    queue = deque([state])
+    while queue:
+        current = queue.popleft()
+        if is_goal(current):
+            found.append((path_to(current), current))
+            if len(found) >= max_goals:
+                break
+        if len(parent) >= max_states:
+            continue
+        row = dfa.row(current)[_PREFERRED_BYTES]
+        targets, first = np.unique(row, return_index=True)
+        for target, index in zip(targets.tolist(), first.tolist()):
+            if target < 0 or target in parent:
+                continue
+            parent[target] = (current, int(_PREFERRED_BYTES[index]))
+            queue.append(target)
+    return found
 
 
 class NFASource(_Source):

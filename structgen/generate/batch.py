@@ -44,6 +44,9 @@ from structgen.vocab import Vocabulary
 
 __all__ = ["DecodeBatch"]
 
+#: budget-aware closing draws a row again at most this often per step, then takes its plan
+MAX_REDRAWS = 256
+
 
 @dataclass(slots=True)
 class _Row:
@@ -63,6 +66,8 @@ class _Row:
     forward_passes: int = 0
     forced_tokens: int = 0
     cached_tokens: int = 0
+    closing: bool = False  # budget-aware closing is on (a grammar and close_within_budget)
+    closing_redraws: int = 0
     started: float = 0.0  # when the request arrived: the origin of its TTFT and total time
 
 
@@ -127,7 +132,14 @@ class DecodeBatch:
                 seed = int(torch.randint(0, 2**62, (1,)).item())
             generator = torch.Generator(device=device).manual_seed(seed)
         matcher = Matcher(request.grammar) if request.grammar is not None else None
-        return _Row(index, request.prompt_ids, params, matcher, generator, TextTracker(params.stop))
+        row = _Row(index, request.prompt_ids, params, matcher, generator, TextTracker(params.stop))
+        # closing needs a plan from the start (none found: the budget cannot be kept, so off)
+        row.closing = (
+            matcher is not None
+            and params.close_within_budget
+            and matcher.tokens_to_finish() is not None
+        )
+        return row
 
     def _start_cache(self, prefix_cache: PrefixCache | None) -> tuple[Any, torch.Tensor, int]:
         """(cache, attention mask, positions already in it): empty, or a shared cached prefix.
@@ -254,9 +266,17 @@ class DecodeBatch:
         mask = self._fill_masks()  # host work, overlapping the forward on CUDA
         if mask is not None:
             apply_bitmask(logits, mask)
+        closing = [j for j, r in enumerate(self._active) if r.closing]
+        masked = logits[closing].clone() if closing else None  # (choose_tokens edits logits)
         generators = [r.generator for r in self._active]
         chosen = choose_tokens(logits, self._tensors, generators, self._penalties)
         ids = chosen.tolist()  # the only device → host transfer of the step
+        if masked is not None:
+            for k, j in enumerate(closing):
+                token = self._close(self._active[j], j, int(ids[j]), masked[k : k + 1])
+                if token != ids[j]:
+                    ids[j] = token
+                    chosen[j] = token
         now = time.perf_counter()
         forced: list[tuple[int, int]] = []
         for j, (row, token) in enumerate(zip(self._active, ids)):
@@ -283,6 +303,34 @@ class DecodeBatch:
             return self._host_mask[:n]
         self._device_mask[:n].copy_(self._host_mask[:n], non_blocking=True)
         return self._device_mask[:n]
+
+    def _tokens_left(self, row: _Row) -> int:
+        left = row.params.max_new_tokens - len(row.output)
+        if self._context is not None:
+            left = min(left, self._context - self._row_length(row))
+        return left
+
+    def _close(self, row: _Row, j: int, token: int, masked: torch.Tensor) -> int:
+        """Budget-aware closing for one row: `token` if the output can still be completed in
+        the tokens left after it, else a new draw from the row's masked logits without the
+        tokens that do not fit (at most `MAX_REDRAWS`; then the plan's next token)."""
+        assert row.matcher is not None
+        left = self._tokens_left(row)
+        matcher = row.matcher
+        if matcher.fits(token, left):
+            return token
+        tensors = SamplingTensors.build([row.params], self._runner.device)
+        penalties = self._penalties.row(j) if self._penalties is not None else None
+        for _ in range(MAX_REDRAWS):
+            row.closing_redraws += 1
+            masked[0, token] = float("-inf")
+            if not bool(torch.isfinite(masked).any()):
+                break
+            token = int(choose_tokens(masked.clone(), tensors, [row.generator], penalties)[0])
+            if matcher.fits(token, left):
+                return token
+        plan = matcher.completion_tokens()
+        return plan[0] if plan else token
 
     def _accept(self, row: _Row, token: int, now: float) -> None:
         if not row.first_token_at:
@@ -317,7 +365,17 @@ class DecodeBatch:
         tokens = row.matcher.forced_tokens()[:budget]
         if not tokens:
             return
-        accepted = row.matcher.accept_tokens(tokens)
+        if row.closing:  # forced text is on every path, but its spelling must fit the budget
+            left = self._tokens_left(row)
+            fitting = 0
+            for token in tokens:
+                if not row.matcher.fits(token, left - fitting):
+                    break
+                row.matcher.accept_token(token)
+                fitting += 1
+            accepted = fitting
+        else:
+            accepted = row.matcher.accept_tokens(tokens)
         tokens = tokens[:accepted]
         row.output.extend(tokens)
         row.pending.extend(tokens)
@@ -383,12 +441,14 @@ class DecodeBatch:
             forward_passes=row.forward_passes,
             forced_tokens=row.forced_tokens,
             cached_prompt_tokens=row.cached_tokens,
+            closing_redraws=row.closing_redraws,
         )
         self.results[row.index] = GenerationResult(
             text=row.text.text,
             token_ids=tuple(row.output),
             finish_reason=row.finish,
             metrics=metrics,
+            complete=row.matcher is None or row.matcher.can_terminate(),
         )
 
     def run(self) -> list[GenerationResult]:

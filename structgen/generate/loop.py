@@ -21,7 +21,13 @@ from structgen.generate.beam import beam_search
 from structgen.generate.model_io import ModelRunner
 from structgen.generate.params import BeamParams, SamplingParams
 from structgen.generate.prefix_cache import PrefixCache
-from structgen.generate.requests import Prompt, Request, VocabularyCheck, encode_prompt
+from structgen.generate.requests import (
+    Prompt,
+    Request,
+    VocabularyCheck,
+    check_budget,
+    encode_prompt,
+)
 from structgen.generate.results import BeamHypothesis, GenerationResult
 from structgen.vocab import Vocabulary
 
@@ -98,6 +104,7 @@ class Generator:
                 raise GenerationError(f"{where}: params must be SamplingParams, got {p!r}")
             if g is not None:
                 self._vocab_check.check(g, where)
+                check_budget(g, p, where)
             ids = encode_prompt(self.tokenizer, prompt, chat=chat, where=where)
             if self.context_length is not None and len(ids) >= self.context_length:
                 raise GenerationError(

@@ -29,6 +29,12 @@ class SamplingParams:
 
     Generation ends at an EOS id, when a `stop` string appears in the decoded text (the text is
     cut before it; matched across token boundaries), or after `max_new_tokens` tokens.
+
+    `close_within_budget` (with a grammar): a token is drawn only if the output can still be
+    completed in the tokens left after it, so a constrained output ends complete within
+    `max_new_tokens`; a budget below the grammar's shortest output is a `GenerationError` before
+    generating. Draws that do not fit are drawn again without them (the distribution is the
+    masked one restricted to the tokens that fit). See docs/design/budgets.md.
     """
 
     max_new_tokens: int = 64
@@ -42,6 +48,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    close_within_budget: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):  # a single string is a common slip: accept it

@@ -13,9 +13,10 @@ from typing import Any
 from structgen.compiler import CompiledGrammar
 from structgen.errors import GenerationError
 from structgen.generate.params import SamplingParams
+from structgen.matcher import Matcher
 from structgen.vocab import Vocabulary
 
-__all__ = ["Prompt", "Request", "VocabularyCheck", "encode_prompt"]
+__all__ = ["Prompt", "Request", "VocabularyCheck", "check_budget", "encode_prompt"]
 
 # Text, token ids, or chat messages ([{"role": ..., "content": ...}, ...]).
 Prompt = str | Sequence[int] | Sequence[Mapping[str, Any]]
@@ -96,4 +97,19 @@ class VocabularyCheck:
             f"(size {grammar.vocab.size}, fingerprint {fingerprint[:12]}) than this model's "
             f"(size {self.vocab.size}, fingerprint {self.vocab.fingerprint[:12]}); compile it "
             "with Compiler(generator.vocab)"
+        )
+
+
+def check_budget(grammar: CompiledGrammar | None, params: Any, where: str) -> None:
+    """Refuse, before generating, a budget below the grammar's shortest output (with
+    `close_within_budget`: such an output could never end complete)."""
+    if grammar is None or not getattr(params, "close_within_budget", False):
+        return
+    need = Matcher(grammar).tokens_to_finish()
+    budget = int(params.max_new_tokens)
+    if need is not None and need > budget:
+        raise GenerationError(
+            f"{where}: the shortest output of the grammar takes {need} tokens, more than "
+            f"max_new_tokens={budget}; raise max_new_tokens to at least {need} (or relax the "
+            "constraint)"
         )

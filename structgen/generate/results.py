@@ -18,7 +18,9 @@ class RequestMetrics:
     `time_per_output_token` is the mean gap between later output tokens (0 with one token).
     `forward_passes` counts the model calls that involved this request (prefill included);
     `forced_tokens` the tokens fed by jump forward, each one a decode pass saved;
-    `cached_prompt_tokens` the prompt tokens taken from the prefix cache.
+    `cached_prompt_tokens` the prompt tokens taken from the prefix cache;
+    `closing_redraws` the draws refused because the output could not have been completed in the
+    tokens left after them (budget-aware closing narrowed the choice).
     """
 
     prompt_tokens: int
@@ -29,6 +31,7 @@ class RequestMetrics:
     forward_passes: int
     forced_tokens: int
     cached_prompt_tokens: int
+    closing_redraws: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -43,13 +46,16 @@ class GenerationResult:
     `text` is cut before a matched stop string; `token_ids` are all generated ids (an EOS that
     ended the output included). `finish_reason`: "eos" (an EOS token, or the grammar completed),
     "stop" (a stop string), "length" (`max_new_tokens` or the model's context), "grammar" (the
-    constraint allowed no token: a grammar that cannot be completed).
+    constraint allowed no token: a grammar that cannot be completed). `complete`: the output is
+    a whole sentence of its constraint (always True without one) — with budget-aware closing a
+    constrained output cut by `max_new_tokens` ("length") is complete too.
     """
 
     text: str
     token_ids: tuple[int, ...]
     finish_reason: FinishReason
     metrics: RequestMetrics
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,6 +148,13 @@ class PenaltyState:
         self.counts = self.counts[keep]
         self.seen = self.seen[keep]
 
+    def row(self, index: int) -> PenaltyState:
+        """A one-row view (for drawing one row again)."""
+        view = PenaltyState.__new__(PenaltyState)
+        view.counts = self.counts[index : index + 1]
+        view.seen = self.seen[index : index + 1]
+        return view
+
 
 def choose_tokens(
     logits: torch.Tensor,

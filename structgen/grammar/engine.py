@@ -15,6 +15,7 @@ See docs/design/context-free.md.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import OrderedDict, deque
 from dataclasses import replace
@@ -24,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
-from structgen.automata.dfa import UnionSource
+from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar, TerminalDef, node_digest
 from structgen.masks import TokenMaskWalker, pack_bool_mask
@@ -187,6 +188,7 @@ class GrammarEngine:
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self.fingerprint = f"{grammar.fingerprint()}"
+        self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
 
     # ------------------------------------------------------------------ lexers
 
@@ -381,3 +383,261 @@ class GrammarEngine:
             lex_state = dfa.next_state(lex_state, byte)
             fresh = False
         return bytes(out)
+
+    # ------------------------------------------------------------------ shortest completions
+
+    def shortest_completion(self, state: ParseState, *, spaced: bool = False) -> bytes | None:
+        """A shortest text that completes the parse from `state` (a proposal, for budgets).
+
+        The current lexeme is finished by its shortest path to an end the parser takes, then
+        each terminal of the shortest terminal string that completes the parse follows in its
+        own shortest text. Greedy lexing may read the joined pieces otherwise (a name running
+        into the next keyword): the caller checks the text, and asks again with `spaced=True`,
+        which puts the shortest `%ignore` text between the pieces.
+        """
+        parse, lex_state, fresh = state
+        shortest = self._shortest_texts()
+        separator = shortest.separator if spaced else b""
+        if fresh:
+            pieces = shortest.completion(parse)
+            return None if pieces is None else separator.join(pieces)
+        lexer = self.lexer(parse)
+        ends = shortest_paths(
+            lexer.dfa, lex_state, lambda q: bool(lexer.accepted(q)), max_goals=8, max_states=2048
+        )
+        best: bytes | None = None
+        for path, end in ends:
+            if best is not None and len(path) >= len(best):
+                break
+            after = self.end_lexeme(parse, end)
+            if after is None:
+                continue
+            pieces = shortest.completion(after)
+            if pieces is None:
+                continue
+            text = separator.join([path, *pieces]) if pieces else path
+            if best is None or len(text) < len(best):
+                best = text
+        return best
+
+    def _shortest_texts(self) -> _ShortestTexts:
+        shortest = self._shortest
+        if shortest is None:
+            with self._lock:
+                shortest = self._shortest
+                if shortest is None:
+                    shortest = self._shortest = _ShortestTexts(self)
+        return shortest
+
+
+_INFINITE = 1 << 60
+
+
+class _ShortestTexts:
+    """Shortest texts of a grammar's terminals, nonterminals and parse states (in bytes).
+
+    Terminals: a breadth-first search of their automata. Nonterminals: Knuth's generalisation
+    of Dijkstra (a rule is priced once all its nonterminals are), so the chosen rules never
+    loop. A parse state: the cheapest item to finish, and after it what its origin set needs
+    (`finish_table`, memoised on each Earley set: the cost of completing the parse once a
+    nonterminal that started there is done).
+    """
+
+    def __init__(self, engine: GrammarEngine) -> None:
+        parser = engine.parser
+        self.parser = parser
+        self.terminals: list[bytes | None] = []
+        for dfa in engine.terminal_dfas:
+            found = [] if dfa.is_empty else shortest_paths(dfa, dfa.start, dfa.is_accepting)
+            self.terminals.append(found[0][0] if found else None)
+        rules = parser.rules
+        num_terminals = parser.num_terminals
+        pending = [0] * len(rules)
+        partial = [0] * len(rules)
+        uses: dict[int, list[int]] = {}
+        heap: list[tuple[int, int, int]] = []
+        for rid, (lhs, rhs) in enumerate(rules):
+            for sym in rhs:
+                if sym < num_terminals:
+                    text = self.terminals[sym]
+                    partial[rid] += _INFINITE if text is None else len(text)
+                else:
+                    pending[rid] += 1
+                    uses.setdefault(sym, []).append(rid)
+            if not pending[rid] and partial[rid] < _INFINITE:
+                heapq.heappush(heap, (partial[rid], lhs, rid))
+        #: nonterminal -> (length of its shortest text, the rule that gives it)
+        self.nonterminals: dict[int, tuple[int, int]] = {}
+        while heap:
+            cost, lhs, rid = heapq.heappop(heap)
+            if lhs in self.nonterminals:
+                continue
+            self.nonterminals[lhs] = (cost, rid)
+            for user in uses.get(lhs, ()):
+                pending[user] -= 1
+                partial[user] += cost
+                if not pending[user] and partial[user] < _INFINITE:
+                    heapq.heappush(heap, (partial[user], rules[user][0], user))
+        self._suffix: dict[tuple[int, int], int] = {}
+        self._pieces: dict[int, tuple[bytes, ...]] = {}
+        ignored = [self.terminals[i] for i in engine.ignore]
+        options = [t for t in ignored if t]
+        self.separator = min(options, key=len) if options else b""
+
+    def length(self, symbol: int) -> int:
+        if symbol < self.parser.num_terminals:
+            text = self.terminals[symbol]
+            return _INFINITE if text is None else len(text)
+        hit = self.nonterminals.get(symbol)
+        return _INFINITE if hit is None else hit[0]
+
+    def suffix(self, rid: int, dot: int) -> int:
+        """The length of the shortest text of rule `rid`'s symbols from `dot` on."""
+        key = (rid, dot)
+        hit = self._suffix.get(key)
+        if hit is None:
+            rhs = self.parser.rules[rid][1]
+            hit = min(_INFINITE, sum(self.length(sym) for sym in rhs[dot:]))
+            self._suffix[key] = hit
+        return hit
+
+    def pieces(self, symbol: int) -> tuple[bytes, ...]:
+        """The terminal texts of `symbol`'s shortest text, in order."""
+        if symbol < self.parser.num_terminals:
+            text = self.terminals[symbol]
+            return () if text is None else (text,)
+        hit = self._pieces.get(symbol)
+        if hit is None:
+            out: list[bytes] = []
+            stack = [symbol]
+            while stack:  # iterative: the chosen rules form a DAG, but it can be deep
+                sym = stack.pop()
+                if sym < self.parser.num_terminals:
+                    text = self.terminals[sym]
+                    if text is not None:
+                        out.append(text)
+                    continue
+                done = self._pieces.get(sym)
+                if done is not None:
+                    out.extend(done)
+                    continue
+                _, rid = self.nonterminals[sym]
+                stack.extend(reversed(self.parser.rules[rid][1]))
+            hit = tuple(out)
+            self._pieces[symbol] = hit
+        return hit
+
+    def rule_pieces(self, rid: int, dot: int) -> list[bytes]:
+        out: list[bytes] = []
+        for sym in self.parser.rules[rid][1][dot:]:
+            out.extend(self.pieces(sym))
+        return out
+
+    def finish_table(self, parse: EarleySet) -> dict[int, tuple[int, int, int, EarleySet | None]]:
+        """Per nonterminal `A` that items of `parse` wait on: the cheapest way to complete the
+        parse once an `A` that started at `parse` is done, as (cost, rule, dot, origin)."""
+        table: dict[int, tuple[int, int, int, EarleySet | None]] | None = parse.memo.get("finish")
+        if table is not None:
+            return table
+        # The origins' tables first, without recursion (right-recursive rules chain origins as
+        # long as the input).
+        stack = [parse]
+        while stack:
+            top = stack[-1]
+            missing = [
+                origin
+                for items in top.by_next.values()
+                for _, _, origin in items
+                if "finish" not in origin.memo and origin is not top
+            ]
+            if missing:
+                stack.extend(dict.fromkeys(missing))
+                continue
+            stack.pop()
+            if "finish" not in top.memo:
+                top.memo["finish"] = self._table(top)
+        done: dict[int, tuple[int, int, int, EarleySet | None]] = parse.memo["finish"]
+        return done
+
+    def _table(self, parse: EarleySet) -> dict[int, tuple[int, int, int, EarleySet | None]]:
+        """`finish_table` of `parse`, its origins' tables being known."""
+        parser = self.parser
+        rules = parser.rules
+        num_terminals = parser.num_terminals
+        table: dict[int, tuple[int, int, int, EarleySet | None]] = {}
+        for sym, items in parse.by_next.items():
+            if sym < num_terminals:
+                continue
+            for rid, dot, origin in items:
+                cost = self.item_cost(rid, dot + 1, origin)
+                if cost < _INFINITE and cost < table.get(sym, (_INFINITE,))[0]:
+                    table[sym] = (cost, rid, dot + 1, origin)
+        edges: dict[int, list[tuple[int, int, int, int]]] = {}
+        for sym, pairs in parse.predicted.items():
+            if sym < num_terminals:
+                continue
+            for rid, dot in pairs:
+                weight = self.suffix(rid, dot + 1)
+                if weight >= _INFINITE:
+                    continue
+                if rid == parser.start_rule:
+                    if weight < table.get(sym, (_INFINITE,))[0]:
+                        table[sym] = (weight, rid, dot + 1, None)
+                else:
+                    edges.setdefault(rules[rid][0], []).append((sym, rid, dot + 1, weight))
+        heap = [(entry[0], sym) for sym, entry in table.items()]
+        heapq.heapify(heap)
+        final: set[int] = set()
+        while heap:
+            cost, sym = heapq.heappop(heap)
+            if sym in final or cost > table[sym][0]:
+                continue
+            final.add(sym)
+            for target, rid, dot, weight in edges.get(sym, ()):
+                total = cost + weight
+                if total < table.get(target, (_INFINITE,))[0]:
+                    table[target] = (total, rid, dot, parse)
+                    heapq.heappush(heap, (total, target))
+        return table
+
+    def item_cost(self, rid: int, dot: int, origin: EarleySet | None) -> int:
+        """The cost of finishing item (rid, dot) and then the parse it belongs to."""
+        rest = self.suffix(rid, dot)
+        if rid == self.parser.start_rule or origin is None or rest >= _INFINITE:
+            return rest
+        after = self.finish_table(origin).get(self.parser.rules[rid][0])
+        return _INFINITE if after is None else rest + after[0]
+
+    def completion(self, parse: EarleySet) -> list[bytes] | None:
+        """The terminal texts of a shortest completion of `parse` (None: none is known)."""
+        if parse.complete:
+            return []
+        memo = parse.memo
+        if "completion" in memo:
+            hit: list[bytes] | None = memo["completion"]
+            return hit
+        best: tuple[int, int, int, EarleySet | None] = (_INFINITE, -1, 0, None)
+        for items in parse.by_next.values():
+            for rid, dot, origin in items:
+                cost = self.item_cost(rid, dot, origin)
+                if cost < best[0]:
+                    best = (cost, rid, dot, origin)
+        for pairs in parse.predicted.values():
+            for rid, dot in pairs:
+                cost = self.item_cost(rid, dot, parse)
+                if cost < best[0]:
+                    best = (cost, rid, dot, parse)
+        result: list[bytes] | None = None
+        if best[0] < _INFINITE:
+            result = self._unwind(best[1], best[2], best[3])
+        memo["completion"] = result
+        return result
+
+    def _unwind(self, rid: int, dot: int, origin: EarleySet | None) -> list[bytes]:
+        rules = self.parser.rules
+        out: list[bytes] = []
+        while True:
+            out.extend(self.rule_pieces(rid, dot))
+            if rid == self.parser.start_rule or origin is None:
+                return out
+            _, rid, dot, origin = self.finish_table(origin)[rules[rid][0]]

@@ -17,6 +17,7 @@ went on before (in this step or an earlier one), so its place goes to another te
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from structgen.compiler import CompiledGrammar
@@ -26,6 +27,11 @@ from structgen.matcher import Matcher
 
 __all__ = ["LogitsProcessor"]
 
+#: budget-aware closing checks at most this many tokens of a row per step, best first ...
+CLOSING_CHECKS = 64
+#: ... or until the unchecked ones hold less than this share of the probability
+CLOSING_TAIL = 1e-6
+
 
 class LogitsProcessor:
     """A `transformers` logits processor that allows only tokens the grammar accepts.
@@ -34,15 +40,35 @@ class LogitsProcessor:
     `num_beams`: for beam search, the `num_beams` given to `generate`; beams of one prompt with
     the same text are then merged (see the module docstring). Leave it out otherwise: rows of
     different prompts, or sampled rows of one prompt, must never be merged.
+
+    `max_new_tokens`: the budget given to `generate`; the output then ends complete within it
+    (budget-aware closing). Each step the row's best tokens are checked, best first, until the
+    checked ones hold all but `1e-6` of the masked probability or `CLOSING_CHECKS` were checked:
+    those that fit stay, the rest (unchecked ones too) are masked. Greedy search takes the best
+    token that fits; sampling loses at most the unchecked tail. A budget below the grammar's
+    shortest output warns when the first step sees it.
     """
 
     def __init__(
-        self, grammar: CompiledGrammar | list[CompiledGrammar], *, num_beams: int | None = None
+        self,
+        grammar: CompiledGrammar | list[CompiledGrammar],
+        *,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
     ) -> None:
         if num_beams is not None and (
             isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1
         ):
             raise StructgenError(f"num_beams must be an integer >= 1, got {num_beams!r}")
+        if max_new_tokens is not None and (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or max_new_tokens < 1
+        ):
+            raise StructgenError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        self._max_new_tokens = max_new_tokens
+        #: steps where closing masked a token the grammar allows (a metric)
+        self.closing_narrowed = 0
         self._grammars = grammar if isinstance(grammar, list) else None
         self._grammar = grammar if isinstance(grammar, CompiledGrammar) else None
         self._num_beams = num_beams
@@ -86,11 +112,57 @@ class LogitsProcessor:
             matcher.fill_bitmask(bitmask, row)
         self._matchers = fresh
         apply_bitmask(scores, bitmask)
+        if self._max_new_tokens is not None:
+            for row, generated in enumerate(rows):
+                group = row // beams_per_grammar if self._grammars else 0
+                matcher = fresh[(group, tuple(generated))]
+                left = self._max_new_tokens - len(generated)
+                if left > 0 and not matcher.is_terminated():
+                    self._close(matcher, scores[row], left, first=not generated)
         if self._merge is not None:
             assert self._num_beams is not None
             vocab = self._grammar_for(0).vocab
             self._merge.step(rows, scores, self._num_beams, vocab)
         return scores
+
+    def _close(self, matcher: Matcher, scores: Any, left: int, *, first: bool) -> None:
+        """Mask the tokens of one row after which the output cannot be completed in time."""
+        import torch
+
+        need = matcher.tokens_to_finish()
+        if need is None:
+            return  # no completion known: closing cannot help this row
+        if first and need > left:
+            warnings.warn(
+                f"the grammar's shortest output takes {need} tokens, more than max_new_tokens="
+                f"{left}: the output will be cut off; raise max_new_tokens",
+                stacklevel=3,
+            )
+            return
+        probs = torch.softmax(scores.float(), dim=-1)
+        order = torch.argsort(probs, descending=True)[:CLOSING_CHECKS].tolist()
+        values = probs[order].tolist()
+        keep: list[int] = []
+        checked = 0.0
+        narrowed = False
+        for token, p in zip(order, values):
+            if p <= 0.0 or checked >= 1.0 - CLOSING_TAIL:
+                break
+            checked += p
+            if matcher.fits(token, left):
+                keep.append(token)
+            else:
+                narrowed = True
+        if not keep:
+            plan = matcher.completion_tokens()
+            keep = plan[:1] if plan else []
+            narrowed = True
+        if keep:  # unchecked tokens go too: only checked ones are known to fit
+            kept = scores[keep].clone()
+            scores.fill_(float("-inf"))
+            scores[keep] = kept
+        if narrowed:
+            self.closing_narrowed += 1
 
     def _advance(self, group: int, row: int, generated: list[int]) -> Matcher:
         parent = self._matchers.get((group, tuple(generated[:-1]))) if generated else None

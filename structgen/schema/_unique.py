@@ -618,6 +618,13 @@ class UniqueItemsEngine:
     def is_accepting(self, state: tuple[Any, JsonTracker]) -> bool:
         return bool(self.inner.is_accepting(state[0]))
 
+    def shortest_completion(
+        self, state: tuple[Any, JsonTracker], *, spaced: bool = False
+    ) -> bytes | None:
+        """The inner grammar's proposal (it may repeat an item: the planner checks it)."""
+        found: bytes | None = self.inner.shortest_completion(state[0], spaced=spaced)
+        return found
+
     def token_mask(self, state: tuple[Any, JsonTracker]) -> npt.NDArray[np.int32]:
         mask: npt.NDArray[np.int32] = self.inner.token_mask(state[0])
         tracker = state[1]
