@@ -52,7 +52,7 @@ Generate one answer to PROMPT with the embedded default model (SmolLM2-135M-Inst
 local transformers model folder, under at most one constraint:
 
   --schema FILE        JSON valid against a JSON Schema (FILE, or - for stdin)
-  --json               any JSON value (JSON mode)
+  --json               a JSON object (JSON mode)
   --regex PATTERN      text that fully matches PATTERN (Python re syntax)
   --grammar G          a sentence of a grammar: a shipped one (json, arithmetic,
                        sql_select, csv, tool_call), a .lark or .gbnf/.ebnf file, or the
@@ -269,7 +269,7 @@ def _read_constraint(args: argparse.Namespace) -> _Constraint:
     from structgen.schema import compile_schema_guarded
 
     json_mode = args.schema is not None or args.json
-    if not json_mode and (args.lenient or args.whitespace != "flexible"):
+    if not json_mode and (args.lenient or args.whitespace != "auto"):
         raise UsageError("--lenient and --whitespace apply only to --schema and --json")
     if args.grammar is None and args.start is not None:
         raise UsageError("--start applies only to --grammar")
@@ -455,7 +455,7 @@ def _add_generate(sub: Any) -> None:
     only_one.add_argument(
         "--schema", metavar="FILE", help="a JSON Schema file (- reads it from stdin)"
     )
-    only_one.add_argument("--json", action="store_true", help="any JSON value (JSON mode)")
+    only_one.add_argument("--json", action="store_true", help="a JSON object (JSON mode)")
     only_one.add_argument("--regex", metavar="PATTERN", help="a regex the whole output matches")
     only_one.add_argument(
         "--grammar",
@@ -479,9 +479,10 @@ def _add_generate(sub: Any) -> None:
     )
     constraint.add_argument(
         "--whitespace",
-        choices=("flexible", "compact"),
-        default="flexible",
-        help="JSON: whitespace between tokens allowed (flexible, the default) or not (compact)",
+        choices=("auto", "spaced", "compact", "indented", "flexible"),
+        default="auto",
+        help="JSON layout: auto (the default: spaced, json.dumps' separators), compact (none), "
+        "indented (json.dumps(indent=2)-like), flexible (any whitespace run between tokens)",
     )
     model = gen.add_argument_group("model")
     model.add_argument(

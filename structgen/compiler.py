@@ -337,9 +337,12 @@ class Compiler:
             recipe=("json_schema", (data,), {"options": opts}),
         )
 
-    def json(self, *, options: SchemaOptions | None = None) -> CompiledGrammar:
-        """JSON mode: any valid JSON value."""
-        return self.json_schema({}, options=options)
+    def json(
+        self, *, options: SchemaOptions | None = None, any_value: bool = False
+    ) -> CompiledGrammar:
+        """JSON mode: a JSON object, as OpenAI's `json_object` means it (`any_value=True`: any
+        JSON value — a string, a number, an array ...)."""
+        return self.json_schema({} if any_value else {"type": "object"}, options=options)
 
     def grammar_ir(self, grammar: Grammar) -> CompiledGrammar:
         """A context-free constraint from the IR (what the JSON Schema frontend builds)."""

@@ -189,7 +189,10 @@ class LM:
         schema_options: SchemaOptions | None = None,
         **options: Any,
     ) -> Any:
-        """A parsed JSON value, valid against `schema` (dict, JSON text, Pydantic class) if any."""
+        """A parsed JSON value, valid against `schema` (dict, JSON text, Pydantic class) if any.
+
+        Without a schema: a JSON object (OpenAI's `json_object`); `schema={}` allows any value.
+        """
         if schema is None:
             grammar = self.compiler.json(options=schema_options)
         else:

@@ -1469,8 +1469,7 @@ def run_tools(
             max_calls_per_turn=max_calls_per_turn,
             allow_repeated_calls=allow_repeated_calls,
             earlier_calls=records,
-            max_new_tokens=sampling_params.max_new_tokens,
-        )
+        )  # (no max_new_tokens: the loop's budget-aware closing ends the turn in time)
         text = tool_prompt(lm, conversation, tool_list, parallel_tool_calls=parallel_tool_calls)
         ids = lm.tokenizer(text, add_special_tokens=not lm.has_chat_template)["input_ids"]
         result = lm.generator.generate(list(ids), sampling_params, grammar=grammar)
@@ -1492,7 +1491,7 @@ def run_tools(
             conversation.append({"role": "assistant", "content": turn.answer})
             cut = _answer_cut(
                 turn.answer,
-                result.metrics.output_tokens,
+                result.metrics.output_tokens if result.metrics.closing_redraws else 0,
                 max_answer_chars,
                 sampling_params.max_new_tokens,
             )
@@ -1532,13 +1531,14 @@ def run_tools(
 
 def _answer_cut(answer: str, tokens: int, max_chars: int | None, max_tokens: int) -> str:
     """Why the grammar closed the answer ("" when the model ended it): its length reached
-    `max_answer_chars`, or the turn reached the tokens where the budget closes answers."""
+    `max_answer_chars`, or the turn reached the tokens where the budget closes answers
+    (`tokens`: the turn's output tokens when budget-aware closing narrowed a draw, else 0)."""
     if max_chars is not None and len(answer) >= max_chars:
         return (
             f"the answer reached max_answer_chars={max_chars}, where the grammar closed it "
             "(raise max_answer_chars for a longer one)"
         )
-    if tokens >= max_tokens - _ANSWER_RESERVE:
+    if tokens and tokens >= max_tokens - _ANSWER_RESERVE:
         return (
             f"the answer was closed to end within max_new_tokens={max_tokens} (raise "
             "max_new_tokens, or ask for a shorter answer)"

@@ -193,7 +193,9 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
 
     def dispatch_json(self, key_string: str) -> Any:
         if key_string == "$$ANY$$":  # SGLang's spelling of JSON mode (any JSON value)
-            return self._grammar(lambda: self.compiler.json(options=self.schema_options), "json")
+            return self._grammar(
+                lambda: self.compiler.json(options=self.schema_options, any_value=True), "json"
+            )
         return self._grammar(
             lambda: self.compiler.json_schema(json.loads(key_string), options=self.schema_options),
             "json",

@@ -46,12 +46,12 @@ DEFAULT_GENERATE_LAYOUT: Layout = "spaced"
 class SchemaOptions:
     """What text to allow, how strict to be, and how much work a schema may cost.
 
-    `mode="generate"` (opt-in for now; to become the default) offers a model one spelling of
+    `mode="generate"` (the default) offers a model one spelling of
     each value — keys, `enum` and `const` strings as json.dumps(ensure_ascii=False) writes
     them, free strings escaping only `"`, `\\` and control characters, integers as plain
     digits — no keys beyond the listed `properties` where a schema says nothing of others, a
     writer's layout, and only what every common validator accepts of a pattern (ECMA-262,
-    Python `re` and Rust `regex` at once). `mode="accept"` (the default) validates existing
+    Python `re` and Rust `regex` at once). `mode="accept"` validates existing
     text exactly: every spelling and layout, unlisted properties, patterns in the schema's own
     dialect.
     `whitespace`: "flexible" allows runs of up to `max_whitespace` spaces/tabs/newlines between
@@ -65,7 +65,7 @@ class SchemaOptions:
     compiler recurses along it) — `LimitExceededError` beyond each.
     """
 
-    mode: Literal["generate", "accept"] = "accept"
+    mode: Literal["generate", "accept"] = "generate"
     whitespace: Literal["auto", "flexible", "compact", "spaced", "indented"] = "auto"
     max_whitespace: int = 16
     lenient: bool = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import itertools
 import json
+import re
 from typing import Any, Literal
 
 import pytest
@@ -181,9 +182,29 @@ class TestReAsk:
         (attempt,) = info.value.attempts
         assert attempt.error.startswith("word: Value error, no word is good enough (got ")
 
+    def test_a_budget_below_the_shortest_object_fails_before_generating(self) -> None:
+        # no attempt is made (nor re-asked): the shortest Person takes more than 4 tokens
+        with pytest.raises(GenerationError, match=r"takes \d+ tokens, more than max_new_tokens=4"):
+            Person.generate("Describe Ada Lovelace.", max_new_tokens=4, max_retries=2)
+
+    def test_a_tight_budget_closes_the_object_in_time(self) -> None:
+        with pytest.raises(GenerationError) as info:
+            Person.generate("Describe Ada Lovelace.", max_new_tokens=4)
+        match = re.search(r"takes (\d+) tokens", str(info.value))
+        assert match
+        need = int(match.group(1))  # the shortest object; the model gets two tokens more
+        person = Person.generate("Describe Ada Lovelace.", max_new_tokens=need + 2, max_retries=0)
+        assert isinstance(person, Person)
+
     def test_an_answer_cut_short_is_a_failed_attempt_not_a_partial_object(self) -> None:
+        # without budget-aware closing the budget cuts the object off
         with pytest.raises(ValidationFailedError, match="cut off") as info:
-            Person.generate("Describe Ada Lovelace.", max_new_tokens=4, max_retries=0)
+            Person.generate(
+                "Describe Ada Lovelace.",
+                max_new_tokens=4,
+                max_retries=0,
+                close_within_budget=False,
+            )
         (attempt,) = info.value.attempts
         assert attempt.text.startswith("{") and "max_new_tokens=4" in attempt.error
 
