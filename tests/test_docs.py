@@ -99,6 +99,44 @@ def test_readme_python_blocks_compile() -> None:
         block.compiled(REPO / "README.md")
 
 
+README_CALLS = (
+    'lm.regex("Moon landing date?", r"\\d{4}-\\d{2}-\\d{2}")',
+    'lm.json("Paris as JSON.", {"type": "object", "properties": {"name": {"type": "string"}}})',
+    'run = sg.run_tools(lm, "Weather in Lyon?", [weather])',
+)
+
+
+@pytest.mark.slow
+def test_readme_examples_give_the_answers_a_reader_expects() -> None:
+    """README.md's one-call examples, as written there, on the default model: an ASCII date, a
+    flat object, one tool call and an answer."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for call in README_CALLS:
+        assert call in readme, f"README.md no longer shows {call}; update this test with it"
+    default_model_dir()
+    import structgen as sg
+
+    lm = sg.LM.default()
+    date = lm.regex("Moon landing date?", r"\d{4}-\d{2}-\d{2}")
+    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", date), date  # ASCII digits
+    city = lm.json("Paris as JSON.", {"type": "object", "properties": {"name": {"type": "string"}}})
+    assert isinstance(city, dict) and set(city) <= {"name"}, city  # no invented keys
+    assert not any(isinstance(v, (dict, list)) for v in city.values()), city  # flat
+
+    made: list[str] = []
+
+    @sg.tool
+    def weather(city: str) -> dict[str, object]:
+        """Current weather in a city."""
+        made.append(city)
+        return {"city": city, "sky": "sunny", "celsius": 21}
+
+    run = sg.run_tools(lm, "Weather in Lyon?", [weather])
+    assert [(c.name, c.arguments) for c in run.calls] == [("weather", {"city": "Lyon"})], run.calls
+    assert made == ["Lyon"]
+    assert isinstance(run.answer, str) and run.answer
+
+
 def test_guide_has_the_pages_the_index_promises() -> None:
     for name in ("quickstart", "json-schema", "regex", "grammar", "logits-processor",
                  "generator", "cli"):  # fmt: skip

@@ -45,6 +45,10 @@ class _Beam:
     text: bytes = b""  # the output bytes so far (EOS excluded): what tells hypotheses apart
 
 
+#: budget-aware closing reads at most this many candidates past the ones it refuses, per step
+MAX_REFUSED = 4096
+
+
 def beam_search(
     runner: ModelRunner,
     vocab: Vocabulary,
@@ -70,7 +74,13 @@ def beam_search(
     token_text = _TokenText(vocab, eos_token_ids)
     expanded: dict[bytes, float] = {}  # text -> best log-probability of a beam that went on
     bitmask = allocate_bitmask(nb, vocab.size, device=device) if matcher is not None else None
+    closing = (
+        params.close_within_budget
+        and matcher is not None
+        and matcher.tokens_to_finish() is not None
+    )
     for step in range(1, limit + 1):
+        left = limit - step + 1  # tokens left, this one included
         logprobs = logits.log_softmax(dim=-1)
         if bitmask is not None:
             for j, beam in enumerate(beams):
@@ -84,6 +94,7 @@ def beam_search(
         parents: list[int] = []
         ended: set[bytes] = set()  # texts of this step's finishing candidates
         rank = 0  # among distinct candidates, as transformers ranks its 2 * num_beams
+        refused = 0
         for score, flat in _best_first(total, 2 * nb):
             if score == float("-inf") or rank >= 2 * nb:
                 break
@@ -94,6 +105,11 @@ def beam_search(
             seen = text in ended if ends else expanded.get(text, float("-inf")) >= score
             if seen:
                 continue  # the same text, as likely or likelier, is already in the search
+            if closing and base.matcher is not None and not base.matcher.fits(token, left):
+                refused += 1  # the output could not be completed in the tokens left after it
+                if refused > MAX_REFUSED:
+                    break
+                continue
             child_matcher = base.matcher.copy() if base.matcher is not None else None
             if child_matcher is not None and not child_matcher.accept_token(token):
                 continue

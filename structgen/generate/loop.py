@@ -185,7 +185,10 @@ class Generator:
         params = params or BeamParams()
         if not isinstance(params, BeamParams):
             raise GenerationError(f"params must be BeamParams, got {params!r}")
-        request = self._requests([prompt], None, [grammar], chat)[0]
+        budget = SamplingParams(
+            max_new_tokens=params.max_new_tokens, close_within_budget=params.close_within_budget
+        )  # (checks the grammar's shortest output against the beams' budget)
+        request = self._requests([prompt], budget, [grammar], chat)[0]
         return beam_search(
             self._runner,
             self.vocab,

@@ -102,12 +102,16 @@ class BeamParams:
 
     `length_penalty > 0` favours longer outputs, `< 0` shorter ones (as in `transformers`).
     Returns the `num_return` best finished hypotheses (default: all `num_beams`).
+    `close_within_budget` (with a grammar): only tokens after which the output can still be
+    completed in the tokens left extend a beam, so every hypothesis is complete (as in
+    `SamplingParams`).
     """
 
     num_beams: int = 4
     max_new_tokens: int = 32
     length_penalty: float = 1.0
     num_return: int | None = None
+    close_within_budget: bool = True
 
     def __post_init__(self) -> None:
         _integer("num_beams", self.num_beams, minimum=1)

@@ -168,6 +168,12 @@ class _Parser:
     def postfix(self) -> _Expr:
         item = self.primary()
         while self.pos < len(self.text):
+            # an operator may follow after spaces (`rule {2, 3}`, `[bc] {4,}`), as in llama.cpp
+            ahead = self.pos
+            while ahead < len(self.text) and self.text[ahead] in " \t":
+                ahead += 1
+            if ahead < len(self.text) and self.text[ahead] in "*+?{":
+                self.pos = ahead
             ch = self.text[self.pos]
             if ch == "*":
                 item, self.pos = _Rep(item, 0, None), self.pos + 1

@@ -19,6 +19,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
@@ -188,6 +189,11 @@ class SchemaCompiler:
         self.branches = 0
         self.legacy = isinstance(root, dict) and any(
             d in str(root.get("$schema", "")) for d in _LEGACY_DRAFTS
+        )
+        # drafts 3 and 4: an integer is written without a fraction (`1.0` is not one)
+        self.integer_fractions = not (
+            isinstance(root, dict)
+            and any(d in str(root.get("$schema", "")) for d in ("draft-03", "draft-04"))
         )
         self.root_base = ""
         if isinstance(root, dict) and isinstance(root.get("$id"), str):
@@ -948,7 +954,7 @@ class SchemaCompiler:
             if "multipleOf" in s:
                 m = s["multipleOf"]
                 if isinstance(m, float) and m.is_integer():
-                    m = int(m)
+                    m = int(Decimal(repr(m)))  # 1e30 as written (10**30), not the double's digits
                 if isinstance(m, int) and not isinstance(m, bool):
                     multiples.append(m)
                 else:
@@ -971,7 +977,12 @@ class SchemaCompiler:
         ranges = _split_range(rng, excluded)
         if not ranges:
             raise _Unsat(ptr, "the numeric range is empty")
-        nodes = [number_node(r, integer=integer, canonical=self.canonical) for r in ranges]
+        nodes = [
+            number_node(
+                r, integer=integer, canonical=self.canonical, fractions=self.integer_fractions
+            )
+            for r in ranges
+        ]
         node = alternation(nodes)
         if kinds == frozenset({"nonint"}):
             return self.terminal(node, (_NONINT,))
@@ -1000,7 +1011,12 @@ class SchemaCompiler:
                     raise _Unsat(ptr, "every multiple is excluded")
                 return self.terminal(
                     alternation(
-                        number_node(NumRange(v, v), integer=True, canonical=self.canonical)
+                        number_node(
+                            NumRange(v, v),
+                            integer=True,
+                            canonical=self.canonical,
+                            fractions=self.integer_fractions,
+                        )
                         for v in values
                     )
                 )
@@ -1020,6 +1036,10 @@ class SchemaCompiler:
             return self.memo[key]
         name = self.new_rule("div")
         self.memo[key] = name
+        zeros = 0  # a multiple of k * 10**z is 0 or a multiple of k followed by z zeros
+        while step % 10 == 0:
+            step //= 10
+            zeros += 1
         digits = [self.terminal(String(str(d))) for d in range(10)]
         states = [self.new_rule(f"mod{step}_") for _ in range(step)]
         for r in range(step):
@@ -1030,8 +1050,14 @@ class SchemaCompiler:
         zero = self.terminal(String("0"))
         self.add(name, zero)
         body = self.new_rule("divpos")
-        for d in range(1, 10):
-            self.add(body, digits[d], states[d % step])
+        if zeros:  # the multiple of k, then the zeros, each a digit (no lexeme to split)
+            prefix = self.new_rule("divpre")
+            for d in range(1, 10):
+                self.add(prefix, digits[d], states[d % step])
+            self.add(body, prefix, *([digits[0]] * zeros))
+        else:
+            for d in range(1, 10):
+                self.add(body, digits[d], states[d % step])
         self.add(name, body)
         if negatives:
             self.add(name, self.terminal(String("-")), body)

@@ -274,23 +274,33 @@ def float_texts(lo: Decimal | None, hi: Decimal | None) -> Node:
     return alternation(parts)
 
 
-def number_node(rng: NumRange, *, integer: bool, canonical: bool = False) -> Node:
+def number_node(
+    rng: NumRange, *, integer: bool, canonical: bool = False, fractions: bool = True
+) -> Node:
     """All JSON number texts (integer-valued ones only when `integer`) inside `rng`; with
-    `canonical`, integers are written as plain digits only (no `3.0`, as a writer spells them).
+    `canonical`, integers are written as plain digits only (no `3.0`, as a writer spells them);
+    `fractions=False`: an integer is a number written without a fraction or exponent (`-0`
+    included), as drafts 3 and 4 define it.
 
     Memoised by the bounds: ranges repeat across schemas (0..100, int32...), and returning the
     same AST object lets every later cache (terminal automata, digests) hit at once.
     """
-    return _number_node(rng.lo, rng.hi, rng.lo_excl, rng.hi_excl, integer, canonical)
+    return _number_node(rng.lo, rng.hi, rng.lo_excl, rng.hi_excl, integer, canonical, fractions)
 
 
-def _integer_point(value: int, integer: bool, canonical: bool = False) -> Node:
+def _integer_point(
+    value: int, integer: bool, canonical: bool = False, fractions: bool = True
+) -> Node:
     """The texts of one integral value (an enum or const entry): `v`, and `v.0…` (its float
     spellings; at most 16 zeros where only integers are allowed), `-0` forms for zero — the same
     language the range construction gives for `[v, v]`, in a few states instead of thousands.
     With `canonical` (and `integer`), `v` alone."""
     if canonical and integer:
         return String(str(value))
+    if integer and not fractions:
+        if value:
+            return String(str(value))
+        return concat([repeat(String("-"), 0, 1), String("0")])
     zeros = Repeat(String("0"), 1, _MAX_INTEGER_ZEROS if integer else None)
     tail = repeat(concat([String("."), zeros]), 0, 1)
     head = String(str(value)) if value else concat([repeat(String("-"), 0, 1), String("0")])
@@ -305,6 +315,7 @@ def _number_node(
     hi_excl: bool,
     integer: bool,
     canonical: bool = False,
+    fractions: bool = True,
 ) -> Node:
     if (
         lo is not None
@@ -314,7 +325,7 @@ def _number_node(
         and float(lo).is_integer()
         and abs(lo) <= _MAX_SAFE
     ):
-        return _integer_point(int(lo), integer, canonical)
+        return _integer_point(int(lo), integer, canonical, fractions)
     rng = NumRange(lo, hi, lo_excl=lo_excl, hi_excl=hi_excl)
     ilo, ihi = rng.int_bounds()
     if ilo is not None and ihi is not None and ilo > ihi:
@@ -323,6 +334,8 @@ def _number_node(
         ints = int_texts(ilo, ihi)
     if integer and canonical:
         return int_texts(ilo, ihi, True) if ilo is None or ihi is None or ilo <= ihi else ints
+    if integer and not fractions:
+        return ints
     if integer:
         # `3.0` is an integer too; floats are exact up to 2**53
         slo = max(ilo, -_MAX_SAFE) if ilo is not None else -_MAX_SAFE

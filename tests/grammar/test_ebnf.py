@@ -86,6 +86,21 @@ def test_regular_grammars_accept_exactly_what_the_regex_fullmatches(
         assert full_match(grammar, text) == bool(pattern.fullmatch(text)), (grammar, text)
 
 
+@pytest.mark.parametrize(
+    ("grammar", "yes", "no"),
+    [  # from peers' test suites: a space before a repetition operator
+        ('root ::= item {2, 3}\nitem ::= "a" | "b" "c"\n', ["aa", "abca", "aaa"], ["a", "aaaa"]),
+        ("root ::= [bc] {4,}\n", ["bcbc", "bbbbbc"], ["bcb", "a"]),
+        ('root ::= "x" * "y" +\n', ["y", "xxyy"], ["x", ""]),
+    ],
+)
+def test_a_repetition_may_follow_a_space(grammar: str, yes: list[str], no: list[str]) -> None:
+    for text in yes:
+        assert full_match(grammar, text), (grammar, text)
+    for text in no:
+        assert not full_match(grammar, text), (grammar, text)
+
+
 def test_escapes_classes_and_any_character() -> None:
     grammar = r"""
 root ::= "\x41\u00e9\t" [\]\-a-c\n]+ . "\"" [^\x00-\x7f]?   # comments run to the line end

@@ -26,6 +26,7 @@ from tests.schema._runner import accepts, compile_or_reason
 from tests.schema.test_languages import matcher
 
 ACCEPT = SchemaOptions(mode="accept")
+DRAFT_2020 = "https://json-schema.org/draft/2020-12/schema"
 GENERATE = SchemaOptions(mode="generate")
 
 
@@ -34,11 +35,17 @@ def is_valid(schema: Any, instance: Any) -> bool:
     return bool(cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(instance))
 
 
-def check(schema: Any, instances: list[Any], *, want_valid: int | None = None) -> None:
-    """Every instance gets jsonschema's verdict; `want_valid`: how many must be valid (so a
-    case cannot silently test only one side)."""
+def check(
+    schema: Any,
+    instances: list[Any],
+    *,
+    want_valid: int | None = None,
+    options: SchemaOptions = ACCEPT,
+) -> None:
+    """Every instance gets jsonschema's verdict (in accept mode, which must accept every valid
+    text); `want_valid`: how many must be valid (so a case cannot silently test only one side)."""
     vocab, tokenizer = load_vocab("llama3_1"), load_tokenizer("llama3_1")
-    compiled, reason = compile_or_reason(vocab, schema)
+    compiled, reason = compile_or_reason(vocab, schema, options)
     assert compiled is not None, reason
     wrong = []
     valid = 0
@@ -258,3 +265,29 @@ def test_enum_members_are_checked_against_nested_negations() -> None:
         "not": {"properties": {"k": {}}, "additionalProperties": False},
     }
     check(schema, [{"k": 1}, {"k": 1, "z": 2}], want_valid=1)
+
+
+# ---------------------------------------------------------------- smaller gaps (issue 18 part 5)
+
+
+def test_multiple_of_a_huge_power_of_ten_compiles() -> None:
+    # 1e30 as written: a multiple of k * 10**z is 0, or a multiple of k followed by z zeros
+    schema = {"type": "integer", "multipleOf": 1e30}
+    big = [0, 10**30, 10**31, -2 * 10**30, 15 * 10**30, 10**29, 15 * 10**29, 7]
+    check(schema, big, want_valid=5)
+    check(schema, big, want_valid=5, options=GENERATE)
+
+
+def test_draft_04_integers_have_no_fraction() -> None:
+    # drafts 3 and 4 define an integer as a number written without a fraction or exponent;
+    # draft 6 made 1.0 an integer (jsonschema's Draft4Validator agrees)
+    old = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}
+    vocab, tokenizer = load_vocab("llama3_1"), load_tokenizer("llama3_1")
+    for schema, fraction in ((old, False), ({**old, "$schema": DRAFT_2020}, True)):
+        compiled, reason = compile_or_reason(vocab, schema, ACCEPT)
+        assert compiled is not None, reason
+        assert accepts(compiled, tokenizer, "12345")
+        assert accepts(compiled, tokenizer, "-0")
+        assert accepts(compiled, tokenizer, "12345.0") is fraction
+        validator = validator_for(schema)(schema)
+        assert validator.is_valid(json.loads("12345.0")) is fraction
