@@ -34,9 +34,11 @@ if TYPE_CHECKING:
 __all__ = ["CompletionPlanner", "fewest_tokens", "planner_of"]
 
 #: a search that repairs a refused proposal expands at most this many states ...
-SEARCH_STATES = 400
+SEARCH_STATES = 200
 #: ... and runs at most this long (seconds)
-SEARCH_SECONDS = 0.1
+SEARCH_SECONDS = 0.25
+#: ... branching at the refused byte and at most this many bytes before it
+REPAIR_DEPTH = 8
 
 
 class _Spellings:
@@ -188,36 +190,54 @@ class CompletionPlanner:
         return self._search(state)
 
     def _search(self, state: Any) -> bytes | None:
-        """Best-first over bytes from `state`, priced by path length plus the engine's
-        (unchecked) proposal from there, until a checked proposal is found; bounded."""
+        """Repair a refused proposal: best-first over states, priced by the bytes so far plus
+        the engine's (unchecked) proposal from there. A popped state's proposal is followed
+        while the grammar takes it; where it is refused, the search branches on other bytes at
+        that point and up to `REPAIR_DEPTH` bytes before it (a repeated item is changed where
+        it starts to differ). Bounded by `SEARCH_STATES` and `SEARCH_SECONDS`."""
         grammar = self._grammar
         deadline = time.perf_counter() + SEARCH_SECONDS
         counter = 0
-        first = grammar.shortest_completion(state)
-        heap: list[tuple[int, int, int, bytes, Any]] = [
-            (len(first) if first is not None else 1 << 20, 0, counter, b"", state)
-        ]
+        heap: list[tuple[int, int, int, bytes, Any]] = [(0, 0, 0, b"", state)]
+        seen: set[bytes] = set()
         expanded = 0
         while heap and expanded < SEARCH_STATES and time.perf_counter() < deadline:
             _, _, _, path, current = heapq.heappop(heap)
-            if path:
-                found = self._proposal(current)
-                if found is not None:
-                    return path + found
             expanded += 1
-            for byte in range(256):
-                nxt = grammar.advance(current, bytes((byte,)))
+            guess = grammar.shortest_completion(current)
+            if guess is None:
+                continue
+            # follow the proposal as far as the grammar takes it
+            states = [current]
+            for byte in guess:
+                nxt = grammar.advance(states[-1], bytes((byte,)))
                 if nxt is None:
-                    continue
-                step = path + bytes((byte,))
-                if grammar.is_accepting(nxt):
-                    return step
-                guess = grammar.shortest_completion(nxt)
-                if guess is None:
-                    continue
-                counter += 1
-                # deeper first among equals: the search follows one line before fanning out
-                heapq.heappush(heap, (len(step) + len(guess), -len(step), counter, step, nxt))
+                    break
+                states.append(nxt)
+            taken = len(states) - 1
+            if taken == len(guess) and grammar.is_accepting(states[-1]):
+                return path + guess
+            for back in range(taken, max(-1, taken - REPAIR_DEPTH - 1), -1):
+                base = states[back]
+                prefix = path + guess[:back]
+                for byte in range(256):
+                    if back < len(guess) and byte == guess[back]:
+                        continue
+                    step = prefix + bytes((byte,))
+                    if step in seen:
+                        continue
+                    nxt = grammar.advance(base, bytes((byte,)))
+                    if nxt is None:
+                        continue
+                    seen.add(step)
+                    if grammar.is_accepting(nxt):
+                        return step
+                    rest = grammar.shortest_completion(nxt)
+                    if rest is None:
+                        continue
+                    counter += 1
+                    # deeper first among equals: the search follows one line before fanning out
+                    heapq.heappush(heap, (len(step) + len(rest), -len(step), counter, step, nxt))
         return None
 
 

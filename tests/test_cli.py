@@ -550,12 +550,20 @@ class TestGenerate:
         assert code == 0
         assert out in ("yes\n", "no\n")
 
-    def test_output_cut_short_is_exit_1_with_one_line(
+    def test_a_budget_below_the_shortest_output_is_exit_1_with_one_line(
         self, capsys: pytest.CaptureFixture[str]
     ) -> None:
         default_model_dir()
         code, out, err = run(
-            capsys, "generate", "Describe Paris.", "--json", "--max-new-tokens", "2"
+            capsys, "generate", "Spell a word.", "--regex", "[a-z]{40}", "--max-new-tokens", "2"
         )
         assert code == 1 and out == ""
         assert_one_line_error(err, "max_new_tokens")
+
+    def test_json_mode_closes_within_a_small_budget(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        default_model_dir()
+        code, out, _ = run(capsys, "generate", "Describe Paris.", "--json", "--max-new-tokens", "3")
+        assert code == 0
+        assert isinstance(json.loads(out), dict)  # an object, finished within the budget

@@ -402,9 +402,19 @@ class GrammarEngine:
             pieces = shortest.completion(parse)
             return None if pieces is None else separator.join(pieces)
         lexer = self.lexer(parse)
-        ends = shortest_paths(
-            lexer.dfa, lex_state, lambda q: bool(lexer.accepted(q)), max_goals=8, max_states=2048
-        )
+        key = (id(lexer.dfa), lex_state)  # (the lexeme's ends depend on the lexer alone)
+        ends = shortest.lexeme_ends.get(key)
+        if ends is None:
+            ends = shortest_paths(
+                lexer.dfa,
+                lex_state,
+                lambda q: bool(lexer.accepted(q)),
+                max_goals=8,
+                max_states=2048,
+            )
+            if len(shortest.lexeme_ends) >= 65536:
+                shortest.lexeme_ends.clear()
+            shortest.lexeme_ends[key] = ends
         best: bytes | None = None
         for path, end in ends:
             if best is not None and len(path) >= len(best):
@@ -479,6 +489,8 @@ class _ShortestTexts:
                 if not pending[user] and partial[user] < _INFINITE:
                     heapq.heappush(heap, (partial[user], rules[user][0], user))
         self._suffix: dict[tuple[int, int], int] = {}
+        #: (lexer DFA id, state) -> the shortest paths to the ends of the current lexeme
+        self.lexeme_ends: dict[tuple[int, int], list[tuple[bytes, int]]] = {}
         self._pieces: dict[int, tuple[bytes, ...]] = {}
         ignored = [self.terminals[i] for i in engine.ignore]
         options = [t for t in ignored if t]

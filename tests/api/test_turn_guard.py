@@ -265,7 +265,7 @@ class TestAnswerBudget:
         assert m.accept_token(TOKEN_ID[b"\\"])  # the reserve is left, inside an escape
         assert m.is_allowed(TOKEN_ID[b'"'])  # (an escaped quote)
         assert not m.is_allowed(TOKEN_ID[b'"}'])  # ... but no text after the escape
-        for digit in b"u004":
+        for digit in b"u000":  # (generate mode escapes only control characters: \u0001)
             assert m.accept_token(TOKEN_ID[bytes((digit,))])
         assert not m.is_allowed(TOKEN_ID[b"ab"])  # nothing new inside the answer
         assert m.accept_token(TOKEN_ID[b"1"])  # finishes the escape

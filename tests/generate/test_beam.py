@@ -178,3 +178,26 @@ class TestDefaultModel:
         assert texts[0] == "Los Angeles"
         scores = [b.score for b in beams]
         assert scores == sorted(scores, reverse=True)
+
+
+class TestBudget:
+    """A hypothesis never ends cut off by `max_new_tokens`: beams close within the budget."""
+
+    @staticmethod
+    def loops(history: tuple[int, ...]) -> dict[int, float]:
+        return {C: 0.9}  # the model wants to go on writing "c" forever
+
+    def test_every_hypothesis_is_complete_at_the_budget(self) -> None:
+        grammar = Compiler(VOCAB).regex(r"c*ab")
+        beams = search(self.loops, grammar=grammar, num_beams=2, max_new_tokens=4)
+        assert beams
+        for beam in beams:
+            assert beam.text.endswith("ab") and set(beam.text[:-2]) <= {"c"}, beam.text
+            assert len(beam.token_ids) <= 4
+
+    def test_without_closing_a_hypothesis_may_be_cut(self) -> None:
+        grammar = Compiler(VOCAB).regex(r"c*ab")
+        beams = search(
+            self.loops, grammar=grammar, num_beams=2, max_new_tokens=4, close_within_budget=False
+        )
+        assert any(not b.text.endswith("ab") for b in beams)
