@@ -38,12 +38,10 @@ def prompt_ids(tokenizer: Any, schema: Any) -> list[int]:
         "Reply with a JSON instance of this JSON Schema, nothing else.\n"
         f"{json.dumps(schema)[:1500]}"
     )
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
     )
-    if isinstance(ids, dict):
-        ids = ids["input_ids"]
-    return list(ids)
+    return list(tokenizer(chat, add_special_tokens=False)["input_ids"])
 
 
 def judge(text: str, schema: Any, eos_seen: bool, ajv: Any) -> dict[str, bool]:

@@ -8,6 +8,7 @@ layout: outputs finished within the budget, finished outputs valid under jsonsch
 all be), mean output tokens, and the mean log-probability per token the model itself gave its
 output (unconstrained, the same text): higher means the layout is closer to what it would write.
 Also accept mode's flexible layout and every spelling, the behaviour before generate mode.
+Budget-aware closing is off here, so "finished" is the model ending the output by itself.
 
 Run: `python benchmarks/layouts.py [--schemas 24] [--tokens 160]`. Writes
 `benchmarks/results/layouts.json`.
@@ -105,7 +106,8 @@ def main() -> None:
                 grammar = lm.compiler.json_schema(schema, options=options)
             result = lm.generator.generate(
                 model_input,
-                sg.SamplingParams(max_new_tokens=args.tokens),
+                # closing off: how often the layout lets the model finish by itself
+                sg.SamplingParams(max_new_tokens=args.tokens, close_within_budget=False),
                 grammar=grammar,
                 chat=chat,
             )

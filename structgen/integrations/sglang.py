@@ -79,9 +79,8 @@ def _create_backend(
     max_ws = getattr(serving, "constrained_json_max_whitespace_cnt", None)
     if getattr(serving, "constrained_json_whitespace_pattern", None):
         logger.warning(
-            "structgen ignores --constrained-json-whitespace-pattern: its JSON whitespace is "
-            "bounded runs of spaces, tabs and newlines (--constrained-json-max-whitespace-cnt "
-            "sets the bound, --constrained-json-disable-any-whitespace makes it compact)"
+            "structgen ignores --constrained-json-whitespace-pattern: its JSON is written in "
+            "json.dumps' layout (--constrained-json-disable-any-whitespace makes it compact)"
         )
     return StructgenGrammarBackend(
         tokenizer,
@@ -178,7 +177,8 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
         eos = sorted(int(e) for e in eos_token_ids) if eos_token_ids else None
         self.vocab = Vocabulary.from_hf(tokenizer, size, eos_token_ids=eos)
         self.compiler = Compiler(self.vocab)
-        options: dict[str, Any] = {"whitespace": "compact" if compact_json else "flexible"}
+        # generate mode's layout (json.dumps' separators), or none with compact_json
+        options: dict[str, Any] = {"whitespace": "compact" if compact_json else "auto"}
         if max_whitespace is not None:
             options["max_whitespace"] = int(max_whitespace)
         self.schema_options = SchemaOptions(**options)

@@ -88,7 +88,9 @@ def _grammar(backend: Any, key: tuple[str, str]) -> Any:
 def _own(compiler: Compiler, key: tuple[str, str]) -> Matcher:
     kind, text = key
     if kind == "json":
-        return Matcher(compiler.json() if text == "$$ANY$$" else compiler.json_schema(text))
+        if text == "$$ANY$$":  # SGLang's JSON mode: any value
+            return Matcher(compiler.json(any_value=True))
+        return Matcher(compiler.json_schema(text))
     if kind == "regex":
         return Matcher(compiler.regex(text))
     return Matcher(compiler.ebnf(text) if "::=" in text else compiler.grammar(text))

@@ -21,6 +21,7 @@ from structgen import (
     Compiler,
     GenerationError,
     Generator,
+    Matcher,
     PrefixCache,
     SamplingParams,
     StructgenError,
@@ -322,3 +323,47 @@ class TestErrors:
             gen.generate_batch(["a", "b"], [SamplingParams()])
         with pytest.raises(GenerationError, match="top_p"):
             gen.generate("hi", SamplingParams(top_p=1.2))
+
+
+STORY = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "story": {"type": "string"}},
+    "required": ["title", "story"],
+}
+
+
+class TestBudgetAwareClosing:
+    """With a grammar, outputs end complete within max_new_tokens (docs/design/budgets.md)."""
+
+    def test_tight_budgets_end_complete_and_valid(self) -> None:
+        gen = generator()
+        grammar = Compiler(gen.vocab).json_schema(STORY)
+        need = Matcher(grammar).tokens_to_finish()
+        assert need is not None and need > 4
+        question = chat_ids("Tell a very long story about a dragon, as JSON.", None)
+        budgets = [need, need + 3, 24]
+        params = [SamplingParams(max_new_tokens=n) for n in budgets]
+        params.append(SamplingParams(max_new_tokens=24, temperature=1.2, seed=3))
+        results = gen.generate_batch([question] * len(params), params, grammars=grammar)
+        for r, p in zip(results, params):
+            assert r.complete and len(r.token_ids) <= p.max_new_tokens, r
+            jsonschema.validate(json.loads(r.text), STORY)
+        assert any(r.metrics.closing_redraws for r in results)  # closing did narrow draws
+
+    def test_a_budget_below_the_shortest_output_fails_up_front(self) -> None:
+        gen = generator()
+        grammar = Compiler(gen.vocab).json_schema(STORY)
+        with pytest.raises(GenerationError, match="raise max_new_tokens to at least"):
+            gen.generate(
+                chat_ids("A story?", None), SamplingParams(max_new_tokens=3), grammar=grammar
+            )
+
+    def test_closing_can_be_turned_off(self) -> None:
+        gen = generator()
+        grammar = Compiler(gen.vocab).json_schema(STORY)
+        r = gen.generate(
+            chat_ids("Tell a very long story about a dragon, as JSON.", None),
+            SamplingParams(max_new_tokens=12, close_within_budget=False),
+            grammar=grammar,
+        )
+        assert r.finish_reason == "length" and not r.complete

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 from typing import Any
 
@@ -105,3 +106,61 @@ class TestGenerate:
             )
         for text in answers(out, inputs["input_ids"].shape[1]):
             assert re.fullmatch(DATE, text), text
+
+
+STORY = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "story": {"type": "string"}},
+    "required": ["title", "story"],
+}
+
+
+def generate_within(processor: LogitsProcessor, inputs: Any, budget: int, **kwargs: Any) -> str:
+    model, tokenizer, _ = model_and_tokenizer()
+    with torch.no_grad():
+        out = model.generate(
+            **inputs,
+            logits_processor=[processor],
+            max_new_tokens=budget,
+            pad_token_id=tokenizer.eos_token_id,
+            **kwargs,
+        )
+    return answers(out, inputs["input_ids"].shape[1])[0]
+
+
+@pytest.mark.slow
+class TestBudget:
+    """`LogitsProcessor(max_new_tokens=N)`: the output ends complete within `generate`'s N."""
+
+    def test_greedy_and_beam_outputs_close_in_time(self) -> None:
+        import jsonschema
+
+        _, _, vocab = model_and_tokenizer()
+        grammar = Compiler(vocab).json_schema(STORY)
+        inputs = prompts("Tell a very long story about a dragon, as JSON.")
+        for kwargs in ({"do_sample": False}, {"do_sample": False, "num_beams": 2}):
+            plain = generate_within(LogitsProcessor(grammar), inputs, 16, **kwargs)
+            closing = LogitsProcessor(grammar, max_new_tokens=16)
+            text = generate_within(closing, inputs, 16, **kwargs)
+            jsonschema.validate(json.loads(text), STORY)
+            assert closing.closing_narrowed > 0
+            with pytest.raises(ValueError):
+                json.loads(plain)  # without the budget, the story runs past the end
+
+    def test_sampled_outputs_close_in_time(self) -> None:
+        _, _, vocab = model_and_tokenizer()
+        grammar = Compiler(vocab).json_schema(STORY)
+        inputs = prompts("Tell a very long story about a dragon, as JSON.")
+        torch.manual_seed(0)
+        for _ in range(3):
+            closing = LogitsProcessor(grammar, max_new_tokens=20)
+            text = generate_within(closing, inputs, 20, do_sample=True)
+            assert set(json.loads(text)) == {"title", "story"}
+
+    def test_a_budget_below_the_shortest_output_warns(self) -> None:
+        _, _, vocab = model_and_tokenizer()
+        grammar = Compiler(vocab).json_schema(STORY)
+        with pytest.warns(UserWarning, match="raise max_new_tokens"):
+            generate_within(
+                LogitsProcessor(grammar, max_new_tokens=3), prompts("A story?"), 3, do_sample=False
+            )
