@@ -26,7 +26,7 @@ from structgen.errors import GenerationError
 from structgen.generate.loop import Generator
 from structgen.generate.model_io import ForwardKeywords, has_sliding_layers, new_cache
 from structgen.generate.params import SamplingParams
-from structgen.generate.requests import Prompt, VocabularyCheck
+from structgen.generate.requests import Prompt, VocabularyCheck, check_budget
 from structgen.generate.results import FinishReason, GenerationResult, RequestMetrics
 from structgen.generate.sampling import (
     SamplingTensors,
@@ -638,6 +638,9 @@ class SpeculativeGenerator:
     One request at a time (batch 1); no repetition/frequency/presence penalties.
     `sparse_draft_head`: under a narrow mask the draft computes logits for the allowed ids
     only (its output head is much of a small draft's cost); the output does not depend on it.
+    Budget-aware closing is not applied here (the exact rejection rule would need the mask of
+    every token that fits); a budget below the grammar's shortest output is still refused up
+    front, as in `Generator`.
     """
 
     def __init__(
@@ -731,6 +734,7 @@ class SpeculativeGenerator:
             )
         if grammar is not None:
             self._vocab_check.check(grammar, "prompt")
+            check_budget(grammar, params, "prompt")  # (a budget that cannot fit is known now)
         ids = self.generator.encode(prompt, chat=chat)
         context = self.context_length
         if context is not None and len(ids) >= context:
