@@ -1214,17 +1214,7 @@ class _Parser:
                     literals.append((45, 45))
                     break
                 hi_item = self.class_item(flags)
-                text = p[item_start : self.i]
-                if isinstance(lo_item, tuple) or isinstance(hi_item, tuple):
-                    raise self.error(
-                        f"bad character range {text}: a class escape cannot bound a range",
-                        item_start,
-                    )
-                if hi_item < lo_item:
-                    raise self.error(
-                        f"bad character range {text}: the end is below the start", item_start
-                    )
-                literals.append((lo_item, hi_item))
+                literals.append(self.class_range(lo_item, hi_item, item_start))
             else:
                 _add_class_item(lo_item, literals, categories)
         lits = iv.normalize(literals)
@@ -1239,6 +1229,17 @@ class _Parser:
         if self.fam == "python":
             return tables.fold(lits, cats)
         return tables.fold(iv.union(lits, cats))
+
+    def class_range(self, lo: int | Ranges, hi: int | Ranges, start: int) -> tuple[int, int]:
+        """The range `lo-hi` just read from `start`, checked: code points, in order."""
+        text = self.p[start : self.i]
+        if isinstance(lo, tuple) or isinstance(hi, tuple):
+            raise self.error(
+                f"bad character range {text}: a class escape cannot bound a range", start
+            )
+        if hi < lo:
+            raise self.error(f"bad character range {text}: the end is below the start", start)
+        return (lo, hi)
 
     def class_item(self, flags: int) -> int | Ranges:
         """One class member: a code point, or the ranges of a class escape like ``\\d``."""
@@ -1301,17 +1302,7 @@ class _Parser:
             if self.i + 1 < n and p[self.i] == "-" and p[self.i + 1] not in "]-":
                 self.i += 1
                 hi_item = self.class_item(flags)
-                text = p[item_start : self.i]
-                if isinstance(lo_item, tuple) or isinstance(hi_item, tuple):
-                    raise self.error(
-                        f"bad character range {text}: a class escape cannot bound a range",
-                        item_start,
-                    )
-                if hi_item < lo_item:
-                    raise self.error(
-                        f"bad character range {text}: the end is below the start", item_start
-                    )
-                current.append(((lo_item, hi_item),))
+                current.append((self.class_range(lo_item, hi_item, item_start),))
             else:
                 current.append(lo_item if isinstance(lo_item, tuple) else ((lo_item, lo_item),))
         union = iv.union(*current) if current else ()

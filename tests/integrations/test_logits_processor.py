@@ -46,14 +46,17 @@ def answers(output: torch.Tensor, prompt_len: int) -> list[str]:
 
 
 def generate(
-    processor: LogitsProcessor, inputs: dict[str, torch.Tensor], **kwargs: Any
+    processor: LogitsProcessor,
+    inputs: dict[str, torch.Tensor],
+    max_new_tokens: int = 30,
+    **kwargs: Any,
 ) -> list[str]:
     model, tokenizer, _ = model_and_tokenizer()
     with torch.no_grad():
         out = model.generate(
             **inputs,
             logits_processor=[processor],
-            max_new_tokens=30,
+            max_new_tokens=max_new_tokens,
             pad_token_id=tokenizer.eos_token_id,
             **kwargs,
         )
@@ -115,19 +118,6 @@ STORY = {
 }
 
 
-def generate_within(processor: LogitsProcessor, inputs: Any, budget: int, **kwargs: Any) -> str:
-    model, tokenizer, _ = model_and_tokenizer()
-    with torch.no_grad():
-        out = model.generate(
-            **inputs,
-            logits_processor=[processor],
-            max_new_tokens=budget,
-            pad_token_id=tokenizer.eos_token_id,
-            **kwargs,
-        )
-    return answers(out, inputs["input_ids"].shape[1])[0]
-
-
 @pytest.mark.slow
 class TestBudget:
     """`LogitsProcessor(max_new_tokens=N)`: the output ends complete within `generate`'s N."""
@@ -139,9 +129,9 @@ class TestBudget:
         grammar = Compiler(vocab).json_schema(STORY)
         inputs = prompts("Tell a very long story about a dragon, as JSON.")
         for kwargs in ({"do_sample": False}, {"do_sample": False, "num_beams": 2}):
-            plain = generate_within(LogitsProcessor(grammar), inputs, 16, **kwargs)
+            plain = generate(LogitsProcessor(grammar), inputs, 16, **kwargs)[0]
             closing = LogitsProcessor(grammar, max_new_tokens=16)
-            text = generate_within(closing, inputs, 16, **kwargs)
+            (text,) = generate(closing, inputs, 16, **kwargs)
             jsonschema.validate(json.loads(text), STORY)
             assert closing.closing_narrowed > 0
             with pytest.raises(ValueError):
@@ -154,13 +144,13 @@ class TestBudget:
         torch.manual_seed(0)
         for _ in range(3):
             closing = LogitsProcessor(grammar, max_new_tokens=20)
-            text = generate_within(closing, inputs, 20, do_sample=True)
+            (text,) = generate(closing, inputs, 20, do_sample=True)
             assert set(json.loads(text)) == {"title", "story"}
 
     def test_a_budget_below_the_shortest_output_warns(self) -> None:
         _, _, vocab = model_and_tokenizer()
         grammar = Compiler(vocab).json_schema(STORY)
         with pytest.warns(UserWarning, match="raise max_new_tokens"):
-            generate_within(
+            generate(
                 LogitsProcessor(grammar, max_new_tokens=3), prompts("A story?"), 3, do_sample=False
             )
