@@ -18,8 +18,10 @@ accepted only where they cannot change a full match and vanish; ``search_languag
 anywhere and are resolved exactly (the strings that contain a match), and lookaheads right
 after a leading ``^`` become separate languages the whole string must (not) be in.
 
-Whatever is not a regular language over code points, or is not implemented (backreferences,
-other lookaround, ``\\b``, conditionals, atomic groups, possessive quantifiers), raises
+Word boundaries (``\\b``, ``\\B``, Rust's ``\\<`` ...) are parsed as markers and resolved into a
+plain AST before a parse returns (``codepoint_dfa.py``). Whatever is not a regular language over
+code points, or is not implemented (backreferences, other lookaround, conditionals, atomic
+groups, possessive quantifiers), raises
 ``UnsupportedRegexError``; what the dialect itself rejects raises ``RegexError``, both with the
 offset of the construct.
 """
@@ -148,6 +150,57 @@ class Repeat:
 
 Node = Empty | String | CharClass | Concat | Alternation | Repeat
 
+# Word-boundary assertions (``\\b``, ``\\B``, Rust's ``\\<`` ...) are parsed as *markers*: the
+# one-point class of code point ``MARKER_BASE + k`` (above U+10FFFF, so no other class contains
+# it) for the parser's k-th ``Boundary``. ``codepoint_dfa.eliminate_boundaries`` resolves them
+# before a parse returns, so no marker leaves this module.
+MARKER_BASE = iv.MAX_CODE_POINT + 1
+
+# Neighbour types: a word character, a non-word one, the edge of the text (start or end), and
+# (reading several dialects) a character one dialect calls a word character and another not.
+WORD, NONWORD, EDGE, EITHER = "w", "n", "e", "?"
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A zero-width assertion about the characters on either side: ``pairs`` holds the allowed
+    (before, after) types (``WORD``, ``NONWORD``, ``EDGE``); ``word``/``nonword`` are the
+    characters it surely calls word / non-word (any other is ``EITHER``: the assertion holds
+    next to one only where it holds for both readings)."""
+
+    pairs: frozenset[tuple[str, str]]
+    word: Ranges
+    nonword: Ranges
+
+    def kind(self, cp: int) -> str:
+        if iv.contains(self.word, cp):
+            return WORD
+        if iv.contains(self.nonword, cp):
+            return NONWORD
+        return EITHER
+
+    def after(self, before: str) -> frozenset[str]:
+        """The types the next character may have, given the previous one's."""
+        if before == EITHER:
+            return self.after(WORD) & self.after(NONWORD)
+        return frozenset(b for a, b in self.pairs if a == before)
+
+
+def _pairs(before: str, after: str) -> frozenset[tuple[str, str]]:
+    return frozenset((a, b) for a in before for b in after)
+
+
+_NOT_WORD = NONWORD + EDGE
+_BOUNDARY_PAIRS: dict[str, frozenset[tuple[str, str]]] = {
+    "b": _pairs(WORD, _NOT_WORD) | _pairs(_NOT_WORD, WORD),
+    "B": _pairs(WORD, WORD) | _pairs(_NOT_WORD, _NOT_WORD),
+    "start": _pairs(_NOT_WORD, WORD),
+    "end": _pairs(WORD, _NOT_WORD),
+    "start-half": _pairs(_NOT_WORD, WORD + _NOT_WORD),
+    "end-half": _pairs(WORD + _NOT_WORD, _NOT_WORD),
+}
+_RUST_BOUNDARIES = frozenset(("start", "end", "start-half", "end-half"))
+
 ANY_CHAR: Ranges = ((0, iv.MAX_CODE_POINT),)
 _ANY_BUT_NEWLINE: Ranges = ((0, 9), (11, iv.MAX_CODE_POINT))
 
@@ -271,17 +324,41 @@ def _pack(found: dict[_Key, list[Node]]) -> _Item:
     return _Anchored(parts)
 
 
+def _is_marker_class(node: Node) -> bool:
+    return isinstance(node, CharClass) and bool(node.ranges) and node.ranges[-1][1] >= MARKER_BASE
+
+
 @lru_cache(maxsize=4096)
 def _nullable(node: Node) -> bool:
     if isinstance(node, Empty):
         return True
-    if isinstance(node, (String, CharClass)):
+    if isinstance(node, CharClass):
+        return _is_marker_class(node)
+    if isinstance(node, String):
         return False
     if isinstance(node, Concat):
         return all(_nullable(x) for x in node.items)
     if isinstance(node, Alternation):
         return any(_nullable(x) for x in node.items)
     return node.min == 0 or _nullable(node.item)
+
+
+@lru_cache(maxsize=4096)
+def _empty_part(node: Node) -> Node:
+    """The ways ``node`` matches the empty string: ``Empty`` or ``CharClass(())`` (never)
+    when it has no word-boundary markers, else the markers that must hold there."""
+    if isinstance(node, Empty):
+        return node
+    if isinstance(node, String):
+        return CharClass(())
+    if isinstance(node, CharClass):
+        marks = iv.intersect(node.ranges, ((MARKER_BASE, MARKER_BASE + 0xFFFF),))
+        return CharClass(marks)
+    if isinstance(node, Concat):
+        return concat(_empty_part(x) for x in node.items)
+    if isinstance(node, Alternation):
+        return alternation(_empty_part(x) for x in node.items if _nullable(x))
+    return Empty() if node.min == 0 else _empty_part(node.item)
 
 
 def _spells_char(node: Node, cp: int) -> bool:
@@ -318,16 +395,33 @@ def _cat(a: _Item, b: _Item) -> _Item:
             if s2:
                 if not _nullable(left):
                     continue
-                left = Empty()
+                left = _empty_part(left)
             start = s1 or s2
             if e1 == _FREE:
                 found.setdefault((start, e2), []).append(concat([left, nb]))
                 continue
             if _nullable(nb):
-                found.setdefault((start, max(e1, e2)), []).append(left)
+                found.setdefault((start, max(e1, e2)), []).append(concat([left, _empty_part(nb)]))
             if e1 == _NL and _spells_char(nb, 10):
+                if _has_marker(nb):
+                    raise _BoundaryAfterDollar
                 found.setdefault((start, _END), []).append(concat([left, String("\n")]))
     return _pack(found)
+
+
+class _BoundaryAfterDollar(Exception):
+    """A word boundary where Python's `$` lets a final newline follow (reported by `_parse`)."""
+
+
+@lru_cache(maxsize=4096)
+def _has_marker(node: Node) -> bool:
+    if isinstance(node, CharClass):
+        return _is_marker_class(node)
+    if isinstance(node, (Concat, Alternation)):
+        return any(_has_marker(x) for x in node.items)
+    if isinstance(node, Repeat):
+        return _has_marker(node.item)
+    return False
 
 
 def _alt(items: Iterable[_Item]) -> _Item:
@@ -418,16 +512,19 @@ def parse_regex(
     flags: Iterable[str] = "",
     dialect: DialectSpec = "python",
     ascii_case: bool = False,
+    word_boundaries: bool = True,
 ) -> Node:
     """Parse a pattern into an AST with full-match semantics.
 
     ``flags`` holds flag letters (``"i"`` ignore case, ``"s"`` dotall, ``"m"`` multiline, ``"x"``
     verbose, ``"a"`` ASCII, ``"u"`` Unicode), e.g. ``"is"`` or Lark's ``frozenset({"i"})``.
     ``dialect``: see the module docstring; ``ascii_case`` folds case in ASCII whatever the
-    dialect says (Lark's ``i`` without ``u``). Raises ``RegexError`` with the offset of the
-    problem for malformed patterns, ``UnsupportedRegexError`` for unsupported ones.
+    dialect says (Lark's ``i`` without ``u``); ``word_boundaries=False`` refuses ``\\b`` and
+    its kin (a lexer's terminal, whose neighbours are other tokens). Raises ``RegexError`` with
+    the offset of the problem for malformed patterns, ``UnsupportedRegexError`` for unsupported
+    ones.
     """
-    node: Node = _parse(pattern, flags, dialect, ascii_case, search=False)
+    node: Node = _parse(pattern, flags, dialect, ascii_case, word_boundaries, search=False)
     return node
 
 
@@ -437,6 +534,7 @@ def search_language(
     flags: Iterable[str] = "",
     dialect: DialectSpec = "python",
     ascii_case: bool = False,
+    word_boundaries: bool = True,
 ) -> SearchLanguage:
     """The strings in which ``pattern`` finds a match (``re.search``, ``RegExp.test``,
     ``Regex::is_match``), anchors resolved exactly in the dialect's meaning.
@@ -445,23 +543,60 @@ def search_language(
     multiline flag they are unsupported. Lookaheads are supported right after a leading ``^``
     when the pattern has one top-level alternative (each becomes a language of its own).
     """
-    language: SearchLanguage = _parse(pattern, flags, dialect, ascii_case, search=True)
+    language: SearchLanguage = _parse(
+        pattern, flags, dialect, ascii_case, word_boundaries, search=True
+    )
     return language
 
 
 def _parse(
-    pattern: str, flags: Iterable[str], dialect: DialectSpec, ascii_case: bool, *, search: bool
+    pattern: str,
+    flags: Iterable[str],
+    dialect: DialectSpec,
+    ascii_case: bool,
+    word_boundaries: bool,
+    *,
+    search: bool,
 ) -> Any:
     """`parse_regex` (full match) or `search_language` (`search`): an unsupported construct is
     reported only once the whole pattern is known to be well-formed in the dialect."""
     ds = dl.dialects_of(dialect)
     bits = _parse_flag_letters(flags, pattern, ds[0])
     parser = _Parser(pattern, ds, bits, search=search, ascii_case=ascii_case)
+    parser.boundaries_ok = word_boundaries
     try:
-        return parser.parse_search() if search else parser.parse_full()
+        try:
+            found = parser.parse_search() if search else parser.parse_full()
+        except _BoundaryAfterDollar:
+            raise parser.unsupported(
+                "a word boundary after `$` (where a final newline may follow)",
+                0,
+                "put it before the `$`",
+            ) from None
     except UnsupportedRegexError:
         _check_syntax(pattern, ds, bits, search=search, ascii_case=ascii_case)
         raise
+    if not parser.boundaries:
+        return found
+    return _resolve_boundaries(found, parser)
+
+
+def _resolve_boundaries(found: Node | SearchLanguage, parser: _Parser) -> Node | SearchLanguage:
+    """The parse with its word-boundary markers resolved (see ``MARKER_BASE``)."""
+    from structgen.automata.codepoint_dfa import eliminate_boundaries
+
+    def resolve(node: Node) -> Node:
+        try:
+            return eliminate_boundaries(node, parser.boundaries)
+        except RegexError as exc:
+            raise parser.unsupported(
+                "a word boundary in a pattern this large", 0, f"{exc.reason}; shorten it"
+            ) from None
+
+    if isinstance(found, SearchLanguage):
+        looks = tuple((positive, resolve(node)) for positive, node in found.lookaheads)
+        return SearchLanguage(resolve(found.node), looks)
+    return resolve(found)
 
 
 def _check_syntax(
@@ -471,7 +606,7 @@ def _check_syntax(
     the dialect's verdict (a malformed pattern), whatever came before it."""
     checker = _Parser(pattern, ds[:1], bits, search=search, ascii_case=ascii_case)
     checker.tolerant = True
-    with contextlib.suppress(UnsupportedRegexError):
+    with contextlib.suppress(UnsupportedRegexError, _BoundaryAfterDollar):
         checker.parse_search() if search else checker.parse_full()
 
 
@@ -525,6 +660,8 @@ class _Parser:
         self.in_lookahead = False
         self._ecma_groups: tuple[int, frozenset[str]] | None = None
         self.tolerant = False
+        self.boundaries_ok = True
+        self.boundaries: list[Boundary] = []  # marker k stands for boundaries[k]
 
     # --- helpers
 
@@ -565,6 +702,27 @@ class _Parser:
             if sub.i == end:
                 out = iv.intersect(out, ranges)
         return out
+
+    def boundary(self, kind: str, flags: int) -> Node:
+        """The marker of a word-boundary assertion: ``kind`` is ``b``, ``B`` or one of Rust's
+        names, its word characters those of ``\\w`` in every dialect read."""
+        words = []
+        for d in self.dialects:
+            ranges = dl.class_escape(d, "w", bool(flags & _A))
+            if flags & _I and dl.family(d) == "ecma":
+                ranges = self.case_tables(d, flags).fold(ranges)  # adds U+017F and U+212A
+            words.append(ranges)
+        pairs = _BOUNDARY_PAIRS[kind]
+        if kind == "B" and any(dl.family(d) == "python" for d in self.dialects):
+            pairs = pairs - {(EDGE, EDGE)}  # Python's \B does not match the empty string
+        word = words[0]
+        for ranges in words[1:]:
+            word = iv.intersect(word, ranges)
+        found = Boundary(pairs, word, iv.complement(iv.union(*words)))
+        if found not in self.boundaries:
+            self.boundaries.append(found)
+        k = MARKER_BASE + self.boundaries.index(found)
+        return CharClass(((k, k),))
 
     def char_node(self, cp: int, flags: int) -> Node:
         if not flags & _I:
@@ -917,17 +1075,29 @@ class _Parser:
         if (c == "Z" and fam == "python") or (c == "z" and fam == "rust"):
             return self.anchor(False, start, at_start, flags, _END)
         if c in "bB" or (fam == "rust" and c in "<>"):
+            kind = {"b": "b", "B": "B", "<": "start", ">": "end"}[c]
             if fam == "rust" and c == "b" and self.i < self.n and p[self.i] == "{":
                 close = p.find("}", self.i)
-                self.i = self.n if close < 0 else close + 1
-            self.refuse(
-                self.unsupported(
-                    f"the word boundary \\{c}",
-                    start,
-                    "it is an assertion about neighbouring characters; spell the characters out",
+                special = p[self.i + 1 : close] if close > 0 else ""
+                if special and all(ch.isalpha() or ch == "-" for ch in special):
+                    if special not in _RUST_BOUNDARIES:
+                        raise self.error(
+                            f"unrecognized special word boundary \\b{{{special}}}; known:"
+                            " start, end, start-half, end-half",
+                            start,
+                        )
+                    kind = special
+                    self.i = close + 1
+            if not self.boundaries_ok:
+                self.refuse(
+                    self.unsupported(
+                        f"the word boundary {p[start : self.i]}",
+                        start,
+                        "it looks at the neighbouring tokens' characters; spell them out",
+                    )
                 )
-            )
-            return Empty(), _Info(True, None, None, _ANCHOR)
+                return Empty(), _Info(True, None, None, _ANCHOR)
+            return self.boundary(kind, flags), _Info(True, None, None, _ANCHOR)
         if c in _DIGITS and (c != "0" or fam == "rust"):
             return self.char_node(self.digit_escape(c, start), flags), _PLAIN_INFO
         if c == "k" and fam == "ecma":

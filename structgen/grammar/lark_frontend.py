@@ -216,7 +216,12 @@ def _terminal_node(text: str, name: str, pattern: Any) -> Node:
         raise _terminal_error(text, name, raw, f"{reason} (at offset {offset} of /{value}/)")
     try:
         # /.../i folds case in ASCII unless the terminal asks for Unicode with the `u` flag
-        node = parse_regex(value, flags="".join(sorted(flags)), ascii_case="u" not in flags)
+        node = parse_regex(
+            value,
+            flags="".join(sorted(flags)),
+            ascii_case="u" not in flags,
+            word_boundaries=False,
+        )
     except RegexError as exc:
         raise _terminal_error(text, name, raw, f"{exc.reason} in /{value}/") from exc
     if _nullable(node):

@@ -38,6 +38,7 @@ from structgen.automata import (
     parse_regex,
     repeat,
 )
+from structgen.automata.codepoint_dfa import complement
 from structgen.errors import (
     LimitExceededError,
     RegexError,
@@ -47,7 +48,6 @@ from structgen.errors import (
 )
 from structgen.grammar.engine import terminal_dfa
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
-from structgen.schema._complement import complement
 from structgen.schema._formats import KNOWN_UNSUPPORTED, format_nodes
 from structgen.schema._numbers import (
     NumRange,

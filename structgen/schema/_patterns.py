@@ -32,8 +32,8 @@ from structgen.automata import (
     compile_ast,
     search_language,
 )
+from structgen.automata.codepoint_dfa import complement
 from structgen.errors import RegexError, SchemaError, StructgenError, UnsupportedSchemaError
-from structgen.schema._complement import complement
 
 __all__ = ["DIALECT_KEYWORD", "PatternReader", "model_dialect"]
 

@@ -318,8 +318,6 @@ UNSUPPORTED: list[tuple[str, int | None, str]] = [
     ("(a)?(?(1)b|c)", 4, "conditional"),
     ("(?>a)", 0, "atomic group"),
     ("a*+", 1, "possessive"),
-    ("a\\bc", 1, "word boundary \\b"),
-    ("\\B", 0, "word boundary \\B"),
     ("a^b", 1, "start anchor"),
     ("a\\Ab", 1, "start anchor"),
     ("a$b", 1, "end anchor"),
@@ -351,7 +349,7 @@ class TestErrors:
             re.compile(pattern)
 
     def test_unsupported_reasons_say_what_to_do(self) -> None:
-        for pattern in ["(a)\\1", "a(?=b)", "a\\b", "a^b", "(?>a)", "a*+"]:
+        for pattern in ["(a)\\1", "a(?=b)", "a^b", "(?>a)", "a*+"]:
             with pytest.raises(RegexError) as info:
                 parse_regex(pattern)
             assert "not supported" in info.value.reason

@@ -12,7 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from structgen.automata import Node, compile_ast, intersect, search_language
-from structgen.schema._complement import complement
+from structgen.automata.codepoint_dfa import complement
 from structgen.schema._formats import format_nodes
 from structgen.schema._numbers import NumRange, number_node
 from structgen.schema._strings import encode, length_body, literal_body, not_in_set
