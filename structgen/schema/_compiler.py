@@ -99,13 +99,27 @@ _SOME_KW = "$structgen:someMember"
 # At most this many "some member" constraints on one object (each is a flag in the rules).
 _MAX_SOME = 3
 _LEGACY_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")
-# Non-integer number texts whose *parsed double* is not an integer either (jsonschema judges the
-# float): at most 15 significant digits round-trip through a double, so such a text cannot land
-# on an integer; longer ones (1.0000000000000001, 1e25-sized fractions) could, and are left out.
-_NONINT = parse_regex(
-    r"-?(?:"
-    + "|".join(rf"[1-9][0-9]{{{k - 1}}}\.(?:[0-9]{{0,{14 - k}}}[1-9])" for k in range(1, 15))
-    + r"|0\.0{0,20}[1-9](?:[0-9]{0,13}[1-9])?)"
+
+
+def _nonint(zeros: str) -> Node:
+    """Non-integer number texts whose *parsed double* is not an integer either (jsonschema
+    judges the float): at most 15 significant digits round-trip through a double, so such a
+    text cannot land on an integer (`zeros`: trailing zeros, which do not count); longer ones
+    (1.0000000000000001, 1e25-sized fractions) could, and are left out."""
+    return parse_regex(
+        r"-?(?:"
+        + "|".join(
+            rf"[1-9][0-9]{{{k - 1}}}\.(?:[0-9]{{0,{14 - k}}}[1-9]){zeros}" for k in range(1, 15)
+        )
+        + rf"|0\.0{{0,20}}[1-9](?:[0-9]{{0,13}}[1-9])?{zeros})"
+    )
+
+
+_NONINT = _nonint("0*")
+_CANONICAL_NONINT = _nonint("")  # generating: no trailing zeros, as a writer spells numbers
+# Drafts 3 and 4: a number written with a fraction or an exponent is not an integer (`1.0`).
+_WRITTEN_NONINT = parse_regex(
+    r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)"
 )
 
 
@@ -985,7 +999,11 @@ class SchemaCompiler:
         ]
         node = alternation(nodes)
         if kinds == frozenset({"nonint"}):
-            return self.terminal(node, (_NONINT,))
+            # drafts 3 and 4 (accepting): any text with a fraction or exponent is no integer;
+            # generating offers only what every validator (ajv: `Number.isInteger`) agrees on
+            if self.canonical:
+                return self.terminal(node, (_CANONICAL_NONINT,))
+            return self.terminal(node, (_NONINT if self.integer_fractions else _WRITTEN_NONINT,))
         return self.terminal(node)
 
     def legacy_excl(self, s: dict[str, JSON], key: str) -> bool:

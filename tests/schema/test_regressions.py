@@ -291,3 +291,23 @@ def test_draft_04_integers_have_no_fraction() -> None:
         assert accepts(compiled, tokenizer, "12345.0") is fraction
         validator = validator_for(schema)(schema)
         assert validator.is_valid(json.loads("12345.0")) is fraction
+
+
+def test_not_integer_follows_the_draft() -> None:
+    # draft 4: 1.0 is no integer, so `not: {type: integer}` takes it; draft 2020: it is one.
+    # Trailing zeros of a fraction do not make a number an integer in any draft.
+    vocab, tokenizer = load_vocab("llama3_1"), load_tokenizer("llama3_1")
+    texts = ["1.0", "1e2", "-0.0", "2.50", "0.10", "1.5", "1", "2.5e0"]
+    for draft in ("http://json-schema.org/draft-04/schema#", DRAFT_2020):
+        schema = {"$schema": draft, "type": "number", "not": {"type": "integer"}}
+        validator = validator_for(schema)(schema)
+        compiled, reason = compile_or_reason(vocab, schema, ACCEPT)
+        assert compiled is not None, reason
+        for text in texts[:-1]:
+            want = validator.is_valid(json.loads(text))
+            assert accepts(compiled, tokenizer, text) == want, (draft, text)
+        # generating: only what ajv (Number.isInteger) and jsonschema both call a non-integer
+        generated, reason = compile_or_reason(vocab, schema, GENERATE)
+        assert generated is not None, reason
+        offered = [t for t in texts if accepts(generated, tokenizer, t)]
+        assert offered == ["1.5"], offered  # a writer's layout: no trailing zeros either
