@@ -38,8 +38,8 @@ def check_budget() -> None:
     """Raise `LimitExceededError` if the current compile ran past its budget."""
     deadline = getattr(_LOCAL, "deadline", None)
     if deadline is not None and time.perf_counter() > deadline:
+        # (the deadline stays: code that swallows the error meets it again at the next check)
         seconds = _LOCAL.seconds
-        _LOCAL.deadline = None  # report once; the caller unwinds the whole compile
         raise LimitExceededError(
             f"compiling took longer than {seconds:g} s",
             limit="CompileLimits.max_compile_seconds",

@@ -331,7 +331,9 @@ class Compiler:
         key = ("json_schema", schema_fingerprint(data, max_nesting=opts.max_nesting), opts)
         return self._cached(
             key,
-            lambda: self._schema_engine(*compile_schema_guarded(data, options=opts)),
+            lambda: self._schema_engine(
+                *compile_schema_guarded(data, options=opts, limits=self.limits.automata())
+            ),
             kind="json_schema",
             source=str(schema)[:200],
             recipe=("json_schema", (data,), {"options": opts}),

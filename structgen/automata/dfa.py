@@ -757,8 +757,12 @@ class ProductSource(_Source):
             return True
         parent: dict[tuple[int, int], tuple[int, int] | None] = {key: None}
         queue = deque([key])
+        steps = 0
         while queue:
             cur = queue.popleft()
+            steps += 1
+            if not steps & 0xFF:
+                check_budget()  # every 256 pairs expanded (a no-op outside a compile)
             if len(parent) > self.budget:
                 raise LimitExceededError(
                     f"deciding whether an intersection state can still match visited more than"

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from structgen.automata import AutomataLimits
 from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.ir import Grammar
 from structgen.schema._compiler import SchemaCompiler
@@ -172,14 +173,20 @@ def compile_schema(
 
 
 def compile_schema_guarded(
-    schema: dict[str, Any] | bool | str | type, *, options: SchemaOptions, guard_unique: bool = True
+    schema: dict[str, Any] | bool | str | type,
+    *,
+    options: SchemaOptions,
+    guard_unique: bool = True,
+    limits: AutomataLimits | None = None,
 ) -> tuple[Grammar, tuple[UniqueArray, ...]]:
     """`compile_schema`, and the arrays whose `uniqueItems` the caller must enforce with
-    `UniqueItemsEngine` (with `guard_unique`; without, `uniqueItems` is refused as before)."""
+    `UniqueItemsEngine` (with `guard_unique`; without, `uniqueItems` is refused as before).
+    `limits`: the automaton limits of the engine that will run the grammar (its terminal
+    automata are built here once, to find unsatisfiable intersections, and shared with it)."""
     data = _load(schema, options.max_nesting)
     if not isinstance(data, (dict, bool)):
         raise SchemaError("a schema must be a JSON object or a boolean")
-    compiler = SchemaCompiler(data, options, guard_unique=guard_unique)
+    compiler = SchemaCompiler(data, options, guard_unique=guard_unique, limits=limits)
     try:
         return compiler.compile(), compiler.unique or ()
     except RecursionError:  # a safety net: max_nesting normally stops this first

@@ -186,7 +186,15 @@ def kind_of(value: JSON) -> str:
 class SchemaCompiler:
     """One compilation: the root document, its `$id` index, and the rules built so far."""
 
-    def __init__(self, root: JSON, options: Any, *, guard_unique: bool = False) -> None:
+    def __init__(
+        self,
+        root: JSON,
+        options: Any,
+        *,
+        guard_unique: bool = False,
+        limits: AutomataLimits | None = None,
+    ) -> None:
+        self.limits = limits or AutomataLimits()
         self.root = root
         self.opts = options
         # uniqueItems enforced beside the grammar (`_unique.py`): the arrays, once found
@@ -422,18 +430,15 @@ class SchemaCompiler:
     def _check_productive(self, grammar: Grammar) -> set[str]:
         """Unsatisfiable schemas must fail here, not inside the engine; returns the productive
         symbols (terminals and rules that derive some text)."""
-        limits = AutomataLimits()
         usable: set[str] = set()
         for t in grammar.terminals:
             if not t.intersect:
                 usable.add(t.name)
                 continue
-            try:
-                # The same cached automaton the engine will use: built once, not twice.
-                if not terminal_dfa(t, limits).is_empty:
-                    usable.add(t.name)
-            except StructgenError:
-                usable.add(t.name)  # let the engine report the limit with its own context
+            # The same cached automaton the engine will use (same limits): built once, not
+            # twice; a limit it hits is the compile's.
+            if not terminal_dfa(t, self.limits).is_empty:
+                usable.add(t.name)
         productive = set(usable)
         changed = True
         while changed:
