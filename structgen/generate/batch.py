@@ -92,22 +92,26 @@ class DecodeBatch:
         self._jump_forward = jump_forward
         self._started = time.perf_counter()
         device = runner.device
-        self._rows = [self._make_row(i, r, device) for i, r in enumerate(requests)]
-        for row in self._rows:
+        rows = [self._make_row(i, r, device) for i, r in enumerate(requests)]
+        for row in rows:
             row.started = self._started
-        self.results: list[GenerationResult | None] = [None] * len(requests)
-        self._active = list(self._rows)
+        # Rows by index, until `release`: a batch that keeps admitting never empties, so what
+        # its owner has collected must go (or memory grows with every request served).
+        self._rows: dict[int, _Row] = {r.index: r for r in rows}
+        self._next_index = len(rows)
+        self.results: dict[int, GenerationResult] = {}  # finished rows, by index
+        self._active = list(rows)
         self._tensors = SamplingTensors.build([r.params for r in self._active], device)
         self._penalties = (
-            PenaltyState([r.prompt for r in self._rows], vocab.size, device)
+            PenaltyState([r.prompt for r in rows], vocab.size, device)
             if self._tensors.any_penalty
             else None
         )
-        self._constrained = any(r.matcher is not None for r in self._rows)
-        self._alloc_masks(len(self._rows))
-        self._positions = [0] * len(self._rows)
+        self._constrained = any(r.matcher is not None for r in rows)
+        self._alloc_masks(len(rows))
+        self._positions = [0] * len(rows)
         self._cache, self._attention, start = self._start_cache(prefix_cache)
-        for row in self._rows:  # the first step feeds the rest of the prompt (+ forced tokens)
+        for row in rows:  # the first step feeds the rest of the prompt (+ forced tokens)
             row.pending = list(row.prompt[start:])
             self._queue_forced(row)
 
@@ -149,14 +153,15 @@ class DecodeBatch:
         keys and values are copied in and those tokens are not run through the model again.
         """
         runner = self._runner
-        rows = len(self._rows)
+        prompts = [r.prompt for r in self._active]
+        rows = len(prompts)
         device = runner.device
         cache = runner.new_cache()
         empty = torch.zeros((rows, 0), dtype=torch.long, device=device)
         if prefix_cache is None or prefix_cache.max_entries == 0 or has_sliding_layers(cache):
             return cache, empty, 0
-        common = _common_prefix([r.prompt for r in self._rows])
-        common = common[: min(len(r.prompt) for r in self._rows) - 1]
+        common = _common_prefix(prompts)
+        common = common[: min(len(p) for p in prompts) - 1]
         if len(common) < prefix_cache.min_tokens:
             return cache, empty, 0
         hit = prefix_cache.lookup(common)
@@ -166,11 +171,11 @@ class DecodeBatch:
             runner.feed([common], first, one, [0])
             kv, length = cache_tensors(first), len(common)
             prefix_cache.store(common, kv)
-            for row in self._rows:
+            for row in self._active:
                 row.forward_passes += 1
         else:
             kv, length = hit.kv, hit.length
-            for row in self._rows:
+            for row in self._active:
                 row.cached_tokens = length
         self._positions = [length] * rows
         cache = cache_from_tensors(runner, kv, length=length, batch=rows)
@@ -203,7 +208,8 @@ class DecodeBatch:
         device = self._runner.device
         now = time.perf_counter()
         times = list(arrived) or [now] * len(requests)
-        first = len(self._rows)
+        first = self._next_index
+        self._next_index += len(requests)
         rows = [self._make_row(first + i, r, device) for i, r in enumerate(requests)]
         for row, at in zip(rows, times):
             row.started = at
@@ -219,8 +225,7 @@ class DecodeBatch:
         self._attention = torch.cat([self._attention, holes])
         _add_cache_rows(self._cache, len(rows))
         self._positions.extend([0] * len(rows))
-        self._rows.extend(rows)
-        self.results.extend([None] * len(rows))
+        self._rows.update((r.index, r) for r in rows)
         self._active.extend(rows)
         self._tensors = SamplingTensors.build([r.params for r in self._active], device)
         if self._tensors.any_penalty:
@@ -243,6 +248,23 @@ class DecodeBatch:
             row.pending = list(row.prompt)
             self._queue_forced(row)
         return [r.index for r in rows]
+
+    def release(self, index: int) -> None:
+        """Forget a finished row and its result (its owner has them): the batch keeps only
+        what is still needed, however many requests pass through it."""
+        row = self._rows.get(index)
+        if row is not None and row.finish is not None:
+            del self._rows[index]
+            self.results.pop(index, None)
+
+    def cancel(self, index: int) -> None:
+        """End an unfinished row now (finish reason "cancelled"): it leaves the batch with its
+        KV-cache row, and its result is what it had produced."""
+        row = self._rows.get(index)
+        if row is None or row.finish is not None:
+            return
+        row.finish = "cancelled"
+        self._drop_finished()
 
     def _drop_dead_columns(self) -> None:
         """Remove cache columns that are holes in every unfinished row (left by finished rows)."""
@@ -448,13 +470,14 @@ class DecodeBatch:
             token_ids=tuple(row.output),
             finish_reason=row.finish,
             metrics=metrics,
-            complete=row.matcher is None or row.matcher.can_terminate(),
+            complete=row.finish != "cancelled"
+            and (row.matcher is None or row.matcher.can_terminate()),
         )
 
     def run(self) -> list[GenerationResult]:
         while not self.done:
             self.step()
-        return [r for r in self.results if r is not None]
+        return [self.results[i] for i in sorted(self.results)]
 
     # ------------------------------------------------------------------ streaming
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 __all__ = ["BeamHypothesis", "FinishReason", "GenerationResult", "RequestMetrics"]
 
-FinishReason = Literal["eos", "stop", "length", "grammar"]
+FinishReason = Literal["eos", "stop", "length", "grammar", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,8 @@ class GenerationResult:
     `text` is cut before a matched stop string; `token_ids` are all generated ids (an EOS that
     ended the output included). `finish_reason`: "eos" (an EOS token, or the grammar completed),
     "stop" (a stop string), "length" (`max_new_tokens` or the model's context), "grammar" (the
-    constraint allowed no token: a grammar that cannot be completed). `complete`: the output is
+    constraint allowed no token: a grammar that cannot be completed), "cancelled"
+    (`RequestHandle.cancel()`, or its handle dropped: the text so far). `complete`: the output is
     a whole sentence of its constraint (always True without one) — with budget-aware closing a
     constrained output cut by `max_new_tokens` ("length") is complete too.
     """

@@ -21,10 +21,12 @@ import contextlib
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import torch
 
@@ -34,7 +36,7 @@ from structgen.generate.batch import DecodeBatch
 from structgen.generate.loop import Generator
 from structgen.generate.params import SamplingParams
 from structgen.generate.requests import Prompt, Request
-from structgen.generate.results import GenerationResult
+from structgen.generate.results import GenerationResult, RequestMetrics
 
 __all__ = ["RequestHandle", "Scheduler", "SchedulerMetrics"]
 
@@ -64,64 +66,147 @@ class SchedulerMetrics:
 _END = object()  # the end of a handle's stream of deltas
 
 
+class _Entry:
+    """A submitted request's state inside the scheduler (the handle the user holds is separate,
+    so that the scheduler can tell when it is dropped)."""
+
+    __slots__ = (
+        "cancel_requested",
+        "cost",
+        "deltas",
+        "error",
+        "finalizer",
+        "finished",
+        "request",
+        "result",
+        "submitted_at",
+    )
+
+    def __init__(self, request: Request, cost: int, submitted_at: float) -> None:
+        self.request = request
+        self.cost = cost
+        self.submitted_at = submitted_at
+        self.deltas: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.finished = threading.Event()
+        self.result: GenerationResult | None = None
+        self.error: BaseException | None = None
+        self.cancel_requested = False
+        self.finalizer: Any = None  # weakref.finalize of the handle
+
+    def finish(self, result: GenerationResult | None, error: BaseException | None) -> bool:
+        """End the request (once: later calls are ignored); wakes every waiter."""
+        if self.finished.is_set():
+            return False
+        self.result, self.error = result, error
+        self.finished.set()
+        self.deltas.put(_END)
+        if self.finalizer is not None:
+            self.finalizer.detach()
+        return True
+
+
 class RequestHandle:
     """One submitted request: iterate it for text deltas, `result()` for the `GenerationResult`.
 
     Without a background thread, `result()` and iteration drive the scheduler themselves.
+    `cancel()` ends the request at the next step; a handle dropped before its request finished
+    cancels it too (nobody can read the result any more).
     """
 
-    def __init__(self, scheduler: Scheduler, request: Request, submitted_at: float) -> None:
+    def __init__(self, scheduler: Scheduler, entry: _Entry) -> None:
         self._scheduler = scheduler
-        self.request = request
-        self.submitted_at = submitted_at
-        self.cost = scheduler._cost(request)
-        self._deltas: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._finished = threading.Event()
-        self._result: GenerationResult | None = None
-        self._error: BaseException | None = None
+        self._entry = entry
+        self.request = entry.request
+        self.submitted_at = entry.submitted_at
+        self.cost = entry.cost
 
     @property
     def done(self) -> bool:
-        """True once the request finished (or failed)."""
-        return self._finished.is_set()
+        """True once the request finished (or failed, or was cancelled)."""
+        return self._entry.finished.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the request ended by `cancel()` (its result says "cancelled")."""
+        result = self._entry.result
+        return result is not None and result.finish_reason == "cancelled"
+
+    def cancel(self) -> None:
+        """Stop the request at the next step (at once while it is queued): its KV-cache rows
+        and its share of the budget are freed, and `result()` returns what it had produced,
+        with `finish_reason="cancelled"`. Does nothing once the request has finished."""
+        self._scheduler._cancel(self._entry)
 
     def result(self, timeout: float | None = None) -> GenerationResult:
-        """The finished result; waits (or steps the scheduler) until it is there."""
-        if not self._scheduler.running:
-            while not self.done and self._scheduler.step():
-                pass
-        if not self._finished.wait(timeout):
+        """The finished result; waits (or steps the scheduler) until it is there.
+
+        `timeout` (seconds): raise `TimeoutError` if it is not there by then; the request goes
+        on (cancel it to stop it).
+        """
+        entry = self._entry
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        scheduler = self._scheduler
+        while not entry.finished.is_set() and not scheduler.running:
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+            if not scheduler.step():
+                break
+        left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+        if not entry.finished.wait(left):
             raise TimeoutError(f"the request did not finish within {timeout} s")
-        if self._error is not None:
-            raise GenerationError(f"the request failed: {self._error}") from self._error
-        assert self._result is not None
-        return self._result
+        if entry.error is not None:
+            raise _failed(entry.error)
+        assert entry.result is not None
+        return entry.result
 
     def __iter__(self) -> Iterator[str]:
         """Text deltas as they are decoded (never ending inside a character or a stop string)."""
+        entry = self._entry
         while True:
             try:
-                item = self._deltas.get_nowait()
+                item = entry.deltas.get_nowait()
             except queue.Empty:
                 if self._scheduler.running or not self._scheduler.step():
-                    item = self._deltas.get()
+                    item = entry.deltas.get()
                 else:
                     continue
             if item is _END:
-                if self._error is not None:
-                    raise GenerationError(f"the request failed: {self._error}") from self._error
+                if entry.error is not None:
+                    raise _failed(entry.error)
                 return
             assert isinstance(item, str)
             yield item
 
-    # called by the scheduler, on the stepping thread
-    def _push(self, delta: str) -> None:
-        self._deltas.put(delta)
 
-    def _finish(self, result: GenerationResult | None, error: BaseException | None) -> None:
-        self._result, self._error = result, error
-        self._finished.set()
-        self._deltas.put(_END)
+def _failed(error: BaseException) -> GenerationError:
+    if isinstance(error, GenerationError):
+        return error
+    exc = GenerationError(f"the request failed: {error}")
+    exc.__cause__ = error
+    return exc
+
+
+def _cancelled_result(entry: _Entry) -> GenerationResult:
+    """The result of a request cancelled before it was admitted: nothing generated."""
+    waited = time.perf_counter() - entry.submitted_at
+    metrics = RequestMetrics(
+        prompt_tokens=len(entry.request.prompt_ids),
+        output_tokens=0,
+        time_to_first_token=0.0,
+        time_per_output_token=0.0,
+        total_time=waited,
+        forward_passes=0,
+        forced_tokens=0,
+        cached_prompt_tokens=0,
+    )
+    return GenerationResult("", (), "cancelled", metrics, complete=False)
+
+
+def _abandon(abandoned: deque[_Entry], entry: _Entry) -> None:
+    """A handle was garbage-collected before its request ended: cancel it at the next step.
+    (Runs inside the garbage collector, on any thread: a lock-free append, nothing more.)"""
+    entry.cancel_requested = True
+    abandoned.append(entry)
 
 
 class Scheduler:
@@ -155,9 +240,10 @@ class Scheduler:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # guards the queue and the counters
         self._step_lock = threading.Lock()  # one step at a time, whoever drives
-        self._queue: deque[RequestHandle] = deque()
+        self._queue: deque[_Entry] = deque()
         self._batch: DecodeBatch | None = None
-        self._running: dict[int, RequestHandle] = {}  # batch row index → handle
+        self._running: dict[int, _Entry] = {}  # batch row index → entry
+        self._cancels: deque[_Entry] = deque()  # cancel() and dropped handles, for the next step
         self._reserved = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -184,9 +270,12 @@ class Scheduler:
         """Queue one request (checked now: a bad one raises `GenerationError` here)."""
         now = time.perf_counter()
         (request,) = self.generator._requests([prompt], params, [grammar], chat)
-        handle = RequestHandle(self, request, now)
+        entry = _Entry(request, self._cost(request), now)
+        handle = RequestHandle(self, entry)
+        entry.finalizer = weakref.finalize(handle, _abandon, self._cancels, entry)
+        entry.finalizer.atexit = False
         with self._wake:
-            self._queue.append(handle)
+            self._queue.append(entry)
             self._submitted += 1
             if self._first_submit is None:
                 self._first_submit = now
@@ -227,6 +316,7 @@ class Scheduler:
         Returns False when there was nothing to do (no active and no queued requests).
         """
         with self._step_lock:
+            self._apply_cancels()
             with self._lock:
                 admitted = self._take_admissible()
                 if not admitted and not self._running:
@@ -253,9 +343,9 @@ class Scheduler:
         while self.step():
             pass
 
-    def _take_admissible(self) -> list[RequestHandle]:
+    def _take_admissible(self) -> list[_Entry]:
         """Pop the queue's head while it fits the row limit and the KV budget (caller locks)."""
-        taken: list[RequestHandle] = []
+        taken: list[_Entry] = []
         budget = self.kv_budget_tokens
         while self._queue and len(self._running) + len(taken) < self.max_batch:
             head = self._queue[0]
@@ -267,7 +357,7 @@ class Scheduler:
             taken.append(head)
         return taken
 
-    def _admit(self, handles: list[RequestHandle]) -> DecodeBatch:
+    def _admit(self, handles: list[_Entry]) -> DecodeBatch:
         batch = self._batch
         if batch is None or batch.done:  # start afresh: the old rows' state can go
             batch = self._batch = self.generator._batch([], use_prefix_cache=False)
@@ -280,29 +370,79 @@ class Scheduler:
         return batch
 
     def _deliver(self, batch: DecodeBatch) -> None:
-        for index, handle in list(self._running.items()):
-            result = batch.results[index]
+        for index, entry in list(self._running.items()):
+            result = batch.results.get(index)
             delta = batch.row_text_delta(index, final=result is not None)
             if delta:
-                handle._push(delta)
+                entry.deltas.put(delta)
             if result is not None:
                 with self._lock:
                     del self._running[index]
-                    self._reserved -= handle.cost
+                    self._reserved -= entry.cost
                     self._finished += 1
                     self._output_tokens += result.metrics.output_tokens
                     self._last_finish = time.perf_counter()
-                handle._finish(result, None)
+                batch.release(index)  # the batch forgets it: memory stays flat under load
+                entry.finish(result, None)
 
-    def _fail_running(self, admitted: list[RequestHandle], exc: BaseException) -> None:
+    def _cancel(self, entry: _Entry) -> None:
+        """`RequestHandle.cancel()`: a queued request ends now, a running one at the next step
+        (now, when nobody else is stepping)."""
+        if entry.finished.is_set():
+            return
+        entry.cancel_requested = True
+        with self._wake:
+            self._cancels.append(entry)
+            self._wake.notify_all()
+        if not self.running and self._step_lock.acquire(blocking=False):
+            try:
+                self._apply_cancels()
+            finally:
+                self._step_lock.release()
+
+    def _apply_cancels(self) -> None:
+        """End the requests cancelled since the last step (caller holds the step lock)."""
+        batch = self._batch
+        while self._cancels:
+            entry = self._cancels.popleft()
+            if entry.finished.is_set():
+                continue
+            with self._lock:
+                if entry in self._queue:
+                    self._queue.remove(entry)
+                    queued = True
+                else:
+                    index = next((i for i, e in self._running.items() if e is entry), None)
+                    queued = False
+            if queued:
+                entry.finish(_cancelled_result(entry), None)
+                with self._lock:
+                    self._finished += 1
+            elif index is not None and batch is not None:
+                batch.cancel(index)
+        if batch is not None:
+            self._deliver(batch)
+
+    def _fail_running(self, admitted: list[_Entry], exc: BaseException) -> None:
         """A step raised: the batch state is unusable; fail its requests, keep the queue."""
         with self._lock:
             failed = {id(h): h for h in [*self._running.values(), *admitted]}
             self._running.clear()
             self._reserved = 0
             self._batch = None
-        for handle in failed.values():
-            handle._finish(None, exc)
+        for entry in failed.values():
+            entry.finish(None, exc)
+
+    def _fail_all(self, error: GenerationError) -> None:
+        """End every queued and running request with `error` (the loop is gone)."""
+        with self._lock:
+            entries = [*self._running.values(), *self._queue]
+            self._running.clear()
+            self._queue.clear()
+            self._reserved = 0
+            self._batch = None
+        for entry in entries:
+            entry.finish(None, error)
 
     # ------------------------------------------------------------------ background thread
 
@@ -321,29 +461,42 @@ class Scheduler:
     def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
         """Stop the background loop; with `drain` (default) after every submitted request ended.
 
-        Without it the loop stops after the current step; unfinished requests stay where they
-        are and continue with `start()` or `step()`.
+        Without it the loop stops after the current step and every request not finished by then
+        (queued or running) ends with a `GenerationError` ("the scheduler stopped"), so no
+        waiter blocks; that also holds for a scheduler stepped without a thread.
         """
         thread = self._thread
-        if thread is None:
-            return
-        with self._wake:
-            self._stopping = True
-            self._drain = drain
-            self._wake.notify_all()
-        thread.join(timeout)
-        if not thread.is_alive():
-            self._thread = None
+        if thread is not None:
+            with self._wake:
+                self._stopping = True
+                self._drain = drain
+                self._wake.notify_all()
+            thread.join(timeout)
+            if not thread.is_alive():
+                self._thread = None
+        if not drain:
+            with self._step_lock:  # after the step in progress, if any
+                self._fail_all(
+                    GenerationError("the scheduler stopped before this request finished")
+                )
 
     def _loop(self) -> None:
-        while True:
-            with self._wake:
-                while not self._stopping and self._idle():
-                    self._wake.wait()
-                if self._stopping and (not self._drain or self._idle()):
-                    return
-            with contextlib.suppress(Exception):  # delivered to the failed requests' handles
-                self.step()
+        try:
+            while True:
+                with self._wake:
+                    while not self._stopping and self._idle() and not self._cancels:
+                        self._wake.wait()
+                    if self._stopping and (not self._drain or self._idle()):
+                        return
+                with contextlib.suppress(Exception):  # delivered to the failed requests
+                    if not self.step():
+                        with self._step_lock:
+                            self._apply_cancels()
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit...: nobody may hang
+            error = GenerationError(f"the scheduler loop stopped: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            self._fail_all(error)
+            raise
 
     def __enter__(self) -> Scheduler:
         return self.start()
