@@ -5,6 +5,7 @@ The public front: re-exports only (see DESIGN.md §2 for the contract).
 
 from structgen.compiler import CompiledGrammar, CompileLimits, Compiler
 from structgen.errors import (
+    ArgumentError,
     GenerationError,
     GrammarError,
     LimitExceededError,
@@ -71,6 +72,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "LM",
+    "ArgumentError",
     "BeamParams",
     "CompileLimits",
     "CompiledGrammar",

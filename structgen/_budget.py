@@ -2,7 +2,8 @@
 `LimitExceededError` naming `CompileLimits.max_compile_seconds` once the budget is spent.
 
 The budget is per thread and only active inside `compile_budget(...)`, so the lazy automaton
-work done later, while generating, is never cut short by it.
+work done later, while generating, is never cut short by it (the state limits bound that). A
+compile that fails takes the shared-cache entries it added out again (`undo_on_failure`).
 """
 
 from __future__ import annotations
@@ -10,38 +11,60 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from structgen.errors import LimitExceededError
 
-__all__ = ["check_budget", "compile_budget"]
+__all__ = ["check_budget", "compile_budget", "undo_on_failure"]
 
 _LOCAL = threading.local()
 
 
+@dataclass
+class _Scope:
+    deadline: float | None
+    seconds: float | None
+    undo: list[Callable[[], None]] = field(default_factory=list)
+
+
 @contextlib.contextmanager
 def compile_budget(seconds: float | None) -> Iterator[None]:
-    """Run the body with a deadline `seconds` from now (None: no limit); nests (the outer wins)."""
-    outer = getattr(_LOCAL, "deadline", None)
-    if seconds is None or outer is not None:
+    """Run the body as one compile: a deadline `seconds` from now (None: no limit), and shared
+    cache entries it adds (`undo_on_failure`) taken out again if it fails. Nests (the outer
+    scope wins)."""
+    if getattr(_LOCAL, "scope", None) is not None:
         yield
         return
-    _LOCAL.deadline = time.perf_counter() + seconds
-    _LOCAL.seconds = seconds
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    scope = _LOCAL.scope = _Scope(deadline, seconds)
     try:
         yield
+    except BaseException:
+        # a failed compile leaves nothing behind: its automata would only hold memory
+        for undo in reversed(scope.undo):
+            undo()
+        raise
     finally:
-        _LOCAL.deadline = None
+        _LOCAL.scope = None
+
+
+def undo_on_failure(undo: Callable[[], None]) -> None:
+    """Call `undo` if the compile running on this thread fails (no compile: never)."""
+    scope: _Scope | None = getattr(_LOCAL, "scope", None)
+    if scope is not None:
+        scope.undo.append(undo)
 
 
 def check_budget() -> None:
     """Raise `LimitExceededError` if the current compile ran past its budget."""
-    deadline = getattr(_LOCAL, "deadline", None)
-    if deadline is not None and time.perf_counter() > deadline:
+    scope: _Scope | None = getattr(_LOCAL, "scope", None)
+    if scope is None or scope.deadline is None or scope.seconds is None:
+        return
+    if time.perf_counter() > scope.deadline:
         # (the deadline stays: code that swallows the error meets it again at the next check)
-        seconds = _LOCAL.seconds
         raise LimitExceededError(
-            f"compiling took longer than {seconds:g} s",
+            f"compiling took longer than {scope.seconds:g} s",
             limit="CompileLimits.max_compile_seconds",
-            value=seconds,
+            value=scope.seconds,
         )

@@ -20,10 +20,11 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen import automata
+from structgen._args import describe, expect_bool, expect_str
 from structgen._budget import compile_budget
 from structgen.automata import AutomataLimits
 from structgen.automata.dfa import shortest_paths
-from structgen.errors import StructgenError
+from structgen.errors import ArgumentError
 from structgen.grammar.engine import GrammarEngine
 from structgen.grammar.ir import Grammar
 from structgen.masks import TokenMaskWalker
@@ -228,10 +229,12 @@ class Compiler:
 
     def __init__(self, vocab: Vocabulary, *, limits: CompileLimits | None = None) -> None:
         if not isinstance(vocab, Vocabulary):
-            raise StructgenError(
+            raise ArgumentError(
                 f"Compiler needs a structgen.Vocabulary, got {type(vocab).__name__}; "
                 "build one with Vocabulary.from_hf(tokenizer)"
             )
+        if limits is not None and not isinstance(limits, CompileLimits):
+            raise ArgumentError(f"limits must be CompileLimits, got {describe(limits)}")
         self.vocab = vocab
         self.limits = limits or CompileLimits()
 
@@ -252,8 +255,11 @@ class Compiler:
         (ECMA-262, `u` flag), "rust" (Rust `regex`), or a tuple of dialects — the first one's
         syntax, and only strings every one of them matches (see docs/design/regex-dialects.md).
         """
+        expect_str(pattern, "pattern")
+        for name, flag in (("ignore_case", ignore_case), ("dotall", dotall), ("unicode", unicode)):
+            expect_bool(flag, name)
         if dialect is not None and unicode:
-            raise StructgenError("give either unicode=True or dialect=..., not both")
+            raise ArgumentError("give either unicode=True or dialect=..., not both")
         chosen = automata.dialects_of(
             dialect if dialect is not None else "python" if unicode else "python-ascii"
         )
@@ -280,8 +286,16 @@ class Compiler:
 
     def choice(self, options: Sequence[str]) -> CompiledGrammar:
         """Exactly one of `options` (for classification)."""
-        if isinstance(options, str) or not options:
-            raise StructgenError("choice() needs a non-empty list of strings")
+        if (
+            isinstance(options, (str, bytes))
+            or not isinstance(options, (list, tuple))
+            or not options
+        ):
+            raise ArgumentError(
+                f"choice() needs a non-empty list of strings, got {describe(options)}"
+            )
+        for option in options:
+            expect_str(option, "every choice() option")
         encoded = tuple(str(o).encode("utf-8") for o in options)
         key = ("choice", encoded)
         return self._cached(
@@ -298,6 +312,8 @@ class Compiler:
         """A context-free constraint written in Lark's grammar language."""
         from structgen.grammar.lark_frontend import lark_to_ir
 
+        expect_str(lark_text, "lark_text")
+        expect_str(start, "start")
         key = ("grammar", lark_text, start)
         return self._cached(
             key,
@@ -312,6 +328,8 @@ class Compiler:
         (llama.cpp, XGrammar, SGLang, vLLM) pass grammars."""
         from structgen.grammar.ebnf import ebnf_to_ir
 
+        expect_str(ebnf_text, "ebnf_text")
+        expect_str(start, "start")
         key = ("ebnf", ebnf_text, start)
         return self._cached(
             key,
@@ -326,6 +344,8 @@ class Compiler:
         from structgen.schema import SchemaOptions as _Options
         from structgen.schema import compile_schema_guarded, schema_data, schema_fingerprint
 
+        if options is not None and not isinstance(options, _Options):
+            raise ArgumentError(f"options must be SchemaOptions, got {describe(options)}")
         opts = options or _Options()
         data = schema_data(schema, max_nesting=opts.max_nesting)
         key = ("json_schema", schema_fingerprint(data, max_nesting=opts.max_nesting), opts)

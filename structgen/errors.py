@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "ArgumentError",
     "GenerationError",
     "GrammarError",
     "LimitExceededError",
@@ -25,6 +26,11 @@ __all__ = [
 
 class StructgenError(Exception):
     """Base of every error raised by structgen."""
+
+
+class ArgumentError(StructgenError, TypeError, ValueError):
+    """A call got an argument of the wrong type or value; the message names the argument and
+    what was expected. (A `TypeError` and a `ValueError` too, for callers that catch those.)"""
 
 
 class TokenizerError(StructgenError):

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from structgen._args import describe, expect_int, expect_ints
 from structgen.closing import planner_of
 from structgen.compiler import CompiledGrammar
-from structgen.errors import StructgenError
+from structgen.errors import ArgumentError, StructgenError
 
 __all__ = ["Matcher"]
 
@@ -55,18 +56,19 @@ class Matcher:
         stop_token_ids: Iterable[int] | None = None,
     ) -> None:
         if not isinstance(grammar, CompiledGrammar):
-            raise TypeError(
-                f"Matcher needs a CompiledGrammar (from Compiler), got {type(grammar).__name__}"
+            raise ArgumentError(
+                f"Matcher needs a CompiledGrammar (from Compiler), got {describe(grammar)}"
             )
         self._grammar = grammar
         self._vocab = grammar.vocab
         if stop_token_ids is None:
             self._eos = frozenset(self._vocab.eos_token_ids)
         else:
-            self._eos = frozenset(int(t) for t in stop_token_ids if 0 <= int(t) < self._vocab.size)
+            ids = expect_ints(stop_token_ids, "stop_token_ids")
+            self._eos = frozenset(t for t in ids if 0 <= t < self._vocab.size)
             if not self._eos:
-                raise ValueError("stop_token_ids names no id inside the vocabulary")
-        self._max_rollback = max(1, int(max_rollback))
+                raise ArgumentError("stop_token_ids names no id inside the vocabulary")
+        self._max_rollback = max(1, expect_int(max_rollback, "max_rollback"))
         self._history: list[Any] = [grammar.initial_state]
         self.error: StructgenError | None = None
         words = np.zeros((self._vocab.size + 31) // 32, dtype=np.int32)
@@ -128,6 +130,12 @@ class Matcher:
 
     def fill_bitmask(self, bitmask: Any, row: int = 0) -> None:
         """Write the allowed tokens into `bitmask[row]` (numpy or torch int32, any device)."""
+        if getattr(bitmask, "ndim", None) != 2:
+            raise ArgumentError(
+                "bitmask must be a 2-D int32 array or tensor [rows, ceil(vocab/32)] (see"
+                f" allocate_bitmask), got {describe(bitmask)}"
+            )
+        expect_int(row, "row", minimum=0)
         words = self.allowed_mask()
         if isinstance(bitmask, np.ndarray):
             target = bitmask[row]
@@ -178,14 +186,18 @@ class Matcher:
     def accept_tokens(self, token_ids: Any) -> int:
         """Accept tokens in order until one is refused; returns how many were accepted."""
         count = 0
-        for token_id in token_ids:
-            if not self.accept_token(int(token_id)):
+        for token_id in expect_ints(token_ids, "token_ids"):
+            if not self.accept_token(token_id):
                 break
             count += 1
         return count
 
     def accept_bytes(self, data: bytes) -> bool:
         """Advance by raw bytes (e.g. text the user forces); False and no change if refused."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            hint = " (encode text first: text.encode())" if isinstance(data, str) else ""
+            raise ArgumentError(f"accept_bytes needs bytes, got {describe(data)}{hint}")
+        data = bytes(data)
         state = self._state
         if state is _TERMINATED:
             return False
@@ -205,9 +217,10 @@ class Matcher:
             del self._history[0]
 
     def rollback(self, n: int = 1) -> None:
-        """Undo the last `n` accepted tokens (ValueError if fewer are remembered)."""
-        if n < 0 or n > len(self._history) - 1:
-            raise ValueError(
+        """Undo the last `n` accepted tokens (`ArgumentError` if fewer are remembered)."""
+        expect_int(n, "n", minimum=0)
+        if n > len(self._history) - 1:
+            raise ArgumentError(
                 f"cannot roll back {n} tokens: {len(self._history) - 1} are remembered "
                 f"(max_rollback={self._max_rollback})"
             )

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from structgen._args import describe, expect_str
 from structgen.compiler import CompiledGrammar, Compiler
 from structgen.errors import GenerationError
 
@@ -87,8 +88,15 @@ class LM:
         if isinstance(prompt, str):
             items: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         else:
+            if not isinstance(prompt, (list, tuple)) or not all(
+                isinstance(m, Mapping) and "role" in m for m in prompt
+            ):
+                raise GenerationError(
+                    "a prompt is text or a non-empty list of chat messages"
+                    f" ({{'role': ..., 'content': ...}}), got {describe(prompt)}"
+                )
             items = [dict(m) for m in prompt]
-            if not items or not all("role" in m for m in items):
+            if not items:
                 raise GenerationError("a prompt is text or a non-empty list of chat messages")
         system = system if system is not None else self.system
         if system and items[0].get("role") != "system":
@@ -163,7 +171,7 @@ class LM:
 
     def choice(self, prompt: Prompt, options: Sequence[str], **sampling: Any) -> str:
         """Exactly one of `options` (classification)."""
-        return self.run(prompt, self.compiler.choice(list(options)), **sampling).text
+        return self.run(prompt, self.compiler.choice(options), **sampling).text
 
     def grammar(
         self, prompt: Prompt, grammar: str, *, start: str | None = None, **options: Any
@@ -173,6 +181,7 @@ class LM:
         from structgen.grammar.ebnf import looks_like_ebnf
         from structgen.grammar.lark_frontend import builtin_names, load_builtin
 
+        expect_str(grammar, "grammar")
         if grammar in builtin_names():
             compiled = self.compiler.grammar(load_builtin(grammar), start=start or "start")
         elif looks_like_ebnf(grammar):

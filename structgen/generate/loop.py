@@ -9,11 +9,12 @@ See docs/design/generation.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from structgen._args import describe
 from structgen.compiler import CompiledGrammar
 from structgen.errors import GenerationError
 from structgen.generate.batch import DecodeBatch
@@ -100,8 +101,18 @@ class Generator:
             where = f"request {i}"
             if p is None:
                 p = SamplingParams()
+            elif isinstance(p, Mapping):
+                raise GenerationError(
+                    f"{where}: params must be SamplingParams, got a dict; write"
+                    f" SamplingParams(**{dict(p)!r})"
+                )
             elif not isinstance(p, SamplingParams):
-                raise GenerationError(f"{where}: params must be SamplingParams, got {p!r}")
+                raise GenerationError(f"{where}: params must be SamplingParams, got {describe(p)}")
+            if g is not None and not isinstance(g, CompiledGrammar):
+                raise GenerationError(
+                    f"{where}: grammar must be a CompiledGrammar (from generator.vocab's"
+                    f" Compiler), got {describe(g)}"
+                )
             if g is not None:
                 self._vocab_check.check(g, where)
                 check_budget(g, p, where)
@@ -221,8 +232,12 @@ class TextStream:
 
 
 def _per_request(value: Any, n: int, name: str, kind: type) -> list[Any]:
-    if value is None or isinstance(value, kind):
+    if value is None or isinstance(value, (kind, Mapping)):
         return [value] * n
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+        raise GenerationError(
+            f"{name}: expected a {kind.__name__}, or one per prompt, got {describe(value)}"
+        )
     items = list(value)
     if len(items) != n:
         raise GenerationError(f"{name}: got {len(items)} for {n} prompts (give one, or one each)")

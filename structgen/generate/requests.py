@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from structgen._args import describe
 from structgen.compiler import CompiledGrammar
 from structgen.errors import GenerationError
 from structgen.generate.params import SamplingParams
@@ -38,6 +39,17 @@ def encode_prompt(tokenizer: Any, prompt: Prompt, *, chat: bool, where: str) -> 
             ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
             return _checked_ids(ids, where)
         prompt = [{"role": "user", "content": prompt}]
+    if isinstance(prompt, (bytes, bytearray)):
+        raise GenerationError(
+            f"{where}: the prompt is bytes; decode it to text first (token ids are a list of ints)"
+        )
+    if hasattr(prompt, "tolist") and not isinstance(prompt, (list, tuple)):
+        prompt = prompt.tolist()  # a 1-D numpy array or torch tensor of token ids
+    if not isinstance(prompt, Sequence) or isinstance(prompt, Mapping):
+        raise GenerationError(
+            f"{where}: a prompt is text, a list of token ids, or a list of chat messages; got"
+            f" {describe(prompt)}"
+        )
     items = list(prompt)
     if not items:
         raise GenerationError(f"{where}: the prompt is empty")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from structgen._budget import undo_on_failure
 from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
 from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.grammar.earley import EarleyGrammar, EarleySet
@@ -72,7 +73,13 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
         _TERMINAL_DFAS[key] = (terminal, dfa)
         while len(_TERMINAL_DFAS) > _TERMINAL_CACHE_SIZE:
             _TERMINAL_DFAS.popitem(last=False)
+    undo_on_failure(lambda: _forget(_TERMINAL_DFAS, _TERMINAL_LOCK, key))
     return dfa
+
+
+def _forget(cache: OrderedDict[Any, Any], lock: threading.Lock, key: Any) -> None:
+    with lock:
+        cache.pop(key, None)
 
 
 class _SharedUnion:
@@ -140,6 +147,7 @@ def shared_union(
         union = _UNIONS.setdefault(key, union)
         while len(_UNIONS) > _UNION_CACHE_SIZE:
             _UNIONS.popitem(last=False)
+    undo_on_failure(lambda: _forget(_UNIONS, _UNION_LOCK, key))
     return union
 
 
