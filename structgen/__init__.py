@@ -3,6 +3,7 @@
 The public front: re-exports only (see DESIGN.md §2 for the contract).
 """
 
+from structgen.caches import cache_budget, cache_usage, clear_caches, set_cache_budget
 from structgen.compiler import CompiledGrammar, CompileLimits, Compiler
 from structgen.errors import (
     ArgumentError,
@@ -50,6 +51,7 @@ _API_NAMES = frozenset(
         "ToolRun",
         "generate_object",
         "run_tools",
+    "set_cache_budget",
         "stream_object",
         "structured",
         "tool",
@@ -105,8 +107,12 @@ __all__ = [
     "__version__",
     "allocate_bitmask",
     "apply_bitmask",
+    "cache_budget",
+    "cache_usage",
+    "clear_caches",
     "generate_object",
     "run_tools",
+    "set_cache_budget",
     "stream_object",
     "structured",
     "tool",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from structgen.errors import LimitExceededError
 
-__all__ = ["check_budget", "compile_budget", "undo_on_failure"]
+__all__ = ["check_budget", "compile_budget", "keep_alive", "undo_on_failure"]
 
 _LOCAL = threading.local()
 
@@ -26,6 +26,7 @@ class _Scope:
     deadline: float | None
     seconds: float | None
     undo: list[Callable[[], None]] = field(default_factory=list)
+    keep: list[object] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -54,6 +55,14 @@ def undo_on_failure(undo: Callable[[], None]) -> None:
     scope: _Scope | None = getattr(_LOCAL, "scope", None)
     if scope is not None:
         scope.undo.append(undo)
+
+
+def keep_alive(obj: object) -> None:
+    """Hold `obj` until the compile running on this thread ends (weakly cached automata that
+    one phase builds and a later phase uses). No compile: nothing."""
+    scope: _Scope | None = getattr(_LOCAL, "scope", None)
+    if scope is not None:
+        scope.keep.append(obj)
 
 
 def check_budget() -> None:

@@ -122,6 +122,10 @@ class CompletionPlanner:
         self._max_entries = max_entries
         self._lock = threading.Lock()
 
+    def memory_bytes(self) -> int:
+        """An estimate: the memoised plans (a few tokens each)."""
+        return len(self._memo) * 200
+
     def plan(self, state: Any) -> tuple[int, ...] | None:
         """Tokens that complete the output from `state` (() when it is complete; None when no
         completion was found, which callers treat as "does not fit")."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -103,6 +104,9 @@ class _RegexEngine:
         found = shortest_paths(self._dfa, state, self._dfa.is_accepting)
         return found[0][0] if found else None
 
+    def memory_parts(self) -> dict[int, int]:
+        return {id(self._dfa): self._dfa.memory_bytes() + self._walker.memory_bytes()}
+
     def forced_bytes(self, state: int, limit: int = 4096) -> bytes:
         out = bytearray()
         dfa = self._dfa
@@ -176,6 +180,21 @@ class CompiledGrammar:
         forced: bytes = self._engine.forced_bytes(state, limit)
         return forced
 
+    def memory_parts(self) -> dict[int, int]:
+        """Estimated bytes held, by object id: automata shared with other grammars (terminal
+        automata, lexers) appear under the same id in each (see `structgen.cache_usage`)."""
+        finder = getattr(self._engine, "memory_parts", None)
+        parts: dict[int, int] = finder() if finder is not None else {}
+        planner = self._planner
+        if planner is not None:
+            parts[id(planner)] = planner.memory_bytes()
+        return parts
+
+    def memory_bytes(self) -> int:
+        """An estimate of the memory this grammar holds (its automata, mask caches, parse
+        states), shared parts included."""
+        return sum(self.memory_parts().values())
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CompiledGrammar) and other.fingerprint == self.fingerprint
 
@@ -222,6 +241,58 @@ def _no_gc() -> Iterator[None]:
 _CACHE: OrderedDict[tuple[Any, ...], CompiledGrammar] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 128
+#: the compiled-grammar cache's byte budget (`structgen.set_cache_budget`): what its grammars
+#: hold, shared automata counted once; the terminal automata and lexers are cached weakly, so
+#: they live only while a grammar uses them
+DEFAULT_CACHE_BYTES = 512 * 2**20
+_BUDGET = {"bytes": int(os.environ.get("STRUCTGEN_CACHE_BYTES", DEFAULT_CACHE_BYTES))}
+_TRIM_EVERY = 8  # insertions between two full measurements (while far below the budget)
+_TRIM = {"since": 0, "last": 0}
+
+
+def cached_bytes() -> int:
+    """The estimated bytes the compiled-grammar cache holds (shared parts counted once)."""
+    with _CACHE_LOCK:
+        grammars = list(_CACHE.values())
+    parts: dict[int, int] = {}
+    for grammar in grammars:
+        parts.update(grammar.memory_parts())
+    return sum(parts.values())
+
+
+def _trim_cache() -> None:
+    """Evict the least recently used grammars until the cache is within its byte budget (the
+    newest always stays). Measured every `_TRIM_EVERY` insertions, and at every one once the
+    last measure was above three quarters of the budget."""
+    budget = _BUDGET["bytes"]
+    _TRIM["since"] += 1
+    if _TRIM["since"] < _TRIM_EVERY and _TRIM["last"] < budget * 3 // 4:
+        return
+    _TRIM["since"] = 0
+    with _CACHE_LOCK:
+        entries = list(_CACHE.items())  # oldest first
+    owned = [(key, grammar.memory_parts()) for key, grammar in entries]
+    users: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    for _, parts in owned:
+        for pid, size in parts.items():
+            users[pid] = users.get(pid, 0) + 1
+            sizes[pid] = size
+    total = sum(sizes.values())
+    evict = []
+    for key, parts in owned[:-1]:
+        if total <= budget:
+            break
+        evict.append(key)
+        for pid in parts:
+            users[pid] -= 1
+            if not users[pid]:
+                total -= sizes[pid]
+    _TRIM["last"] = total
+    if evict:
+        with _CACHE_LOCK:
+            for key in evict:
+                _CACHE.pop(key, None)
 
 
 class Compiler:
@@ -427,4 +498,5 @@ class Compiler:
             _CACHE.move_to_end(full_key)
             while len(_CACHE) > _CACHE_SIZE:
                 _CACHE.popitem(last=False)
+        _trim_cache()
         return compiled

@@ -89,6 +89,10 @@ class _Source(ABC):
         """A C context that builds this source's rows (None: Python builds them)."""
         return None
 
+    def memory_bytes(self) -> int:
+        """An estimate of what the source holds beyond the DFA's own tables."""
+        return 0
+
     def alphabet(self) -> int:
         """Bytes that some transition may read, as a bitset (bit b: byte b), a superset: every
         other byte is dead in every state. All bytes unless the source knows better."""
@@ -103,6 +107,11 @@ def _alphabet_of_ranges(ranges: Iterable[tuple[int, int]]) -> int:
     for lo, hi in ranges:
         out |= ((1 << (hi - lo + 1)) - 1) << lo
     return out
+
+
+#: the estimated memory of one DFA state's key (its set of NFA positions, or a union's live
+#: components) in Python or in the C context, measured on the MaskBench schemas
+STATE_BYTES = 256
 
 
 class ByteDFA:
@@ -137,6 +146,14 @@ class ByteDFA:
         self._empty = not source.start_is_live()
 
     # ------------------------------------------------------------------ public interface
+
+    def memory_bytes(self) -> int:
+        """An estimate of the memory this automaton holds: its tables, one state set per
+        state (``STATE_BYTES`` each, Python or C), and its source (an NFA, a product's
+        components). Cache budgets count it (see ``structgen.cache_usage``)."""
+        arrays = self._table.nbytes + self._accepting.nbytes
+        arrays += sum(a.nbytes for a in self._retired)
+        return arrays + self.num_states * STATE_BYTES + self._source.memory_bytes()
 
     @property
     def num_states(self) -> int:
@@ -533,6 +550,9 @@ class NFASource(_Source):
     def alphabet(self) -> int:
         return _alphabet_of_ranges(self.nfa.byte_ranges())
 
+    def memory_bytes(self) -> int:
+        return len(self.nfa.pool) * 120 + len(self.moves) * 8  # DAG nodes and their moves
+
     def node_moves(self, node: int) -> tuple[tuple[tuple[int, ...], int], ...]:
         """DAG node ``node``'s transitions with byte ranges turned into class ids."""
         moves = self.moves[node]
@@ -729,6 +749,10 @@ class ProductSource(_Source):
 
     def alphabet(self) -> int:
         return self.a.alphabet & self.b.alphabet
+
+    def memory_bytes(self) -> int:
+        pairs = (len(self.live) + len(self.dead)) * 100
+        return pairs + self.a.memory_bytes() + self.b.memory_bytes()
 
     def start_key(self) -> tuple[int, int]:
         return (self.a.start, self.b.start)

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections import OrderedDict, deque
+import weakref
+from collections import deque
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from structgen._budget import undo_on_failure
+from structgen._budget import keep_alive, undo_on_failure
 from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
 from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.grammar.earley import EarleyGrammar, EarleySet
@@ -37,9 +38,12 @@ __all__ = ["GrammarEngine", "ParseState", "terminal_dfa"]
 
 ParseState = tuple[EarleySet, int, bool]
 
-_TERMINAL_DFAS: OrderedDict[tuple[Any, ...], tuple[TerminalDef, ByteDFA]] = OrderedDict()
+# Weak: an automaton lives while a grammar (cached or held by the user) uses it, and every
+# grammar alive shares it; the byte budget of the compiled-grammar cache bounds the total.
+_TERMINAL_DFAS: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA] = (
+    weakref.WeakValueDictionary()
+)
 _TERMINAL_LOCK = threading.Lock()
-_TERMINAL_CACHE_SIZE = 1024
 
 
 def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
@@ -53,9 +57,9 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     key = (terminal.pattern, terminal.intersect, limits)
     with _TERMINAL_LOCK:
         hit = _TERMINAL_DFAS.get(key)
-        if hit is not None:
-            _TERMINAL_DFAS.move_to_end(key)
-            return hit[1]
+    if hit is not None:
+        keep_alive(hit)
+        return hit
     where = f"terminal {terminal.name}"
     memo: dict[int, bytes] = {}
     dfa = compile_ast(
@@ -70,14 +74,13 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
         )
         dfa = intersect(dfa, other, limits=limits)
     with _TERMINAL_LOCK:
-        _TERMINAL_DFAS[key] = (terminal, dfa)
-        while len(_TERMINAL_DFAS) > _TERMINAL_CACHE_SIZE:
-            _TERMINAL_DFAS.popitem(last=False)
+        dfa = _TERMINAL_DFAS.setdefault(key, dfa)
+    keep_alive(dfa)
     undo_on_failure(lambda: _forget(_TERMINAL_DFAS, _TERMINAL_LOCK, key))
     return dfa
 
 
-def _forget(cache: OrderedDict[Any, Any], lock: threading.Lock, key: Any) -> None:
+def _forget(cache: Any, lock: threading.Lock, key: Any) -> None:
     with lock:
         cache.pop(key, None)
 
@@ -94,7 +97,7 @@ class _SharedUnion:
     once rather than once per set of expected terminals.
     """
 
-    __slots__ = ("_accepted", "dfa", "parts", "source", "walker")
+    __slots__ = ("__weakref__", "_accepted", "dfa", "parts", "source", "walker")
 
     def __init__(
         self,
@@ -109,6 +112,10 @@ class _SharedUnion:
         self.dfa = ByteDFA(self.source, fingerprint=f"lexer:{names}", limits=limits)
         self.walker = TokenMaskWalker(vocab, self.dfa, max_cached_masks=max_cached_masks)
         self._accepted: dict[int, frozenset[int]] = {}
+
+    def memory_bytes(self) -> int:
+        """The union DFA and its mask caches (the component automata are counted apart)."""
+        return self.dfa.memory_bytes() + self.walker.memory_bytes() + len(self._accepted) * 100
 
     def start(self, components: frozenset[int]) -> int:
         """The state where exactly `components` (live ones) are at their start."""
@@ -125,9 +132,10 @@ class _SharedUnion:
         return hit
 
 
-_UNIONS: OrderedDict[tuple[Any, ...], _SharedUnion] = OrderedDict()
+_UNIONS: weakref.WeakValueDictionary[tuple[Any, ...], _SharedUnion] = (
+    weakref.WeakValueDictionary()
+)  # weak, as `_TERMINAL_DFAS`
 _UNION_LOCK = threading.Lock()
-_UNION_CACHE_SIZE = 256
 #: a grammar's one lexer DFA serves all its parse states: it may grow larger than one regex's
 LEXER_STATES_FACTOR = 8
 
@@ -139,14 +147,15 @@ def shared_union(
     key = (tuple(map(id, parts)), vocab.fingerprint, limits, max_cached_masks)
     with _UNION_LOCK:
         hit = _UNIONS.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit.parts, parts)):
-            _UNIONS.move_to_end(key)
-            return hit
+    if hit is not None and all(a is b for a, b in zip(hit.parts, parts)):
+        return hit
     union = _SharedUnion(parts, vocab, limits, max_cached_masks)
     with _UNION_LOCK:
-        union = _UNIONS.setdefault(key, union)
-        while len(_UNIONS) > _UNION_CACHE_SIZE:
-            _UNIONS.popitem(last=False)
+        found = _UNIONS.get(key)
+        if found is not None and all(a is b for a, b in zip(found.parts, parts)):
+            union = found
+        else:
+            _UNIONS[key] = union
     undo_on_failure(lambda: _forget(_UNIONS, _UNION_LOCK, key))
     return union
 
@@ -197,6 +206,18 @@ class GrammarEngine:
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self.fingerprint = f"{grammar.fingerprint()}"
         self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
+
+    def memory_parts(self) -> dict[int, int]:
+        """Estimated bytes of what this engine holds, by object id (shared automata appear in
+        several grammars' parts and are counted once by the cache budget)."""
+        mask = ((self.vocab.size + 31) // 32) * 4
+        parts = {id(d): d.memory_bytes() for d in self.terminal_dfas}
+        lexers = list(self._lexers.values())
+        for lexer in lexers:  # (they share one union lexer DFA, counted once)
+            parts[id(lexer.dfa)] = lexer.dfa.memory_bytes() + lexer.walker.memory_bytes()
+        # the recent parse states: their masks and memo (estimated: one mask and 2 kB each)
+        parts[id(self)] = len(self._recent) * (mask + 2048) + len(lexers) * 200
+        return parts
 
     # ------------------------------------------------------------------ lexers
 

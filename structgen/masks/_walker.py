@@ -232,6 +232,20 @@ def token_classes(vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8] | None)
     return built
 
 
+def _array_bytes(value: Any) -> int:
+    """The bytes of the arrays in a cached value beside its packed mask (`memory_bytes`
+    counts one mask per `_cache`, `_events` and `_boundaries` entry)."""
+    if isinstance(value, Events):
+        return sum(int(a.nbytes) for a in value)
+    if isinstance(value, list):  # boundary candidates: (cut, before, positions)
+        return sum(int(p.nbytes) for _, _, p in value)
+    if isinstance(value, tuple) and len(value) == 2:  # (inside mask, events)
+        return _array_bytes(value[1])
+    if isinstance(value, tuple) and len(value) == 3:  # continued: (indices, values, events)
+        return int(value[0].nbytes) + int(value[1].nbytes) + _array_bytes(value[2])
+    return 0  # a packed mask
+
+
 def _frozen(words: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
     words.setflags(write=False)
     return words
@@ -251,6 +265,7 @@ class TokenMaskWalker:
         self._events: dict[int, tuple[npt.NDArray[np.uint32], Events]] = {}
         self._continued: dict[bytes, tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]]
         self._continued = {}
+        self._extra_bytes = 0  # arrays held beside the masks (events, boundary positions)
         self._lock = threading.Lock()
         # Mask sharing: walked states by the pattern of their live first bytes, newest last.
         self._shared: OrderedDict[bytes, list[tuple[int, npt.NDArray[np.int32]]]] = OrderedDict()
@@ -278,6 +293,14 @@ class TokenMaskWalker:
                 return identity_classes(self.vocab)
             self._classes = token_classes(self.vocab, self.dfa.byte_classes)
         return self._classes
+
+    def memory_bytes(self) -> int:
+        """An estimate of the memory the caches hold: one packed mask per cached mask, events
+        entry and first-byte mask, plus the event and position arrays beside them."""
+        mask = ((self.vocab.size + 31) // 32) * 4
+        with self._lock:
+            masks = len(self._cache) + len(self._events) + len(self._boundaries)
+            return masks * mask + self._extra_bytes
 
     def mask(self, state: int) -> npt.NDArray[np.int32]:
         """Read-only packed mask [ceil(size/32)] of the tokens allowed in `state` (no EOS)."""
@@ -413,7 +436,15 @@ class TokenMaskWalker:
                     out.append((cut, int(before), positions))
         with self._lock:
             self._boundaries[state] = out
+            self._extra_bytes += sum(p.nbytes for _, _, p in out)
+            self._bound(self._boundaries)
         return out
+
+    def _bound(self, cache: dict[Any, Any]) -> None:
+        """Drop the oldest entries past `max_cached_masks` (caller locks)."""
+        while len(cache) > self._max_cached:
+            value = cache.pop(next(iter(cache)))
+            self._extra_bytes -= _array_bytes(value)
 
     def mask_and_events(self, state: int) -> tuple[npt.NDArray[np.uint32], Events] | None:
         """With the C walk: (inside mask, boundary events) of `state`, cached per state.
@@ -432,8 +463,8 @@ class TokenMaskWalker:
             hit = (words, events)
             with self._lock:
                 self._events[state] = hit
-                while len(self._events) > self._max_cached:
-                    self._events.pop(next(iter(self._events)))
+                self._extra_bytes += _array_bytes(hit)
+                self._bound(self._events)
         return hit
 
     def _whole_walk(
@@ -467,8 +498,8 @@ class TokenMaskWalker:
             hit = (indices, words[indices], events)
             with self._lock:
                 self._continued[key] = hit
-                while len(self._continued) > self._max_cached:
-                    self._continued.pop(next(iter(self._continued)))
+                self._extra_bytes += _array_bytes(hit)
+                self._bound(self._continued)
         return hit
 
     def first_byte_dead(self, state: int) -> npt.NDArray[np.int32]:
@@ -489,6 +520,7 @@ class TokenMaskWalker:
         packed.setflags(write=False)
         with self._lock:
             self._boundaries[key] = packed  # type: ignore[assignment]
+            self._bound(self._boundaries)
         return packed
 
     def _walk(

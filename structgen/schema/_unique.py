@@ -602,6 +602,10 @@ class UniqueItemsEngine:
         self.groups = groups
         self.fingerprint = f"{inner.fingerprint}:unique:{arrays!r}"
 
+    def memory_parts(self) -> dict[int, int]:
+        finder = getattr(self.inner, "memory_parts", None)
+        return finder() if finder is not None else {}
+
     @property
     def initial_state(self) -> tuple[Any, JsonTracker]:
         return (self.inner.initial_state, JsonTracker())

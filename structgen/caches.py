@@ -1,0 +1,81 @@
+"""What a process keeps between compiles, and how to bound it.
+
+- Compiled grammars (`Compiler` results, by what was compiled): at most 128, and at most
+  `cache_budget()` bytes (default 512 MiB, or `STRUCTGEN_CACHE_BYTES`) of what they hold —
+  their automata, mask caches and recent parse states, estimated, shared parts counted once.
+  The least recently used go first, checked when a compile adds one.
+- Terminal automata and lexers, shared between grammars: weakly, so they live only while a
+  grammar uses them (inside the budget above, or held by the caller).
+- Per vocabulary, for as long as the process runs: the token table of the C walk and the
+  first-byte masks (a few MB for 128k tokens), token classes per byte partition (at most 64).
+- Small bounded memo tables (regex parses, digests, number ranges): a few MB at most.
+
+`clear_caches()` drops all of them (compiled grammars still held by the caller keep working,
+and rebuild what they need lazily). See docs/guide/limits.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from structgen import compiler as _compiler
+from structgen._args import expect_int
+
+__all__ = ["cache_budget", "cache_usage", "clear_caches", "set_cache_budget"]
+
+
+def cache_budget() -> int:
+    """The compiled-grammar cache's byte budget."""
+    return _compiler._BUDGET["bytes"]
+
+
+def set_cache_budget(nbytes: int) -> None:
+    """Bound the compiled-grammar cache by `nbytes` (estimated; see the module docstring). A
+    smaller budget takes effect at the next compile."""
+    _compiler._BUDGET["bytes"] = expect_int(nbytes, "nbytes", minimum=0)
+    _compiler._TRIM["since"] = _compiler._TRIM_EVERY  # measure at the next insertion
+
+
+def cache_usage() -> dict[str, int]:
+    """Entries and estimated bytes: `grammars`, `grammar_bytes` (the compiled-grammar cache),
+    `terminal_automata` and `lexers` alive (weakly cached), `budget`."""
+    from structgen.grammar import engine
+
+    with _compiler._CACHE_LOCK:
+        grammars = len(_compiler._CACHE)
+    return {
+        "grammars": grammars,
+        "grammar_bytes": _compiler.cached_bytes(),
+        "terminal_automata": len(engine._TERMINAL_DFAS),
+        "lexers": len(engine._UNIONS),
+        "budget": cache_budget(),
+    }
+
+
+def clear_caches() -> None:
+    """Forget every cached grammar, automaton, table and memo (memory back at once; what is
+    needed again is rebuilt on use)."""
+    from structgen import closing
+    from structgen.automata import nfa, regex_syntax, utf8
+    from structgen.grammar import engine, ir
+    from structgen.masks import _walker
+
+    with _compiler._CACHE_LOCK:
+        _compiler._CACHE.clear()
+    for cache, lock in (
+        (engine._TERMINAL_DFAS, engine._TERMINAL_LOCK),
+        (engine._UNIONS, engine._UNION_LOCK),
+        (ir._DIGESTS, ir._DIGEST_LOCK),
+        (_walker._CLASS_CACHE, _walker._CLASS_CACHE_LOCK),
+        (_walker._FIRST_BYTE, _walker._FIRST_BYTE_LOCK),
+        (closing._SPELLINGS, closing._SPELLINGS_LOCK),
+    ):
+        with lock:
+            cache.clear()
+    _walker._NATIVE.clear()
+    for module in (regex_syntax, nfa, utf8):
+        for value in list(vars(module).values()):
+            clear: Any = getattr(value, "cache_clear", None)
+            if isinstance(value, functools._lru_cache_wrapper) and clear is not None:
+                clear()

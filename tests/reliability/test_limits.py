@@ -1,0 +1,137 @@
+"""Limits that hold (issue 19): the slowest MaskBench schemas and pathological regexes end within
+1.2x their `max_compile_seconds` (plus a bounded constant), with `LimitExceededError` naming the
+knob or a compiled grammar, and a failed compile leaves nothing behind in the shared caches;
+the compiled-grammar cache stays within its byte budget."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import structgen as sg
+from structgen.compiler import CompileLimits
+from structgen.grammar import engine
+from tests.conftest import load_vocab, shared_dir
+from tests.reliability.fuzzing import PATHOLOGICAL_REGEXES
+
+SECONDS = 0.5
+SLACK = 0.3  # the bounded constant: one uninterruptible step (a C row build, a parse)
+SLOW_SCHEMAS = [
+    "Handwritten---allany17.json",
+    "Handwritten---allany23.json",
+    "Handwritten---allany12.json",
+    "JsonSchemaStore---datahub_ingestion_schema.json",
+    "Github_hard---o9915.json",
+]
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def _settle() -> float:
+    gc.collect()
+    with contextlib.suppress(OSError):  # not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return _rss_mb()
+
+
+def _shared_entries() -> tuple[int, int]:
+    gc.collect()
+    return len(engine._TERMINAL_DFAS), len(engine._UNIONS)
+
+
+def _bounded(compile_once: Any) -> tuple[float, str]:
+    started = time.perf_counter()
+    try:
+        compile_once()
+        verdict = "compiled"
+    except sg.LimitExceededError as exc:
+        verdict = exc.limit
+    except sg.StructgenError as exc:  # unsupported / malformed: typed, and fast
+        verdict = type(exc).__name__
+    return time.perf_counter() - started, verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW_SCHEMAS)
+def test_slow_schemas_end_within_their_compile_limit(name: str) -> None:
+    data = json.loads((shared_dir("maskbench-dev") / name).read_text())
+    schema = data.get("schema", data)
+    vocab = load_vocab("llama3_1")
+    limits = CompileLimits(max_compile_seconds=SECONDS)
+    sg.clear_caches()
+    before_entries = _shared_entries()
+    before_rss = _settle()
+    took, verdict = _bounded(lambda: sg.Compiler(vocab, limits=limits).json_schema(schema))
+    assert took <= 1.2 * SECONDS + SLACK, (name, took, verdict)
+    assert verdict in ("compiled", "CompileLimits.max_compile_seconds"), verdict
+    if verdict != "compiled":
+        assert _shared_entries() == before_entries  # nothing left in the shared caches
+        assert _settle() - before_rss < 64, "memory did not return after the failed compile"
+
+
+@pytest.mark.parametrize("pattern", PATHOLOGICAL_REGEXES[:16])
+def test_pathological_regexes_end_within_their_compile_limit(pattern: str) -> None:
+    from tests.reliability.fuzzing import byte_vocab
+
+    limits = CompileLimits(max_compile_seconds=SECONDS)
+    compiler = sg.Compiler(byte_vocab(), limits=limits)
+    took, verdict = _bounded(lambda: compiler.regex(pattern))
+    assert took <= 1.2 * SECONDS + SLACK, (pattern, took, verdict)
+
+
+def test_an_expired_budget_stays_expired() -> None:
+    from structgen._budget import check_budget, compile_budget
+
+    with compile_budget(0.0):
+        time.sleep(0.001)
+        for _ in range(2):  # code that swallowed the first error meets it again
+            with pytest.raises(sg.LimitExceededError, match="max_compile_seconds"):
+                check_budget()
+    check_budget()  # outside a compile: nothing
+
+
+def test_the_compiled_grammar_cache_stays_within_its_byte_budget() -> None:
+    from tests.reliability.fuzzing import byte_vocab
+
+    vocab = byte_vocab()
+    old = sg.cache_budget()
+    sg.clear_caches()
+    try:
+        sg.set_cache_budget(2 * 2**20)
+        largest = 0
+        for i in range(40):
+            schema = {
+                "type": "object",
+                "properties": {
+                    f"k{i}_{j}": {"type": "string", "maxLength": 5 + j} for j in range(6)
+                },
+                "required": [f"k{i}_0"],
+            }
+            grammar = sg.Compiler(vocab).json_schema(schema)
+            matcher = sg.Matcher(grammar)
+            mask = sg.allocate_bitmask(1, vocab.size)
+            for byte in b'{"k':
+                matcher.fill_bitmask(mask, 0)
+                assert matcher.accept_token(byte)
+            largest = max(largest, grammar.memory_bytes())
+        usage = sg.cache_usage()
+        assert usage["grammars"] < 40  # the oldest were evicted
+        assert usage["grammar_bytes"] <= sg.cache_budget() + largest
+        assert isinstance(np.int64(usage["budget"]), np.integer)
+    finally:
+        sg.set_cache_budget(old)
+    sg.clear_caches()
+    usage = sg.cache_usage()
+    assert usage["grammars"] == 0 and usage["grammar_bytes"] == 0
+    with pytest.raises(sg.ArgumentError):
+        sg.set_cache_budget(-1)
