@@ -51,7 +51,6 @@ _API_NAMES = frozenset(
         "ToolRun",
         "generate_object",
         "run_tools",
-        "set_cache_budget",
         "stream_object",
         "structured",
         "tool",
