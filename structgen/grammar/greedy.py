@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from structgen._budget import check_budget
 from structgen.automata import AutomataLimits, ByteDFA
 from structgen.grammar.ir import Grammar, Rule
 
@@ -119,8 +120,12 @@ def _search(a: ByteDFA, b: ByteDFA, found: Callable[[int, int], bool], max_pairs
     start = (a.start, b.start)
     seen = {start}
     stack = [start]
+    steps = 0
     while stack:
         qa, qb = stack.pop()
+        steps += 1
+        if not steps & 0xFF:
+            check_budget()  # the compile's time limit (a no-op outside a compile)
         if found(qa, qb):
             return True
         row_a, row_b = a.row(qa), b.row(qb)
