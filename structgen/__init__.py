@@ -1,6 +1,6 @@
 """structgen: constrained decoding and structured output.
 
-The public front: re-exports only (see DESIGN.md §2 for the contract).
+The public front: re-exports only (the contract: docs/design/api.md).
 """
 
 from structgen.caches import cache_budget, cache_usage, clear_caches, set_cache_budget

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from structgen.generate.finish import finish_after
 from structgen.generate.model_io import (
     ModelRunner,
     cache_from_tensors,
@@ -360,20 +361,17 @@ class DecodeBatch:
         row.last_token_at = now
         row.output.append(token)
         row.pending = [token]
-        if row.matcher is not None:
-            if not row.matcher.accept_token(token):
-                row.finish = "grammar"
-                return
-            if row.matcher.is_terminated():
-                row.finish = "eos"
-                return
-        elif token in self._eos and not row.params.ignore_eos:
-            row.finish = "eos"
-            return
-        if row.text.push(self._token_bytes(token)):
-            row.finish = "stop"
-        elif len(row.output) >= row.params.max_new_tokens or self._context_full(row):
-            row.finish = "length"
+        row.finish = finish_after(
+            token,
+            self._token_bytes(token),
+            matcher=row.matcher,
+            terminated=None,
+            eos_token_ids=self._eos,
+            params=row.params,
+            text=row.text,
+            output_length=len(row.output),
+            context_full=self._context_full(row),
+        )
 
     def _queue_forced(self, row: _Row) -> None:
         """Jump forward: accept the grammar's forced tokens now, feed them with the next pass."""

@@ -23,6 +23,7 @@ import torch
 
 from structgen.compiler import CompiledGrammar
 from structgen.errors import GenerationError
+from structgen.generate.finish import finish_after
 from structgen.generate.loop import Generator
 from structgen.generate.model_io import ForwardKeywords, has_sliding_layers, new_cache
 from structgen.generate.params import SamplingParams
@@ -420,24 +421,17 @@ class _Run:
             self.first_at = now
         self.last_at = now
         self.output.append(token)
-        if self.matcher is not None:
-            if not in_matcher:
-                if not self.matcher.accept_token(token):
-                    self.finish = "grammar"
-                    return
-                terminated = self.matcher.is_terminated()
-            if terminated:
-                self.finish = "eos"
-                return
-        elif token in self.spec.eos_token_ids and not self.params.ignore_eos:
-            self.finish = "eos"
-            return
-        if self.text.push(self.vocab.token_bytes(token)):
-            self.finish = "stop"
-        elif len(self.output) >= self.params.max_new_tokens or self._context_full(
-            len(self.prompt) + len(self.output)
-        ):
-            self.finish = "length"
+        self.finish = finish_after(
+            token,
+            self.vocab.token_bytes(token),
+            matcher=self.matcher,
+            terminated=terminated if in_matcher else None,
+            eos_token_ids=self.spec.eos_token_ids,
+            params=self.params,
+            text=self.text,
+            output_length=len(self.output),
+            context_full=self._context_full(len(self.prompt) + len(self.output)),
+        )
 
     def _push_forced(self, tokens: list[int]) -> None:
         self.output.extend(tokens)

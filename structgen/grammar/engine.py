@@ -5,7 +5,7 @@ DFA of the terminals that set expects plus the `%ignore` terminals; its state sa
 current lexeme has got. Lexing is greedy (longest match, like Lark's standard and contextual
 lexers and llguidance): a lexeme ends only when the next byte cannot extend it.
 
-Masks split along the lexeme boundary (the lexer/parser split of DESIGN.md):
+Masks split along the lexeme boundary (the lexer/parser split, docs/design/architecture.md):
 * tokens whose bytes all stay inside the current lexeme depend on the lexer state alone: the
   vectorised walker computes and caches them per lexer state;
 * tokens that end the lexeme part-way (the walk dies at a byte where the lexer accepts) are few;
