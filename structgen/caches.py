@@ -21,6 +21,7 @@ from typing import Any
 
 from structgen import compiler as _compiler
 from structgen._args import expect_int
+from structgen._lru import clear_all
 
 __all__ = ["cache_budget", "cache_usage", "clear_caches", "set_cache_budget"]
 
@@ -56,9 +57,8 @@ def cache_usage() -> dict[str, int]:
 def clear_caches() -> None:
     """Forget every cached grammar, automaton, table and memo (memory back at once; what is
     needed again is rebuilt on use)."""
-    from structgen import closing
     from structgen.automata import nfa, regex_syntax, utf8
-    from structgen.grammar import engine, ir
+    from structgen.grammar import engine
     from structgen.masks import _walker
 
     with _compiler._CACHE_LOCK:
@@ -66,14 +66,12 @@ def clear_caches() -> None:
     for cache, lock in (
         (engine._TERMINAL_DFAS, engine._TERMINAL_LOCK),
         (engine._UNIONS, engine._UNION_LOCK),
-        (ir._DIGESTS, ir._DIGEST_LOCK),
-        (_walker._CLASS_CACHE, _walker._CLASS_CACHE_LOCK),
         (_walker._FIRST_BYTE, _walker._FIRST_BYTE_LOCK),
-        (closing._SPELLINGS, closing._SPELLINGS_LOCK),
+        (_walker._NATIVE, _walker._NATIVE_LOCK),
     ):
         with lock:
             cache.clear()
-    _walker._NATIVE.clear()
+    clear_all()  # token classes, spellings, digests
     for module in (regex_syntax, nfa, utf8):
         for value in list(vars(module).values()):
             clear: Any = getattr(value, "cache_clear", None)

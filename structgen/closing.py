@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from structgen._lru import LRU
 from structgen.errors import StructgenError
 
 if TYPE_CHECKING:
@@ -67,22 +68,11 @@ class _Spellings:
         return out
 
 
-_SPELLINGS: OrderedDict[str, _Spellings] = OrderedDict()
-_SPELLINGS_LOCK = threading.Lock()
+_SPELLINGS: LRU[str, _Spellings] = LRU(8)
 
 
 def _spellings(vocab: Vocabulary) -> _Spellings:
-    with _SPELLINGS_LOCK:
-        hit = _SPELLINGS.get(vocab.fingerprint)
-        if hit is not None:
-            _SPELLINGS.move_to_end(vocab.fingerprint)
-            return hit
-    made = _Spellings(vocab)
-    with _SPELLINGS_LOCK:
-        _SPELLINGS[vocab.fingerprint] = made
-        while len(_SPELLINGS) > 8:
-            _SPELLINGS.popitem(last=False)
-    return made
+    return _SPELLINGS.get_or_make(vocab.fingerprint, lambda: _Spellings(vocab))
 
 
 def fewest_tokens(vocab: Vocabulary, text: bytes) -> tuple[int, ...] | None:

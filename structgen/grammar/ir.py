@@ -8,10 +8,9 @@ byte DFA; rules are plain context-free productions (EBNF operators already expan
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
+from structgen._lru import LRU
 from structgen.automata import CharClass, Node, Repeat, String
 
 __all__ = ["Grammar", "Rule", "TerminalDef", "node_digest"]
@@ -66,24 +65,12 @@ class Grammar:
 
 def node_digest(node: Node, memo: dict[int, bytes] | None = None) -> bytes:
     """A 16-byte digest of a regex AST (stable across processes)."""
-    with _DIGEST_LOCK:
-        hit = _DIGESTS.get(node)
-        if hit is not None:
-            _DIGESTS.move_to_end(node)
-            return hit
-    out = _node_digest(node, {} if memo is None else memo)
-    with _DIGEST_LOCK:
-        _DIGESTS[node] = out
-        while len(_DIGESTS) > _DIGEST_CACHE_SIZE:
-            _DIGESTS.popitem(last=False)
-    return out
+    return _DIGESTS.get_or_make(node, lambda: _node_digest(node, {} if memo is None else memo))
 
 
 # Digests of recent terminal patterns, keyed by structure (nodes cache their hash): the same
 # big pattern (a number range, a format) recurs across schemas and need not be walked again.
-_DIGESTS: OrderedDict[Node, bytes] = OrderedDict()
-_DIGEST_LOCK = threading.Lock()
-_DIGEST_CACHE_SIZE = 4096
+_DIGESTS: LRU[Node, bytes] = LRU(4096)
 
 
 def _node_digest(node: Node, memo: dict[int, bytes]) -> bytes:

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from structgen._lru import LRU
 from structgen.masks._bitmask import pack_bool_mask
 from structgen.masks._kernel import (
     Events,
@@ -162,9 +163,8 @@ def _dedupe(
     return first, inverse
 
 
-_CLASS_CACHE: OrderedDict[tuple[str, bytes], TokenClasses] = OrderedDict()
-_CLASS_CACHE_LOCK = threading.Lock()
-_CLASS_CACHE_SIZE = 64
+_CLASS_CACHE: LRU[tuple[str, bytes], TokenClasses] = LRU(64)
+_NATIVE_LOCK = threading.Lock()
 
 
 _FIRST_BYTE: dict[str, npt.NDArray[np.int32]] = {}
@@ -203,7 +203,7 @@ def native_walk(vocab: Vocabulary) -> NativeWalk | None:
     hit = _NATIVE.get(vocab.fingerprint)  # (one dict read is atomic: no lock on the hot path)
     if hit is None:
         hit = NativeWalk(vocab.trie, vocab.size)
-        with _CLASS_CACHE_LOCK:
+        with _NATIVE_LOCK:
             _NATIVE[vocab.fingerprint] = hit
             while len(_NATIVE) > 8:
                 _NATIVE.pop(next(iter(_NATIVE)))
@@ -218,18 +218,9 @@ def identity_classes(vocab: Vocabulary) -> TokenClasses:
 def token_classes(vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8] | None) -> TokenClasses:
     """`TokenClasses` for a partition, cached per (vocabulary, partition) across automata."""
     raw = b"" if byte_classes is None else np.ascontiguousarray(byte_classes, np.uint8).tobytes()
-    key = (vocab.fingerprint, raw)
-    with _CLASS_CACHE_LOCK:
-        hit = _CLASS_CACHE.get(key)
-        if hit is not None:
-            _CLASS_CACHE.move_to_end(key)
-            return hit
-    built = TokenClasses(vocab, byte_classes)
-    with _CLASS_CACHE_LOCK:
-        _CLASS_CACHE[key] = built
-        while len(_CLASS_CACHE) > _CLASS_CACHE_SIZE:
-            _CLASS_CACHE.popitem(last=False)
-    return built
+    return _CLASS_CACHE.get_or_make(
+        (vocab.fingerprint, raw), lambda: TokenClasses(vocab, byte_classes)
+    )
 
 
 def _array_bytes(value: Any) -> int:

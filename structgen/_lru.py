@@ -1,0 +1,63 @@
+"""`LRU`: the one bounded, thread-safe least-recently-used map behind structgen's module-level
+caches (token classes, spellings, digests); `clear_caches()` empties every one it knows."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["LRU", "clear_all"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_ALL: weakref.WeakSet[LRU[object, object]] = weakref.WeakSet()
+
+
+class LRU(Generic[K, V]):
+    """At most `max_entries` entries; reading one makes it the most recent. Thread-safe."""
+
+    def __init__(self, max_entries: int) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
+        self.max_entries = max_entries
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        _ALL.add(self)  # type: ignore[arg-type]
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            hit = self._data.get(key)
+            if hit is not None:
+                self._data.move_to_end(key)
+            return hit
+
+    def put(self, key: K, value: V) -> V:
+        """Store `value` unless another thread stored one first; returns the stored one."""
+        with self._lock:
+            found = self._data.setdefault(key, value)
+            self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+            return found
+
+    def get_or_make(self, key: K, make: Callable[[], V]) -> V:
+        """The entry of `key`, made (outside the lock) when missing."""
+        hit = self.get(key)
+        return hit if hit is not None else self.put(key, make())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def clear_all() -> None:
+    """Empty every `LRU` alive."""
+    for cache in list(_ALL):
+        cache.clear()
