@@ -48,6 +48,7 @@ from _common import (
 
 import structgen.compiler
 import structgen.grammar.engine
+import structgen.grammar.terminals
 import structgen.masks._walker
 from structgen import Compiler, Matcher, StructgenError, Vocabulary, allocate_bitmask
 from structgen.grammar.lark_frontend import load_builtin
@@ -343,7 +344,7 @@ class StructgenEngine:
         structgen.compiler._CACHE.clear()
         structgen.masks._walker._CLASS_CACHE.clear()
         # the terminal automata and lexers grammars share (with their rows and mask caches)
-        structgen.grammar.engine._TERMINAL_DFAS.clear()
+        structgen.grammar.terminals._TERMINAL_DFAS.clear()
         structgen.grammar.engine._UNIONS.clear()
         for module, name in _STRUCTGEN_MEMOS:
             memo = getattr(sys.modules.get(module), name, None)

@@ -41,14 +41,14 @@ def set_cache_budget(nbytes: int) -> None:
 def cache_usage() -> dict[str, int]:
     """Entries and estimated bytes: `grammars`, `grammar_bytes` (the compiled-grammar cache),
     `terminal_automata` and `lexers` alive (weakly cached), `budget`."""
-    from structgen.grammar import engine
+    from structgen.grammar import engine, terminals
 
     with _compiler._CACHE_LOCK:
         grammars = len(_compiler._CACHE)
     return {
         "grammars": grammars,
         "grammar_bytes": _compiler.cached_bytes(),
-        "terminal_automata": len(engine._TERMINAL_DFAS),
+        "terminal_automata": len(terminals._TERMINAL_DFAS),
         "lexers": len(engine._UNIONS),
         "budget": cache_budget(),
     }
@@ -58,13 +58,13 @@ def clear_caches() -> None:
     """Forget every cached grammar, automaton, table and memo (memory back at once; what is
     needed again is rebuilt on use)."""
     from structgen.automata import nfa, regex_syntax, utf8
-    from structgen.grammar import engine
+    from structgen.grammar import engine, terminals
     from structgen.masks import _walker
 
     with _compiler._CACHE_LOCK:
         _compiler._CACHE.clear()
     for cache, lock in (
-        (engine._TERMINAL_DFAS, engine._TERMINAL_LOCK),
+        (terminals._TERMINAL_DFAS, terminals._TERMINAL_LOCK),
         (engine._UNIONS, engine._UNION_LOCK),
         (_walker._FIRST_BYTE, _walker._FIRST_BYTE_LOCK),
         (_walker._NATIVE, _walker._NATIVE_LOCK),

@@ -24,11 +24,9 @@ from structgen import automata
 from structgen._args import describe, expect_bool, expect_str
 from structgen._budget import compile_budget
 from structgen.automata import AutomataLimits
-from structgen.automata.dfa import shortest_paths
+from structgen.engines import Engine, GrammarEngine, RegexEngine
 from structgen.errors import ArgumentError
-from structgen.grammar.engine import GrammarEngine
 from structgen.grammar.ir import Grammar
-from structgen.masks import TokenMaskWalker
 from structgen.vocab import Vocabulary
 
 if TYPE_CHECKING:
@@ -64,61 +62,6 @@ class CompileLimits:
         )
 
 
-class _RegexEngine:
-    """A single lazy DFA: states are DFA state ids."""
-
-    def __init__(
-        self,
-        vocab: Vocabulary,
-        dfa: Any,
-        *,
-        max_cached_masks: int,
-        eager_states: int = 0,
-        eager_seconds: float = 0.0,
-    ) -> None:
-        self._dfa = dfa
-        dfa.build_first(eager_states, eager_seconds)
-        self._walker = TokenMaskWalker(vocab, dfa, max_cached_masks=max_cached_masks)
-        self.fingerprint = dfa.fingerprint
-
-    @property
-    def initial_state(self) -> int:
-        return int(self._dfa.start)
-
-    def advance(self, state: int, data: bytes) -> int | None:
-        dfa = self._dfa
-        for byte in data:
-            state = int(dfa.next_state(state, byte))
-            if state < 0:
-                return None
-        return state
-
-    def is_accepting(self, state: int) -> bool:
-        return bool(self._dfa.is_accepting(state))
-
-    def token_mask(self, state: int) -> npt.NDArray[np.int32]:
-        return self._walker.mask(state)
-
-    def shortest_completion(self, state: int, *, spaced: bool = False) -> bytes | None:
-        """The shortest bytes from `state` to a match (None: none found within the search)."""
-        found = shortest_paths(self._dfa, state, self._dfa.is_accepting)
-        return found[0][0] if found else None
-
-    def memory_parts(self) -> dict[int, int]:
-        return {id(self._dfa): self._dfa.memory_bytes() + self._walker.memory_bytes()}
-
-    def forced_bytes(self, state: int, limit: int = 4096) -> bytes:
-        out = bytearray()
-        dfa = self._dfa
-        while len(out) < limit and not dfa.is_accepting(state):
-            alive = np.flatnonzero(dfa.row(state) >= 0)
-            if len(alive) != 1:
-                break
-            out.append(int(alive[0]))
-            state = int(dfa.next_state(state, int(alive[0])))
-        return bytes(out)
-
-
 class CompiledGrammar:
     """A constraint compiled against one vocabulary: an engine plus its token-mask caches.
 
@@ -132,7 +75,7 @@ class CompiledGrammar:
     def __init__(
         self,
         vocab: Vocabulary,
-        engine: Any,
+        engine: Engine,
         *,
         kind: str,
         source: str,
@@ -448,8 +391,8 @@ class Compiler:
             recipe=("grammar_ir", (grammar,), {}),
         )
 
-    def _dfa_engine(self, dfa: Any) -> _RegexEngine:
-        return _RegexEngine(
+    def _dfa_engine(self, dfa: Any) -> RegexEngine:
+        return RegexEngine(
             self.vocab,
             dfa,
             max_cached_masks=self.limits.max_cached_masks,
@@ -462,7 +405,7 @@ class Compiler:
         engine = self._cfg_engine(grammar)
         if not unique:
             return engine
-        from structgen.schema._unique import UniqueItemsEngine
+        from structgen.engines.unique_items import UniqueItemsEngine
 
         return UniqueItemsEngine(engine, self.vocab, unique)
 

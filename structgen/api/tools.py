@@ -903,6 +903,9 @@ class _TurnGuard:
         repeats = "allowed" if seen is None else json.dumps(sorted(repr(k) for k in seen))
         self.fingerprint = f"{inner.fingerprint}:turn-guard:{repeats}:{budget}"
 
+    def memory_parts(self) -> dict[int, int]:
+        return self.inner.memory_parts()
+
     @property
     def initial_state(self) -> tuple[Any, _TurnScan]:
         return (self.inner.initial_state, _TurnScan(seen=self.seen))

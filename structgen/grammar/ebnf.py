@@ -724,8 +724,8 @@ def _conflicting_folds(
     """Fold keys to undo: for each conflict `(A, B)` (the lexer may read past an `A` lexeme
     into `B`), the folds that made `B` (longer than one character, so a fold made it). None:
     the deadline passed."""
-    from structgen.grammar.engine import terminal_dfa
     from structgen.grammar.greedy import greedy_conflicts
+    from structgen.grammar.terminals import terminal_dfa
 
     every = {key for keys in builder.origins.values() for key in keys}
     try:

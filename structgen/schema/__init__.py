@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from structgen.automata import AutomataLimits
+from structgen.engines.unique_items import UniqueArray
 from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.ir import Grammar
 from structgen.schema._compiler import SchemaCompiler
 from structgen.schema._patterns import DIALECT_KEYWORD, model_dialect
-from structgen.schema._unique import UniqueArray
 
 __all__ = [
     "DEFAULT_GENERATE_LAYOUT",

@@ -46,8 +46,8 @@ from structgen.errors import (
     StructgenError,
     UnsupportedSchemaError,
 )
-from structgen.grammar.engine import terminal_dfa
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
+from structgen.grammar.terminals import terminal_dfa
 from structgen.schema._formats import KNOWN_UNSUPPORTED, format_nodes
 from structgen.schema._numbers import (
     NumRange,
@@ -401,6 +401,10 @@ class SchemaCompiler:
         return _Sub(value, ptr, base)
 
     # ------------------------------------------------------------------ entry
+
+    def root_sub(self) -> _Sub:
+        """The root schema as a subschema (pointer "", the root's base URI)."""
+        return _Sub(self.root, "", self.root_base)
 
     def compile(self) -> Grammar:
         top = _Sub(self.root, "", self.root_base)

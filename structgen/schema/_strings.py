@@ -16,11 +16,11 @@ docs/design/json-schema.md (strings) and docs/guide/generation.md.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache, lru_cache
 from typing import Any
 
+from structgen._json_spelling import MANY_LITERALS, MAX_TRIE_WORD, SHORT_ESCAPES, canonical_text
 from structgen.automata import (
     Alternation,
     CharClass,
@@ -55,7 +55,6 @@ _RAW_FORBIDDEN: iv.Ranges = iv.normalize([(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
 _RAW_OK: iv.Ranges = iv.complement(_RAW_FORBIDDEN)
 _SURROGATES: iv.Ranges = ((0xD800, 0xDFFF),)
 _BMP_CHARS: iv.Ranges = iv.difference(((0, 0xFFFF),), _SURROGATES)
-_SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 8: "b", 12: "f", 10: "n", 13: "r", 9: "t"}
 # Above this many ranges, a class's `\uXXXX` forms are limited to U+0000-U+00FF and its
 # surrogate-pair forms dropped: the exact alternation would be large and such forms are rare.
 _MAX_ESCAPE_RANGES = 64
@@ -168,7 +167,7 @@ def encode_class(ranges: iv.Ranges) -> Node:
     raw = iv.intersect(ranges, _RAW_OK)
     if raw:
         parts.append(CharClass(raw))
-    shorts = sorted(esc for cp, esc in _SHORT_ESCAPES.items() if iv.contains(ranges, cp))
+    shorts = sorted(esc for cp, esc in SHORT_ESCAPES.items() if iv.contains(ranges, cp))
     if shorts:
         parts.append(concat([String("\\"), alternation(String(s) for s in shorts)]))
     parts.extend(_unicode_escapes(ranges))
@@ -198,15 +197,6 @@ def canonical_class(ranges: iv.Ranges, *, controls: bool = True) -> Node:
             ]
             parts.append(concat([String("\\u00"), alternation(highs)]))
     return alternation(parts)
-
-
-def canonical_text(text: str) -> str:
-    """`text` as json.dumps(ensure_ascii=False) writes a string's body (lone surrogates, which
-    UTF-8 cannot carry raw, as `\\udxxx`)."""
-    body = json.dumps(text, ensure_ascii=False)[1:-1]
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in body):
-        body = "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in body)
-    return body
 
 
 def encode(node: Node, *, canonical: bool = False) -> Node:
@@ -320,17 +310,13 @@ def literal_body(text: str, *, canonical: bool = False) -> Node:
     return String(canonical_text(text)) if canonical else encode(String(text))
 
 
-# Above this many literal strings, an enum's bodies are spelled compactly (see `literal_bodies`).
-MANY_LITERALS = 64
-
-
 def _compact_char(ch: str) -> Node:
     """The spellings of one character that JSON encoders write: raw (or its short escape) and,
     for non-ASCII and control characters, `\\uXXXX` too (what `ensure_ascii` produces)."""
     cp = ord(ch)
-    if cp in _SHORT_ESCAPES:
+    if cp in SHORT_ESCAPES:
         return (
-            String("\\" + _SHORT_ESCAPES[cp])
+            String("\\" + SHORT_ESCAPES[cp])
             if cp != 0x2F
             else alternation([String("/"), String("\\/")])
         )
@@ -351,11 +337,11 @@ def literal_bodies(words: Iterable[str], *, canonical: bool = False) -> Node:
     if len(unique) <= MANY_LITERALS:
         return alternation(literal_body(w, canonical=canonical) for w in unique)
     # The trie is built recursively: very long words stay plain alternatives.
-    long = [w for w in unique if len(w) > _MAX_TRIE_WORD]
+    long = [w for w in unique if len(w) > MAX_TRIE_WORD]
     trie: dict[str, Any] = {}
     end = ""
     for word in unique:
-        if len(word) > _MAX_TRIE_WORD:
+        if len(word) > MAX_TRIE_WORD:
             continue
         node = trie
         for ch in word:
@@ -379,9 +365,6 @@ def literal_bodies(words: Iterable[str], *, canonical: bool = False) -> Node:
     return alternation([build(trie), *(literal_body(w, canonical=canonical) for w in long)])
 
 
-_MAX_TRIE_WORD = 200
-
-
 def not_in_set(words: Iterable[str], *, canonical: bool = False) -> Node:
     """Encoded bodies whose decoded string is none of `words` (a trie walked in encoded form).
 
@@ -397,7 +380,7 @@ def not_in_set(words: Iterable[str], *, canonical: bool = False) -> Node:
         for ch in word:
             node = node.setdefault(ch, {})
         node[ends] = {}
-    escapes = _CANONICAL_SHORT if canonical else _SHORT_ESCAPES
+    escapes = _CANONICAL_SHORT if canonical else SHORT_ESCAPES
     unit = canonical_class(ANY_CHAR.ranges, controls=False) if canonical else _SIMPLE_UNIT
     raw_ok = _CANONICAL_RAW if canonical else _RAW_OK
     tail = Repeat(unit, 0, None)

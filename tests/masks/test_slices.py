@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from structgen import Compiler, SchemaOptions, compiler
 from structgen.errors import StructgenError
-from structgen.grammar import engine
+from structgen.grammar import engine, terminals
 from structgen.masks import _kernel, _walker
 from structgen.masks._kernel import NativeWalk, native_available
 from structgen.masks._slices import DEFAULT_SLICES, forest_order, plan_slices
@@ -184,7 +184,7 @@ def test_grammar_masks_with_and_without_slices(monkeypatch: pytest.MonkeyPatch) 
     for walk in (NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)):
         compiler._CACHE.clear()
         engine._UNIONS.clear()  # the shared lexers keep their walk results: start afresh
-        engine._TERMINAL_DFAS.clear()
+        terminals._TERMINAL_DFAS.clear()
         monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, walk)
         accept = SchemaOptions(mode="accept")  # the instance has an unlisted key
         runs.append(

@@ -17,7 +17,7 @@ import pytest
 
 import structgen as sg
 from structgen.compiler import CompileLimits
-from structgen.grammar import engine
+from structgen.grammar import engine, terminals
 from tests.conftest import load_vocab, shared_dir
 from tests.reliability.fuzzing import PATHOLOGICAL_REGEXES
 
@@ -46,7 +46,7 @@ def _settle() -> float:
 
 def _shared_entries() -> tuple[int, int]:
     gc.collect()
-    return len(engine._TERMINAL_DFAS), len(engine._UNIONS)
+    return len(terminals._TERMINAL_DFAS), len(engine._UNIONS)
 
 
 def _bounded(compile_once: Any) -> tuple[float, str]:

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from structgen import Compiler, Matcher, SchemaOptions, UnsupportedSchemaError
+from structgen.engines.unique_items import JsonTracker, UniqueArray
 from structgen.schema import compile_schema
-from structgen.schema._unique import JsonTracker, UniqueArray
 from tests.conftest import load_tokenizer, load_vocab
 from tests.oracles.checks import assert_ajv_accepts
 

@@ -1,0 +1,62 @@
+"""Terminal automata: each grammar terminal's lazy DFA (its pattern, intersected with the
+patterns it must also match), built once and shared by every grammar alive that has the same
+terminal. The frontends (schema satisfiability, EBNF lexeme inference) and the grammar engine
+all take them from here."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from structgen._budget import keep_alive, undo_on_failure
+from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
+from structgen.grammar.ir import TerminalDef, node_digest
+
+__all__ = ["terminal_dfa"]
+
+# Weak: an automaton lives while a grammar (cached or held by the user) uses it, and every
+# grammar alive shares it; the byte budget of the compiled-grammar cache bounds the total.
+_TERMINAL_DFAS: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA] = (
+    weakref.WeakValueDictionary()
+)
+_TERMINAL_LOCK = threading.Lock()
+
+
+def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
+    """The terminal's lazy DFA, shared by every grammar that has the same terminal.
+
+    Terminals repeat across grammars (JSON strings, numbers, whitespace runs), and a shared
+    DFA keeps the rows already built.
+    """
+    # Keyed by structure: AST nodes cache their hash and share subtrees, so equal terminals
+    # from different schemas (number ranges, formats, keys) find the same automaton cheaply.
+    key = (terminal.pattern, terminal.intersect, limits)
+    with _TERMINAL_LOCK:
+        hit = _TERMINAL_DFAS.get(key)
+    if hit is not None:
+        keep_alive(hit)
+        return hit
+    where = f"terminal {terminal.name}"
+    memo: dict[int, bytes] = {}
+    dfa = compile_ast(
+        terminal.pattern,
+        limits=limits,
+        pattern=where,
+        fingerprint=node_digest(terminal.pattern, memo).hex(),
+    )
+    for extra in terminal.intersect:
+        other = compile_ast(
+            extra, limits=limits, pattern=where, fingerprint=node_digest(extra, memo).hex()
+        )
+        dfa = intersect(dfa, other, limits=limits)
+    with _TERMINAL_LOCK:
+        dfa = _TERMINAL_DFAS.setdefault(key, dfa)
+    keep_alive(dfa)
+    undo_on_failure(lambda: _forget(_TERMINAL_DFAS, _TERMINAL_LOCK, key))
+    return dfa
+
+
+def _forget(cache: Any, lock: threading.Lock, key: Any) -> None:
+    with lock:
+        cache.pop(key, None)
