@@ -62,7 +62,7 @@ test-engines: fixtures $(ENGINES_STAMP)
 bench: fixtures
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python benchmarks/vocab.py
-	$(BIN)/python benchmarks/regex.py
+	$(BIN)/python benchmarks/regexes.py
 	$(BIN)/python benchmarks/grammar.py
 	$(BIN)/python benchmarks/maskbench.py --limit 200 --sample --timeout 15
 

@@ -17,21 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def script_dir_last(script: str) -> None:
-    """Move the folder of `script` to the end of sys.path.
-
-    `benchmarks/regex.py` is named like the PyPI `regex` package that `transformers` (and Lark,
-    optionally) import; with the benchmarks folder first on sys.path that import would load the
-    benchmark instead. Call this before anything imports `transformers`.
-    """
-    here = str(Path(script).resolve().parent)
-    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here] + [here]
-
-
-# Every script here imports this module first, before anything imports `transformers`.
-script_dir_last(__file__)
-
-
 def load_tokenizer(name: str) -> Any:
     from transformers import AutoTokenizer
 

@@ -53,8 +53,6 @@ import structgen.masks._walker
 from structgen import Compiler, Matcher, StructgenError, Vocabulary, allocate_bitmask
 from structgen.grammar.lark_frontend import load_builtin
 
-# Import `lark`, `transformers` and the peers only after `_common`: that moves this folder to the
-# end of sys.path, so that their `import regex` finds PyPI's package and not benchmarks/regex.py.
 ENGINES = (
     "structgen",
     "structgen-ebnf",

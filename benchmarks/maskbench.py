@@ -136,10 +136,7 @@ class _XGrammar:
         return bool(self.matcher.accept_token(token))
 
     def can_terminate(self) -> bool:
-        return bool(self.matcher.is_terminated() or self.matcher.accept_token(self.eos()))
-
-    def eos(self) -> int:
-        return int(self.info.stop_token_ids[0])
+        return bool(self.matcher.is_completed())  # (asks; feeding an EOS would change the state)
 
 
 class _OutlinesCore:

@@ -11,7 +11,7 @@ llguidance and at least 10x faster than outlines-core on the large patterns (the
 alternation, `[a-z]{1,256}`, `.{0,500}`).
 
 outlines-core builds its whole index eagerly, so it runs in a worker process with a time budget
-per pattern (and an 8 GiB address-space limit). Run: `python benchmarks/regex.py [--patterns
+per pattern (and an 8 GiB address-space limit). Run: `python benchmarks/regexes.py [--patterns
 phone,url] [--runs N] [--outlines-timeout S]`. Writes `benchmarks/results/regex.{json,png}`.
 """
 
