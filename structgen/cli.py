@@ -108,6 +108,13 @@ examples:
   structgen bench grammar --dir ~/src/structgen/benchmarks"""
 
 BENCHMARKS = ("vocab", "regex", "grammar", "maskbench", "generate")
+# A benchmark's script, where the name differs (benchmarks/regex.py would shadow PyPI's `regex`).
+_BENCH_SCRIPTS = {"regex": "regexes"}
+
+
+def _script(name: str) -> str:
+    return f"{_BENCH_SCRIPTS.get(name, name)}.py"
+
 # What `make bench` passes to maskbench.py: the full set of schemas takes hours.
 _DEFAULT_BENCH_ARGS: dict[str, tuple[str, ...]] = {
     "maskbench": ("--limit", "200", "--sample", "--timeout", "15"),
@@ -542,13 +549,13 @@ def _benchmark_dirs(explicit: str | None) -> list[Path]:
 def _find_benchmarks(explicit: str | None, names: Sequence[str]) -> Path:
     looked = _benchmark_dirs(explicit)
     for folder in looked:
-        if all((folder / f"{name}.py").is_file() for name in names):
+        if all((folder / _script(name)).is_file() for name in names):
             return folder
     where = str(looked[0]) if explicit is not None else "the current folder, its parents"
     if explicit is None:
         where += f" and {looked[-1].parent}"
     raise UsageError(
-        f"benchmark scripts ({', '.join(f'{n}.py' for n in names)}) not found in {where}; "
+        f"benchmark scripts ({', '.join(_script(n) for n in names)}) not found in {where}; "
         "they live in the structgen repository's benchmarks/ folder, not in the installed "
         "package: run this from a checkout, or pass --dir PATH/TO/benchmarks"
     )
@@ -570,13 +577,13 @@ def _bench(args: argparse.Namespace) -> int:
     status = EXIT_OK
     for name in names:
         script_args = extra or list(_DEFAULT_BENCH_ARGS.get(name, ()))
-        command = [sys.executable, str(folder / f"{name}.py"), *script_args]
+        command = [sys.executable, str(folder / _script(name)), *script_args]
         print(f"$ {' '.join(command)}", flush=True)
         if args.dry_run:
             continue
         code = subprocess.call(command, cwd=folder.parent)
         if code != 0:
-            print(f"{prog}: {name}.py exited with status {code}", file=sys.stderr)
+            print(f"{prog}: {_script(name)} exited with status {code}", file=sys.stderr)
             status = status or code
     return status
 

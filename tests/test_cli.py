@@ -355,7 +355,7 @@ class TestBench:
     ) -> None:
         code, out, err = run(capsys, "bench", "regex", "--dir", str(tmp_path))
         assert code == 2 and out == ""
-        assert_one_line_error(err, "regex.py", "not found", str(tmp_path), "--dir", "repository")
+        assert_one_line_error(err, "regexes.py", "not found", str(tmp_path), "--dir", "repository")
 
     def test_found_from_the_checkout_with_arguments_passed_through(
         self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -363,7 +363,7 @@ class TestBench:
         monkeypatch.chdir(REPO / "tests")  # found in a parent folder of the current one
         code, out, _ = run(capsys, "bench", "regex", "--dry-run", "--", "--runs", "1")
         assert code == 0
-        assert out.strip().endswith(f"{REPO / 'benchmarks' / 'regex.py'} --runs 1")
+        assert out.strip().endswith(f"{REPO / 'benchmarks' / 'regexes.py'} --runs 1")
 
     def test_all_runs_every_script_and_maskbench_gets_make_bench_defaults(
         self, capsys: pytest.CaptureFixture[str]
@@ -372,7 +372,7 @@ class TestBench:
         assert code == 0
         lines = out.strip().splitlines()
         names = [re.search(r"(\w+)\.py", line).group(1) for line in lines]  # type: ignore[union-attr]
-        assert names == ["vocab", "regex", "grammar", "maskbench", "generate"]
+        assert names == ["vocab", "regexes", "grammar", "maskbench", "generate"]
         assert lines[3].endswith("maskbench.py --limit 200 --sample --timeout 15")
 
     def test_extra_arguments_need_one_named_script(
