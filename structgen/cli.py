@@ -115,6 +115,7 @@ _BENCH_SCRIPTS = {"regex": "regexes"}
 def _script(name: str) -> str:
     return f"{_BENCH_SCRIPTS.get(name, name)}.py"
 
+
 # What `make bench` passes to maskbench.py: the full set of schemas takes hours.
 _DEFAULT_BENCH_ARGS: dict[str, tuple[str, ...]] = {
     "maskbench": ("--limit", "200", "--sample", "--timeout", "15"),
@@ -448,16 +449,9 @@ def _generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_generate(sub: Any) -> None:
-    gen = sub.add_parser(
-        "generate",
-        help="generate one answer under a JSON Schema, regex, grammar or choice",
-        description=_GENERATE_DESCRIPTION,
-        epilog=_GENERATE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    gen.add_argument("prompt", metavar="PROMPT", help="the user message (- reads it from stdin)")
-    constraint = gen.add_argument_group("constraint (at most one; none: free text)")
+def _add_constraint(parser: Any, title: str) -> None:
+    """The constraint options `generate` and `inspect` share."""
+    constraint = parser.add_argument_group(title)
     only_one = constraint.add_mutually_exclusive_group()
     only_one.add_argument(
         "--schema", metavar="FILE", help="a JSON Schema file (- reads it from stdin)"
@@ -491,6 +485,18 @@ def _add_generate(sub: Any) -> None:
         help="JSON layout: auto (the default: spaced, json.dumps' separators), compact (none), "
         "indented (json.dumps(indent=2)-like), flexible (any whitespace run between tokens)",
     )
+
+
+def _add_generate(sub: Any) -> None:
+    gen = sub.add_parser(
+        "generate",
+        help="generate one answer under a JSON Schema, regex, grammar or choice",
+        description=_GENERATE_DESCRIPTION,
+        epilog=_GENERATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gen.add_argument("prompt", metavar="PROMPT", help="the user message (- reads it from stdin)")
+    _add_constraint(gen, "constraint (at most one; none: free text)")
     model = gen.add_argument_group("model")
     model.add_argument(
         "--model",
@@ -530,6 +536,87 @@ def _add_generate(sub: Any) -> None:
         help="text: the answer only; json: one object with the answer and its metrics",
     )
     gen.set_defaults(func=_generate)
+
+
+# ---------------------------------------------------------------------------------- inspect
+
+_INSPECT_DESCRIPTION = """\
+Show what a constraint compiles to, without a model run: its kind, fingerprint, compile time,
+estimated memory, and the rules and terminals of its grammar as GBNF-like text (terminals as
+regexes, long ones cut). Compiled against the default model's vocabulary (or --model's)."""
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import time
+    from types import SimpleNamespace
+
+    from structgen import Compiler, Vocabulary
+    from structgen.errors import StructgenError
+
+    prog = "structgen inspect"
+    try:
+        constraint = _read_constraint(args)
+        if constraint.mode == "text":
+            raise UsageError(
+                "name a constraint to inspect: --schema, --json, --regex, --grammar or --choice"
+            )
+        tokenizer = _load_tokenizer(args)
+        compiler = Compiler(Vocabulary.from_hf(tokenizer))
+        started = time.perf_counter()
+        try:
+            grammar = _compile(SimpleNamespace(compiler=compiler), constraint, args)  # type: ignore[arg-type]
+        except StructgenError as exc:
+            if constraint.mode == "grammar":
+                raise _grammar_error(exc, constraint.where) from exc
+            if constraint.mode == "schema":
+                raise _schema_error(exc, constraint.where, args.lenient) from exc
+            raise
+        seconds = time.perf_counter() - started
+    except (UsageError, StructgenError) as exc:
+        return _fail(prog, _one_line(exc))
+    assert grammar is not None
+    text = grammar.to_text()
+    rules = sum(1 for line in text.splitlines() if " ::= " in line)
+    print(f"# kind: {grammar.kind}")
+    print(f"# fingerprint: {grammar.fingerprint}")
+    print(f"# compiled in {seconds * 1000:.1f} ms; about {grammar.memory_bytes() / 2**20:.1f} MB")
+    print(f"# {rules} rules and terminals, vocabulary of {grammar.vocab.size} tokens")
+    print(text)
+    return EXIT_OK
+
+
+def _load_tokenizer(args: argparse.Namespace) -> Any:
+    """The tokenizer of --model, or the default model's (no weights loaded)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    from structgen._assets import default_model_dir
+
+    try:
+        folder = Path(args.model).expanduser() if args.model else default_model_dir()
+        return AutoTokenizer.from_pretrained(str(folder))
+    except Exception as exc:  # a missing fixture or folder
+        raise UsageError(
+            f"cannot load the tokenizer ({_one_line(exc)}); run `structgen fetch` or pass"
+            " --model PATH"
+        ) from exc
+
+
+def _add_inspect(sub: Any) -> None:
+    inspect = sub.add_parser(
+        "inspect",
+        help="show what a schema, regex, grammar or choice compiles to",
+        description=_INSPECT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_constraint(inspect, "constraint (exactly one)")
+    inspect.add_argument(
+        "--model",
+        metavar="PATH",
+        help="a local transformers model folder whose tokenizer to compile for (default: the"
+        " embedded SmolLM2-135M-Instruct)",
+    )
+    inspect.set_defaults(func=_inspect)
 
 
 # ---------------------------------------------------------------------------------- bench
@@ -671,6 +758,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"structgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_generate(sub)
+    _add_inspect(sub)
     _add_bench(sub)
     _add_demo_and_fetch(sub)
     return parser

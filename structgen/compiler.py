@@ -133,6 +133,17 @@ class CompiledGrammar:
             parts[id(planner)] = planner.memory_bytes()
         return parts
 
+    def to_text(self) -> str:
+        """What this compiled to, as text: a grammar's rules and terminals (GBNF-like, see
+        `Grammar.to_text`), or a regex / choice as one rule."""
+        writer = getattr(self._engine, "to_text", None)
+        if writer is not None:
+            text: str = writer()
+            return text
+        if self.kind == "regex":
+            return f"root ::= /{self.source}/"
+        return f"root ::= {self.source}"
+
     def memory_bytes(self) -> int:
         """An estimate of the memory this grammar holds (its automata, mask caches, parse
         states), shared parts included."""

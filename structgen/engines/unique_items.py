@@ -316,6 +316,19 @@ class _TokenGroups:
 _GROUPS: dict[str, _TokenGroups] = {}
 
 
+def _path_text(path: Pattern) -> str:
+    """An instance-path pattern as text: `/key`, `/*` (any other key), `/[]` (any index)."""
+    steps = []
+    for element in path:
+        if element[0] == "k":
+            steps.append(f"/{element[1]}")
+        elif element[0] == "x":
+            steps.append("/*")
+        else:
+            steps.append("/[]")
+    return "".join(steps) or "/"
+
+
 class UniqueItemsEngine:
     """A grammar engine whose states also carry a `JsonTracker` (see the module docstring)."""
 
@@ -332,6 +345,11 @@ class UniqueItemsEngine:
     def memory_parts(self) -> dict[int, int]:
         finder = getattr(self.inner, "memory_parts", None)
         return finder() if finder is not None else {}
+
+    def to_text(self) -> str:
+        inner: str = self.inner.to_text()
+        lines = [f"%unique {a.kind} items at {_path_text(a.path)}" for a in self.arrays]
+        return "\n".join([inner, *lines])
 
     @property
     def initial_state(self) -> tuple[Any, JsonTracker]:

@@ -140,6 +140,7 @@ class GrammarEngine:
         max_cached_masks: int = 4096,
     ) -> None:
         self.vocab = vocab
+        self.grammar = grammar
         self.limits = limits
         self.max_cached_masks = max_cached_masks
         self.terminal_dfas = [terminal_dfa(t, limits) for t in grammar.terminals]
@@ -161,6 +162,9 @@ class GrammarEngine:
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self.fingerprint = f"{grammar.fingerprint()}"
         self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
+
+    def to_text(self) -> str:
+        return self.grammar.to_text()
 
     def memory_parts(self) -> dict[int, int]:
         """Estimated bytes of what this engine holds, by object id (shared automata appear in

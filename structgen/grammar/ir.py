@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from structgen._lru import LRU
 from structgen.automata import CharClass, Node, Repeat, String
+from structgen.automata.regex_text import regex_text
 
 __all__ = ["Grammar", "Rule", "TerminalDef", "node_digest"]
 
@@ -45,6 +46,29 @@ class Grammar:
     rules: tuple[Rule, ...]
     terminals: tuple[TerminalDef, ...]
     ignore: tuple[str, ...] = ()
+
+    def to_text(self, *, limit: int = 200) -> str:
+        """The grammar as GBNF-like text, for reading: one line per rule (`a ::= b C | ""`,
+        the start rule first), then each terminal as a regex (cut at `limit` characters; `&`
+        joins the patterns it must also match) and the `%ignore` terminals."""
+        by_lhs: dict[str, list[tuple[str, ...]]] = {}
+        for rule in self.rules:
+            by_lhs.setdefault(rule.lhs, []).append(rule.rhs)
+        order = [self.start, *(lhs for lhs in by_lhs if lhs != self.start)]
+        lines = []
+        for lhs in order:
+            bodies = [" ".join(rhs) if rhs else '""' for rhs in by_lhs.get(lhs, [])]
+            lines.append(f"{lhs} ::= {' | '.join(bodies)}")
+        for terminal in self.terminals:
+            parts = [terminal.pattern, *terminal.intersect]
+            text = " & ".join(f"/{regex_text(p, limit=limit)}/" for p in parts)
+            lines.append(f"{terminal.name} ::= {text}")
+        if self.ignore:
+            lines.append(f"%ignore {' '.join(self.ignore)}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
 
     def fingerprint(self) -> str:
         """Stable sha256 of the whole grammar (cache key).
