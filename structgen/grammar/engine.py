@@ -31,8 +31,7 @@ from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar
 from structgen.grammar.terminals import _forget, terminal_dfa
-from structgen.masks import TokenMaskWalker, pack_bool_mask
-from structgen.masks._kernel import Events
+from structgen.masks import Events, TokenMaskWalker, pack_bool_mask
 from structgen.vocab import Vocabulary
 
 __all__ = ["GrammarEngine", "ParseState"]

@@ -8,9 +8,11 @@ from structgen.masks._bitmask import (
     unpack_bitmask,
     without_tokens,
 )
+from structgen.masks._kernel import Events
 from structgen.masks._walker import TokenClasses, TokenMaskWalker, token_classes
 
 __all__ = [
+    "Events",
     "TokenClasses",
     "TokenMaskWalker",
     "allocate_bitmask",
