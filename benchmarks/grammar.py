@@ -45,12 +45,13 @@ from _common import (
     percentile,
     print_table,
 )
+from peers import EngineError, LLGuidancePeer, StructgenPeer, XGrammarPeer
 
 import structgen.compiler
 import structgen.grammar.engine
 import structgen.grammar.terminals
 import structgen.masks._walker
-from structgen import Compiler, Matcher, StructgenError, Vocabulary, allocate_bitmask
+from structgen import Compiler, StructgenError
 from structgen.grammar.lark_frontend import load_builtin
 
 ENGINES = (
@@ -316,23 +317,8 @@ def build_suites() -> list[Suite]:
 # ---------------------------------------------------------------------------------- engines
 
 
-class EngineError(Exception):
-    """The engine refused the grammar."""
-
-
-class StructgenEngine:
-    name = "structgen"
+class StructgenEngine(StructgenPeer):
     warm_up_source = WARM_UP_LARK
-
-    def __init__(self, tokenizer: Any, vocab: Vocabulary | None = None) -> None:
-        """`vocab`: another structgen engine's vocabulary, tables already built (shared)."""
-        if vocab is None:
-            vocab = Vocabulary.from_hf(tokenizer)
-            vocab.trie  # noqa: B018  (built once, like the peers' tokenizer tables)
-            structgen.masks._walker.native_walk(vocab)  # the C walk's token table, ditto
-            structgen.masks._walker.first_byte_masks(vocab)  # and the tokens by first byte
-        self.vocab = vocab
-        self.bitmask = allocate_bitmask(1, self.vocab.size, backend="numpy")
 
     def warm_up(self) -> None:
         self.compile(self.warm_up_source)
@@ -354,21 +340,9 @@ class StructgenEngine:
 
     def compile(self, source: str) -> None:
         try:
-            self.matcher = Matcher(self.build(Compiler(self.vocab), source))
+            self.use(self.build(Compiler(self.vocab), source))
         except StructgenError as e:
             raise EngineError(str(e)) from e
-
-    def reset(self) -> None:
-        self.matcher.reset()
-
-    def fill(self) -> None:
-        self.matcher.fill_bitmask(self.bitmask, 0)
-
-    def accept(self, token: int) -> bool:
-        return self.matcher.accept_token(token)
-
-    def can_terminate(self) -> bool:
-        return self.matcher.can_terminate()
 
 
 class StructgenEbnfEngine(StructgenEngine):
@@ -381,18 +355,7 @@ class StructgenEbnfEngine(StructgenEngine):
         return compiler.ebnf(source)
 
 
-class LLGuidanceEngine:
-    name = "llguidance"
-
-    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
-        import llguidance
-        import llguidance.hf
-        import llguidance.numpy
-
-        self.llg = llguidance
-        self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
-        self.bitmask = llguidance.numpy.allocate_token_bitmask(1, vocab_size)
-
+class LLGuidanceEngine(LLGuidancePeer):
     def warm_up(self) -> None:
         self.compile(WARM_UP_LARK)
         self.fill()
@@ -401,48 +364,21 @@ class LLGuidanceEngine:
         pass
 
     def compile(self, source: str) -> None:
-        grammar = self.llg.grammar_from("lark", source)
-        self.matcher = self.llg.LLMatcher(self.tokenizer, grammar, log_level=0)
-        if self.matcher.is_error():
-            raise EngineError(self.matcher.get_error())
-
-    def reset(self) -> None:
-        self.matcher.reset()
-
-    def fill(self) -> None:
-        self.llg.numpy.fill_next_token_bitmask(self.matcher, self.bitmask, 0)
-
-    def accept(self, token: int) -> bool:
-        return bool(self.matcher.consume_token(token)) and not self.matcher.is_error()
-
-    def can_terminate(self) -> bool:
-        return bool(self.matcher.is_accepting())
+        self.use(self.llg.grammar_from("lark", source))
 
 
-class XGrammarEngine:
+class XGrammarEngine(XGrammarPeer):
     """xgrammar from an EBNF text (`xgrammar`), from Lark text through `Grammar.from_lark`
     (`xgrammar-lark`) or its built-in JSON grammar (`xgrammar-json`, source "builtin")."""
 
     def __init__(self, name: str, tokenizer: Any, vocab_size: int, info: Any = None) -> None:
-        import numpy as np
-        import xgrammar
-
+        super().__init__(tokenizer, vocab_size, threads=XGRAMMAR_THREADS, info=info)
         self.name = name
-        self.xgr = xgrammar
-        self.info = info or xgrammar.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=vocab_size
-        )
-        self.bitmask = np.zeros((1, (vocab_size + 31) // 32), dtype=np.int32)
 
     def warm_up(self) -> None:
         self.clear_caches()
-        self.matcher = self.xgr.GrammarMatcher(self.compiler.compile_grammar(WARM_UP_EBNF))
+        self.use(self.compiler.compile_grammar(WARM_UP_EBNF))
         self.fill()
-
-    def clear_caches(self) -> None:
-        self.compiler = self.xgr.GrammarCompiler(
-            self.info, cache_enabled=False, max_threads=XGRAMMAR_THREADS
-        )
 
     def compile(self, source: str) -> None:
         try:
@@ -452,21 +388,9 @@ class XGrammarEngine:
                 grammar = self.xgr.Grammar.from_lark(source)
             else:
                 grammar = self.xgr.Grammar.from_ebnf(source, root_rule_name="root")
-            self.matcher = self.xgr.GrammarMatcher(self.compiler.compile_grammar(grammar))
+            self.use(self.compiler.compile_grammar(grammar))
         except RuntimeError as e:
             raise EngineError(str(e).splitlines()[0]) from e
-
-    def reset(self) -> None:
-        self.matcher.reset()
-
-    def fill(self) -> None:
-        self.matcher.fill_next_token_bitmask(self.bitmask, 0)
-
-    def accept(self, token: int) -> bool:
-        return bool(self.matcher.accept_token(token))
-
-    def can_terminate(self) -> bool:
-        return bool(self.matcher.is_completed())
 
 
 # ---------------------------------------------------------------------------------- driver

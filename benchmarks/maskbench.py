@@ -31,6 +31,14 @@ from typing import Any
 
 import numpy as np
 from _common import RESULTS, mask_allows, percentile, print_table
+from peers import (
+    EngineError,
+    LLGuidancePeer,
+    OutlinesCorePeer,
+    StructgenPeer,
+    XGrammarPeer,
+    token_table,
+)
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "maskbench-dev"
 ENGINES = ("structgen", "llguidance", "xgrammar", "outlines-core")
@@ -40,18 +48,10 @@ MEMORY = 8 << 30
 # ---------------------------------------------------------------------------------- engines
 
 
-class CompileError(Exception):
-    """The engine refused the schema."""
+CompileError = EngineError  # the engine refused the schema
 
 
-class _Structgen:
-    def __init__(self, tokenizer: Any) -> None:
-        from structgen import Vocabulary, allocate_bitmask
-
-        self.vocab = Vocabulary.from_hf(tokenizer)
-        self.vocab.trie  # noqa: B018  (built once, like the peers' token tables)
-        self.bitmask = allocate_bitmask(1, self.vocab.size, backend="numpy")
-
+class _Structgen(StructgenPeer):
     def compile(self, schema: Any) -> None:
         import structgen.compiler
         from structgen import Compiler, SchemaOptions, StructgenError
@@ -59,127 +59,47 @@ class _Structgen:
         structgen.compiler._CACHE.clear()
         try:
             accept = SchemaOptions(mode="accept")
-            self.compiled = Compiler(self.vocab).json_schema(schema, options=accept)
+            self.use(Compiler(self.vocab).json_schema(schema, options=accept))
         except StructgenError as exc:
             raise CompileError(f"{type(exc).__name__}: {exc}") from exc
 
-    def start(self) -> None:
-        from structgen import Matcher
 
-        self.matcher = Matcher(self.compiled)
-
-    def fill(self) -> None:
-        self.matcher.fill_bitmask(self.bitmask, 0)
-
-    def accept(self, token: int) -> bool:
-        return self.matcher.accept_token(token)
-
-    def can_terminate(self) -> bool:
-        return self.matcher.can_terminate()
-
-
-class _LLGuidance:
-    def __init__(self, tokenizer: Any) -> None:
-        import llguidance
-        import llguidance.hf
-        import llguidance.numpy
-
-        self.llg = llguidance
-        self.tokenizer = llguidance.hf.from_tokenizer(tokenizer)
-        self.bitmask = llguidance.numpy.allocate_token_bitmask(1, self.tokenizer.vocab_size)
-
+class _LLGuidance(LLGuidancePeer):
     def compile(self, schema: Any) -> None:
-        self.grammar = self.llg.LLMatcher.grammar_from_json_schema(
-            schema, defaults={"whitespace_flexible": True}
+        self.use(
+            self.llg.LLMatcher.grammar_from_json_schema(
+                schema, defaults={"whitespace_flexible": True}
+            )
         )
-        self.start()
-
-    def start(self) -> None:
-        self.matcher = self.llg.LLMatcher(self.tokenizer, self.grammar, log_level=0)
-        if self.matcher.is_error():
-            raise CompileError(self.matcher.get_error()[:300])
-
-    def fill(self) -> None:
-        self.llg.numpy.fill_next_token_bitmask(self.matcher, self.bitmask, 0)
-
-    def accept(self, token: int) -> bool:
-        return bool(self.matcher.consume_token(token)) and not self.matcher.is_error()
-
-    def can_terminate(self) -> bool:
-        return bool(self.matcher.is_accepting())
 
 
-class _XGrammar:
-    def __init__(self, tokenizer: Any) -> None:
-        import xgrammar
-
-        self.xgr = xgrammar
-        self.info = xgrammar.TokenizerInfo.from_huggingface(tokenizer)
-        self.bitmask = np.zeros((1, (self.info.vocab_size + 31) // 32), dtype=np.int32)
-
+class _XGrammar(XGrammarPeer):
     def compile(self, schema: Any) -> None:
-        compiler = self.xgr.GrammarCompiler(self.info, cache_enabled=False, max_threads=1)
+        self.clear_caches()  # a compiler per schema, inside the timed compile (as before)
         try:
-            self.compiled = compiler.compile_json_schema(
+            compiled = self.compiler.compile_json_schema(
                 json.dumps(schema), any_whitespace=True, strict_mode=False
             )
         except Exception as exc:
             raise CompileError(str(exc).splitlines()[0][:300]) from exc
-
-    def start(self) -> None:
-        self.matcher = self.xgr.GrammarMatcher(self.compiled)
-
-    def fill(self) -> None:
-        self.matcher.fill_next_token_bitmask(self.bitmask, 0)
-
-    def accept(self, token: int) -> bool:
-        return bool(self.matcher.accept_token(token))
-
-    def can_terminate(self) -> bool:
-        return bool(self.matcher.is_completed())  # (asks; feeding an EOS would change the state)
+        self.use(compiled)
 
 
-class _OutlinesCore:
+class _OutlinesCore(OutlinesCorePeer):
     def __init__(self, tokenizer: Any) -> None:
-        import outlines_core
-
         from structgen import Vocabulary
 
         vocab = Vocabulary.from_hf(tokenizer)
-        table: dict[bytes, list[int]] = {}
-        for i in range(vocab.size):
-            data = vocab.token_bytes(i)
-            if data:
-                table.setdefault(data, []).append(i)
-        self.oc = outlines_core
-        self.vocabulary = outlines_core.Vocabulary(vocab.eos_token_ids[0], table)
-        self.bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
+        super().__init__(vocab.eos_token_ids[0], token_table(vocab), vocab.size)
 
     def compile(self, schema: Any) -> None:
         from outlines_core.json_schema import build_regex_from_schema
 
         try:
             regex = build_regex_from_schema(json.dumps(schema))
-            self.index = self.oc.Index(regex, self.vocabulary)
         except Exception as exc:
             raise CompileError(str(exc).splitlines()[0][:300] if str(exc) else repr(exc)) from exc
-        self.start()
-
-    def start(self) -> None:
-        self.guide = self.oc.Guide(self.index)
-
-    def fill(self) -> None:
-        self.guide.write_mask_into(self.bitmask.ctypes.data, self.bitmask.shape[1], 4)
-
-    def accept(self, token: int) -> bool:
-        try:
-            self.guide.advance(token, return_tokens=False)
-        except ValueError:
-            return False
-        return True
-
-    def can_terminate(self) -> bool:
-        return bool(self.guide.is_finished())
+        self.use_regex(regex)
 
 
 _ADAPTERS = {

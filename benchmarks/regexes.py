@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from _common import (
     RESULTS,
     fmt,
@@ -42,10 +41,17 @@ from _common import (
     percentile,
     print_table,
 )
+from peers import (
+    EngineError,
+    LLGuidancePeer,
+    OutlinesCorePeer,
+    StructgenPeer,
+    XGrammarPeer,
+)
 
 import structgen.compiler
 import structgen.masks._walker
-from structgen import Compiler, Matcher, StructgenError, Vocabulary, allocate_bitmask
+from structgen import Compiler, StructgenError, Vocabulary
 
 # This file is named like the PyPI `regex` package that `transformers` imports; with the script's
 # folder first on sys.path that import would load this file instead. Move the folder to the end.
@@ -216,18 +222,7 @@ def build_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------- engines
 
 
-class EngineError(Exception):
-    """The engine refused the pattern (unsupported syntax, limits)."""
-
-
-class StructgenEngine:
-    name = "structgen"
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.vocab = Vocabulary.from_hf(tokenizer)
-        self.vocab.trie  # noqa: B018  (built once, like the peers' tokenizer tables)
-        self.bitmask = allocate_bitmask(1, self.vocab.size, backend="numpy")
-
+class StructgenEngine(StructgenPeer):
     def clear_caches(self) -> None:
         structgen.compiler._CACHE.clear()
         structgen.masks._walker._CLASS_CACHE.clear()
@@ -238,113 +233,33 @@ class StructgenEngine:
 
     def compile(self, pattern: str) -> None:
         try:
-            self.matcher = Matcher(Compiler(self.vocab).regex(pattern))
+            self.use(Compiler(self.vocab).regex(pattern))
         except StructgenError as e:
             raise EngineError(str(e)) from e
 
-    def fill(self) -> None:
-        self.matcher.fill_bitmask(self.bitmask, 0)
 
-    def accept(self, token: int) -> bool:
-        return self.matcher.accept_token(token)
-
-    def can_terminate(self) -> bool:
-        return self.matcher.can_terminate()
-
-
-class LLGuidanceEngine:
-    name = "llguidance"
-
-    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
-        import llguidance
-        import llguidance.hf
-        import llguidance.numpy
-
-        self.llg = llguidance
-        self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
-        self.bitmask = llguidance.numpy.allocate_token_bitmask(1, vocab_size)
-
+class LLGuidanceEngine(LLGuidancePeer):
     def clear_caches(self) -> None:
         pass
 
     def compile(self, pattern: str) -> None:
-        grammar = self.llg.grammar_from("regex", pattern)
-        self.matcher = self.llg.LLMatcher(self.tokenizer, grammar, log_level=0)
-        if self.matcher.is_error():
-            raise EngineError(self.matcher.get_error())
-
-    def fill(self) -> None:
-        self.llg.numpy.fill_next_token_bitmask(self.matcher, self.bitmask, 0)
-
-    def accept(self, token: int) -> bool:
-        return bool(self.matcher.consume_token(token)) and not self.matcher.is_error()
-
-    def can_terminate(self) -> bool:
-        return bool(self.matcher.is_accepting())
+        self.use(self.llg.grammar_from("regex", pattern))
 
 
-class XGrammarEngine:
-    name = "xgrammar"
-
-    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
-        import xgrammar
-
-        self.xgr = xgrammar
-        self.info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        self.bitmask = np.zeros((1, (vocab_size + 31) // 32), dtype=np.int32)  # numpy works too
-
-    def clear_caches(self) -> None:
-        self.compiler = self.xgr.GrammarCompiler(
-            self.info, cache_enabled=False, max_threads=XGRAMMAR_THREADS
-        )
-
+class XGrammarEngine(XGrammarPeer):
     def compile(self, pattern: str) -> None:
         try:
-            self.matcher = self.xgr.GrammarMatcher(self.compiler.compile_regex(pattern))
+            self.use(self.compiler.compile_regex(pattern))
         except RuntimeError as e:
             raise EngineError(str(e).splitlines()[0]) from e
 
-    def fill(self) -> None:
-        self.matcher.fill_next_token_bitmask(self.bitmask, 0)
 
-    def accept(self, token: int) -> bool:
-        return bool(self.matcher.accept_token(token))
-
-    def can_terminate(self) -> bool:
-        return bool(self.matcher.is_completed())
-
-
-class OutlinesCoreEngine:
-    name = "outlines-core"
-
-    def __init__(self, eos_token_id: int, tokens: dict[bytes, list[int]], vocab_size: int) -> None:
-        import outlines_core
-
-        self.oc = outlines_core
-        self.vocabulary = outlines_core.Vocabulary(eos_token_id, tokens)
-        self.bitmask = np.zeros((1, (vocab_size + 31) // 32), dtype=np.int32)
-
+class OutlinesCoreEngine(OutlinesCorePeer):
     def clear_caches(self) -> None:
         pass
 
     def compile(self, pattern: str) -> None:
-        try:
-            self.guide = self.oc.Guide(self.oc.Index(pattern, self.vocabulary))
-        except (ValueError, RuntimeError) as e:
-            raise EngineError(str(e).splitlines()[0]) from e
-
-    def fill(self) -> None:
-        self.guide.write_mask_into(self.bitmask.ctypes.data, self.bitmask.shape[1], 4)
-
-    def accept(self, token: int) -> bool:
-        try:
-            self.guide.advance(token, return_tokens=False)
-        except ValueError:
-            return False
-        return True
-
-    def can_terminate(self) -> bool:
-        return bool(self.guide.is_finished())
+        self.use_regex(pattern)
 
 
 def outlines_tokens(vocab: Vocabulary) -> dict[bytes, list[int]]:
@@ -672,7 +587,7 @@ def main() -> None:
         setup["llguidance"] = time.perf_counter() - start
     if "xgrammar" in wanted_engines and peer("xgrammar") is not None:
         start = time.perf_counter()
-        runners.append(InProcess(XGrammarEngine(tokenizer, vocab.size)))
+        runners.append(InProcess(XGrammarEngine(tokenizer, vocab.size, threads=XGRAMMAR_THREADS)))
         setup["xgrammar"] = time.perf_counter() - start
     if "outlines-core" in wanted_engines and peer("outlines_core") is not None:
         runners.append(OutlinesCoreRunner(vocab, args.outlines_timeout))
