@@ -20,7 +20,6 @@ Run: `python benchmarks/maskbench.py [--limit N] [--engines structgen,llguidance
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import random
@@ -37,6 +36,7 @@ from peers import (
     OutlinesCorePeer,
     StructgenPeer,
     XGrammarPeer,
+    stop_worker,
     token_table,
 )
 
@@ -189,13 +189,7 @@ class Runner:
     def stop(self) -> None:
         if self.process is None:
             return
-        if self.process.is_alive():
-            with contextlib.suppress(BrokenPipeError, OSError):
-                self.conn.send(None)
-            self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
+        stop_worker(self.process, self.conn)
         self.process = None
 
     def run(self, schema: Any, tests: list[tuple[list[int], bool]]) -> dict[str, Any]:

@@ -9,11 +9,23 @@ the matcher's state is the same after it.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import time
 from typing import Any
 
 import numpy as np
 
-__all__ = ["EngineError", "LLGuidancePeer", "OutlinesCorePeer", "StructgenPeer", "XGrammarPeer"]
+__all__ = [
+    "EngineError",
+    "LLGuidancePeer",
+    "OutlinesCorePeer",
+    "StructgenPeer",
+    "XGrammarPeer",
+    "cold_compile",
+    "stop_worker",
+    "token_table",
+]
 
 
 class EngineError(Exception):
@@ -193,3 +205,28 @@ def token_table(vocab: Any) -> dict[bytes, list[int]]:
         if data:
             table.setdefault(data, []).append(i)
     return table
+
+
+def cold_compile(engine: Any, source: Any) -> tuple[float, float]:
+    """One cold run's set-up: clear the engine's caches, collect, compile `source`, fill the
+    first mask; returns (compile ms, first-mask ms). `EngineError` passes through."""
+    engine.clear_caches()
+    gc.collect()
+    t0 = time.perf_counter()
+    engine.compile(source)
+    t1 = time.perf_counter()
+    engine.fill()
+    t2 = time.perf_counter()
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+
+def stop_worker(process: Any, conn: Any) -> None:
+    """End a benchmark worker process: ask it to stop (None down the pipe), then kill it if it
+    is still there after 5 s."""
+    if process.is_alive():
+        with contextlib.suppress(BrokenPipeError, OSError):
+            conn.send(None)
+        process.join(5)
+    if process.is_alive():
+        process.kill()
+    process.join()

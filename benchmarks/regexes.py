@@ -18,7 +18,6 @@ phone,url] [--runs N] [--outlines-timeout S]`. Writes `benchmarks/results/regex.
 from __future__ import annotations
 
 import argparse
-import gc
 import glob
 import json
 import multiprocessing
@@ -47,6 +46,8 @@ from peers import (
     OutlinesCorePeer,
     StructgenPeer,
     XGrammarPeer,
+    cold_compile,
+    stop_worker,
 )
 
 import structgen.compiler
@@ -287,18 +288,12 @@ def measure(engine: Any, pattern: str, tokens: list[int], runs: int) -> dict[str
     out: dict[str, Any] = {"compile_ms": [], "first_ms": [], "token_us": [], "failure": None}
     started = time.perf_counter()
     for _ in range(runs):
-        engine.clear_caches()
-        gc.collect()
-        t0 = time.perf_counter()
         try:
-            engine.compile(pattern)
+            compile_ms, first_ms = cold_compile(engine, pattern)
         except EngineError as e:
             return {"error": f"error: {e}"[:200]}
-        t1 = time.perf_counter()
-        engine.fill()
-        t2 = time.perf_counter()
-        out["compile_ms"].append((t1 - t0) * 1e3)
-        out["first_ms"].append((t2 - t1) * 1e3)
+        out["compile_ms"].append(compile_ms)
+        out["first_ms"].append(first_ms)
         for n, token in enumerate(tokens):
             if n:
                 t0 = time.perf_counter()
@@ -353,12 +348,7 @@ class OutlinesCoreRunner:
 
     def stop(self) -> None:
         if self.process is not None:
-            if self.process.is_alive():
-                self.conn.send(None)
-                self.process.join(5)
-            if self.process.is_alive():
-                self.process.kill()
-            self.process.join()
+            stop_worker(self.process, self.conn)
             self.process = None
 
     def measure(self, pattern: str, tokens: list[int], runs: int) -> dict[str, Any]:
