@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from structgen.api import LM
-    from structgen.compiler import CompiledGrammar
+    from structgen.compiler import CompiledGrammar, Compiler
     from structgen.generate import SamplingParams
     from structgen.schema import SchemaOptions
 
@@ -369,8 +369,25 @@ def _load_lm(args: argparse.Namespace) -> LM:
         raise UsageError(f"cannot load the model in {args.model!r}: {_one_line(exc)}") from exc
 
 
-def _compile(lm: LM, constraint: _Constraint, args: argparse.Namespace) -> CompiledGrammar | None:
-    compiler = lm.compiler
+def _compile_explained(
+    compiler: Compiler, constraint: _Constraint, args: argparse.Namespace
+) -> CompiledGrammar | None:
+    """`_compile`, with limits and errors found only when compiling named after the file."""
+    from structgen.errors import StructgenError
+
+    try:
+        return _compile(compiler, constraint, args)
+    except StructgenError as exc:
+        if constraint.mode == "grammar":
+            raise _grammar_error(exc, constraint.where) from exc
+        if constraint.mode == "schema":
+            raise _schema_error(exc, constraint.where, args.lenient) from exc
+        raise
+
+
+def _compile(
+    compiler: Compiler, constraint: _Constraint, args: argparse.Namespace
+) -> CompiledGrammar | None:
     if constraint.mode == "schema":
         return compiler.json_schema(constraint.schema, options=_schema_options(args))
     if constraint.mode == "json":
@@ -397,14 +414,7 @@ def _generate(args: argparse.Namespace) -> int:
             params = _sampling(args)
             prompt = sys.stdin.read().strip() if args.prompt == "-" else args.prompt
             lm = _load_lm(args)
-            try:
-                grammar = _compile(lm, constraint, args)
-            except StructgenError as exc:  # compile limits, found only when compiling
-                if constraint.mode == "grammar":
-                    raise _grammar_error(exc, constraint.where) from exc
-                if constraint.mode == "schema":
-                    raise _schema_error(exc, constraint.where, args.lenient) from exc
-                raise
+            grammar = _compile_explained(lm.compiler, constraint, args)
         except (UsageError, StructgenError) as exc:
             return _fail(prog, _one_line(exc))
     # Lenient mode says what it relaxed (once per keyword: the schema is compiled twice).
@@ -548,7 +558,6 @@ regexes, long ones cut). Compiled against the default model's vocabulary (or --m
 
 def _inspect(args: argparse.Namespace) -> int:
     import time
-    from types import SimpleNamespace
 
     from structgen import Compiler, Vocabulary
     from structgen.errors import StructgenError
@@ -563,14 +572,7 @@ def _inspect(args: argparse.Namespace) -> int:
         tokenizer = _load_tokenizer(args)
         compiler = Compiler(Vocabulary.from_hf(tokenizer))
         started = time.perf_counter()
-        try:
-            grammar = _compile(SimpleNamespace(compiler=compiler), constraint, args)  # type: ignore[arg-type]
-        except StructgenError as exc:
-            if constraint.mode == "grammar":
-                raise _grammar_error(exc, constraint.where) from exc
-            if constraint.mode == "schema":
-                raise _schema_error(exc, constraint.where, args.lenient) from exc
-            raise
+        grammar = _compile_explained(compiler, constraint, args)
         seconds = time.perf_counter() - started
     except (UsageError, StructgenError) as exc:
         return _fail(prog, _one_line(exc))
