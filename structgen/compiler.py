@@ -126,8 +126,7 @@ class CompiledGrammar:
     def memory_parts(self) -> dict[int, int]:
         """Estimated bytes held, by object id: automata shared with other grammars (terminal
         automata, lexers) appear under the same id in each (see `structgen.cache_usage`)."""
-        finder = getattr(self._engine, "memory_parts", None)
-        parts: dict[int, int] = finder() if finder is not None else {}
+        parts = dict(self._engine.memory_parts())
         planner = self._planner
         if planner is not None:
             parts[id(planner)] = planner.memory_bytes()
@@ -321,7 +320,7 @@ class Compiler:
             )
         for option in options:
             expect_str(option, "every choice() option")
-        encoded = tuple(str(o).encode("utf-8") for o in options)
+        encoded = tuple(o.encode("utf-8") for o in options)
         key = ("choice", encoded)
         return self._cached(
             key,
@@ -330,7 +329,7 @@ class Compiler:
             ),
             kind="choice",
             source=repr(list(options)),
-            recipe=("choice", ([str(o) for o in options],), {}),
+            recipe=("choice", (list(options),), {}),
         )
 
     def grammar(self, lark_text: str, *, start: str = "start") -> CompiledGrammar:

@@ -130,27 +130,30 @@ class Matcher:
 
     def fill_bitmask(self, bitmask: Any, row: int = 0) -> None:
         """Write the allowed tokens into `bitmask[row]` (numpy or torch int32, any device)."""
-        if getattr(bitmask, "ndim", None) != 2:
+        words = self.allowed_mask()
+        try:  # (arguments are checked only when this fails: it runs every step)
+            if row < 0 or bitmask.ndim != 2:
+                raise IndexError
+            if isinstance(bitmask, np.ndarray):
+                target = bitmask[row]
+                width = min(len(target), len(words))
+                target[:width] = words[:width]
+                target[width:] = 0
+                return
+            import torch
+
+            source = torch.from_numpy(words)
+            target = bitmask[row]
+            width = min(int(target.shape[0]), len(words))
+            target[:width].copy_(source[:width], non_blocking=False)
+            if width < target.shape[0]:
+                target[width:].zero_()
+        except (AttributeError, TypeError, IndexError, ValueError) as exc:
+            expect_int(row, "row", minimum=0)
             raise ArgumentError(
                 "bitmask must be a 2-D int32 array or tensor [rows, ceil(vocab/32)] (see"
-                f" allocate_bitmask), got {describe(bitmask)}"
-            )
-        expect_int(row, "row", minimum=0)
-        words = self.allowed_mask()
-        if isinstance(bitmask, np.ndarray):
-            target = bitmask[row]
-            width = min(len(target), len(words))
-            target[:width] = words[:width]
-            target[width:] = 0
-            return
-        import torch
-
-        source = torch.from_numpy(words)
-        target = bitmask[row]
-        width = min(int(target.shape[0]), len(words))
-        target[:width].copy_(source[:width], non_blocking=False)
-        if width < target.shape[0]:
-            target[width:].zero_()
+                f" allocate_bitmask) with a row {row}, got {describe(bitmask)}"
+            ) from exc
 
     def is_allowed(self, token_id: int) -> bool:
         """Whether `token_id` would be accepted now (the matcher is not changed)."""

@@ -155,6 +155,7 @@ Node = Empty | String | CharClass | Concat | Alternation | Repeat
 # it) for the parser's k-th ``Boundary``. ``codepoint_dfa.eliminate_boundaries`` resolves them
 # before a parse returns, so no marker leaves this module.
 MARKER_BASE = iv.MAX_CODE_POINT + 1
+_MARKERS: Ranges = ((MARKER_BASE, 2**31 - 1),)  # every marker code point
 
 # Neighbour types: a word character, a non-word one, the edge of the text (start or end), and
 # (reading several dialects) a character one dialect calls a word character and another not.
@@ -352,8 +353,7 @@ def _empty_part(node: Node) -> Node:
     if isinstance(node, String):
         return CharClass(())
     if isinstance(node, CharClass):
-        marks = iv.intersect(node.ranges, ((MARKER_BASE, MARKER_BASE + 0xFFFF),))
-        return CharClass(marks)
+        return CharClass(iv.intersect(node.ranges, _MARKERS))
     if isinstance(node, Concat):
         return concat(_empty_part(x) for x in node.items)
     if isinstance(node, Alternation):

@@ -343,8 +343,8 @@ class UniqueItemsEngine:
         self.fingerprint = f"{inner.fingerprint}:unique:{arrays!r}"
 
     def memory_parts(self) -> dict[int, int]:
-        finder = getattr(self.inner, "memory_parts", None)
-        return finder() if finder is not None else {}
+        parts: dict[int, int] = self.inner.memory_parts()
+        return parts
 
     def to_text(self) -> str:
         inner: str = self.inner.to_text()

@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -71,7 +71,6 @@ class _Entry:
     so that the scheduler can tell when it is dropped)."""
 
     __slots__ = (
-        "cancel_requested",
         "cost",
         "deltas",
         "error",
@@ -90,7 +89,6 @@ class _Entry:
         self.finished = threading.Event()
         self.result: GenerationResult | None = None
         self.error: BaseException | None = None
-        self.cancel_requested = False
         self.finalizer: Any = None  # weakref.finalize of the handle
 
     def finish(self, result: GenerationResult | None, error: BaseException | None) -> bool:
@@ -205,7 +203,6 @@ def _cancelled_result(entry: _Entry) -> GenerationResult:
 def _abandon(abandoned: deque[_Entry], entry: _Entry) -> None:
     """A handle was garbage-collected before its request ended: cancel it at the next step.
     (Runs inside the garbage collector, on any thread: a lock-free append, nothing more.)"""
-    entry.cancel_requested = True
     abandoned.append(entry)
 
 
@@ -328,7 +325,7 @@ class Scheduler:
                     rows = batch.size
                     batch.step()
             except BaseException as exc:
-                self._fail_running(admitted, exc)
+                self._fail(exc, admitted=admitted, queued=False)
                 raise
             self._deliver(batch)
             with self._wake:
@@ -390,7 +387,6 @@ class Scheduler:
         (now, when nobody else is stepping)."""
         if entry.finished.is_set():
             return
-        entry.cancel_requested = True
         with self._wake:
             self._cancels.append(entry)
             self._wake.notify_all()
@@ -423,25 +419,24 @@ class Scheduler:
         if batch is not None:
             self._deliver(batch)
 
-    def _fail_running(self, admitted: list[_Entry], exc: BaseException) -> None:
-        """A step raised: the batch state is unusable; fail its requests, keep the queue."""
+    def _fail(
+        self,
+        error: BaseException,
+        *,
+        admitted: Sequence[_Entry] = (),
+        queued: bool,
+    ) -> None:
+        """End the running requests (and those just `admitted`) with `error`, and with `queued`
+        the queue too; the batch state is dropped (a step raised, or the loop is gone)."""
         with self._lock:
-            failed = {id(h): h for h in [*self._running.values(), *admitted]}
+            entries = {id(e): e for e in [*self._running.values(), *admitted]}
+            if queued:
+                entries.update((id(e), e) for e in self._queue)
+                self._queue.clear()
             self._running.clear()
             self._reserved = 0
             self._batch = None
-        for entry in failed.values():
-            entry.finish(None, exc)
-
-    def _fail_all(self, error: GenerationError) -> None:
-        """End every queued and running request with `error` (the loop is gone)."""
-        with self._lock:
-            entries = [*self._running.values(), *self._queue]
-            self._running.clear()
-            self._queue.clear()
-            self._reserved = 0
-            self._batch = None
-        for entry in entries:
+        for entry in entries.values():
             entry.finish(None, error)
 
     # ------------------------------------------------------------------ background thread
@@ -476,9 +471,8 @@ class Scheduler:
                 self._thread = None
         if not drain:
             with self._step_lock:  # after the step in progress, if any
-                self._fail_all(
-                    GenerationError("the scheduler stopped before this request finished")
-                )
+                stopped = GenerationError("the scheduler stopped before this request finished")
+                self._fail(stopped, queued=True)
 
     def _loop(self) -> None:
         try:
@@ -489,13 +483,11 @@ class Scheduler:
                     if self._stopping and (not self._drain or self._idle()):
                         return
                 with contextlib.suppress(Exception):  # delivered to the failed requests
-                    if not self.step():
-                        with self._step_lock:
-                            self._apply_cancels()
+                    self.step()  # (applies the cancellations first, also when idle)
         except BaseException as exc:  # KeyboardInterrupt, SystemExit...: nobody may hang
             error = GenerationError(f"the scheduler loop stopped: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
-            self._fail_all(error)
+            self._fail(error, queued=True)
             raise
 
     def __enter__(self) -> Scheduler:

@@ -170,11 +170,11 @@ class GrammarEngine:
         several grammars' parts and are counted once by the cache budget)."""
         mask = ((self.vocab.size + 31) // 32) * 4
         parts = {id(d): d.memory_bytes() for d in self.terminal_dfas}
-        lexers = list(self._lexers.values())
-        for lexer in lexers:  # (they share one union lexer DFA, counted once)
-            parts[id(lexer.dfa)] = lexer.dfa.memory_bytes() + lexer.walker.memory_bytes()
+        union = self._union  # every lexer of the grammar is a start state of this one DFA
+        if union is not None:
+            parts[id(union)] = union.memory_bytes()
         # the recent parse states: their masks and memo (estimated: one mask and 2 kB each)
-        parts[id(self)] = len(self._recent) * (mask + 2048) + len(lexers) * 200
+        parts[id(self)] = len(self._recent) * (mask + 2048) + len(self._lexers) * 200
         return parts
 
     # ------------------------------------------------------------------ lexers

@@ -224,17 +224,14 @@ def token_classes(vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8] | None)
 
 
 def _array_bytes(value: Any) -> int:
-    """The bytes of the arrays in a cached value beside its packed mask (`memory_bytes`
-    counts one mask per `_cache`, `_events` and `_boundaries` entry)."""
+    """The bytes of the arrays in a cached value (a mask, events, boundary positions)."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
     if isinstance(value, Events):
         return sum(int(a.nbytes) for a in value)
-    if isinstance(value, list):  # boundary candidates: (cut, before, positions)
-        return sum(int(p.nbytes) for _, _, p in value)
-    if isinstance(value, tuple) and len(value) == 2:  # (inside mask, events)
-        return _array_bytes(value[1])
-    if isinstance(value, tuple) and len(value) == 3:  # continued: (indices, values, events)
-        return int(value[0].nbytes) + int(value[1].nbytes) + _array_bytes(value[2])
-    return 0  # a packed mask
+    if isinstance(value, (tuple, list)):
+        return sum(_array_bytes(item) for item in value)
+    return 0
 
 
 def _frozen(words: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
@@ -256,7 +253,7 @@ class TokenMaskWalker:
         self._events: dict[int, tuple[npt.NDArray[np.uint32], Events]] = {}
         self._continued: dict[bytes, tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]]
         self._continued = {}
-        self._extra_bytes = 0  # arrays held beside the masks (events, boundary positions)
+        self._extra_bytes = 0  # arrays held beside `_cache` (events, boundaries, first bytes)
         self._lock = threading.Lock()
         # Mask sharing: walked states by the pattern of their live first bytes, newest last.
         self._shared: OrderedDict[bytes, list[tuple[int, npt.NDArray[np.int32]]]] = OrderedDict()
@@ -286,12 +283,10 @@ class TokenMaskWalker:
         return self._classes
 
     def memory_bytes(self) -> int:
-        """An estimate of the memory the caches hold: one packed mask per cached mask, events
-        entry and first-byte mask, plus the event and position arrays beside them."""
+        """The bytes of the arrays the caches hold (what their dicts and keys add is small)."""
         mask = ((self.vocab.size + 31) // 32) * 4
         with self._lock:
-            masks = len(self._cache) + len(self._events) + len(self._boundaries)
-            return masks * mask + self._extra_bytes
+            return len(self._cache) * mask + self._extra_bytes
 
     def mask(self, state: int) -> npt.NDArray[np.int32]:
         """Read-only packed mask [ceil(size/32)] of the tokens allowed in `state` (no EOS)."""
@@ -425,17 +420,18 @@ class TokenMaskWalker:
                     offsets = np.repeat(starts[group] - np.cumsum(sizes) + sizes, sizes)
                     positions = members[offsets + np.arange(int(sizes.sum()))]
                     out.append((cut, int(before), positions))
-        with self._lock:
-            self._boundaries[state] = out
-            self._extra_bytes += sum(p.nbytes for _, _, p in out)
-            self._bound(self._boundaries)
+        self._store(self._boundaries, state, out)
         return out
 
-    def _bound(self, cache: dict[Any, Any]) -> None:
-        """Drop the oldest entries past `max_cached_masks` (caller locks)."""
-        while len(cache) > self._max_cached:
-            value = cache.pop(next(iter(cache)))
-            self._extra_bytes -= _array_bytes(value)
+    def _store(self, cache: dict[Any, Any], key: Any, value: Any) -> None:
+        """Cache `value` (counting its bytes), then drop the oldest entries past
+        `max_cached_masks`."""
+        with self._lock:
+            old = cache.pop(key, None)
+            cache[key] = value
+            self._extra_bytes += _array_bytes(value) - _array_bytes(old)
+            while len(cache) > self._max_cached:
+                self._extra_bytes -= _array_bytes(cache.pop(next(iter(cache))))
 
     def mask_and_events(self, state: int) -> tuple[npt.NDArray[np.uint32], Events] | None:
         """With the C walk: (inside mask, boundary events) of `state`, cached per state.
@@ -452,10 +448,7 @@ class TokenMaskWalker:
             words, events = self._whole_walk(native, state, boundaries=True)
             words.setflags(write=False)
             hit = (words, events)
-            with self._lock:
-                self._events[state] = hit
-                self._extra_bytes += _array_bytes(hit)
-                self._bound(self._events)
+            self._store(self._events, state, hit)
         return hit
 
     def _whole_walk(
@@ -487,10 +480,7 @@ class TokenMaskWalker:
             words, events = native.walk(self.dfa, start, ranges=spans, boundaries=True)
             indices = np.flatnonzero(words)
             hit = (indices, words[indices], events)
-            with self._lock:
-                self._continued[key] = hit
-                self._extra_bytes += _array_bytes(hit)
-                self._bound(self._continued)
+            self._store(self._continued, key, hit)
         return hit
 
     def first_byte_dead(self, state: int) -> npt.NDArray[np.int32]:
@@ -509,9 +499,7 @@ class TokenMaskWalker:
             packed = np.bitwise_or.reduce(by_byte[np.flatnonzero(dead)], axis=0)
         packed = np.ascontiguousarray(packed, dtype=np.int32)
         packed.setflags(write=False)
-        with self._lock:
-            self._boundaries[key] = packed  # type: ignore[assignment]
-            self._bound(self._boundaries)
+        self._store(self._boundaries, key, packed)
         return packed
 
     def _walk(

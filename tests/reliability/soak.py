@@ -29,18 +29,9 @@ from structgen import Compiler, GenerationError, SamplingParams, StructgenError
 from structgen.generate import Scheduler
 from structgen.generate import scheduler as scheduler_module
 from structgen.generate.batch import DecodeBatch
+from tests.generate.test_generator import PERSON, PHONE
 
-PHONE = r"\(\d{3}\) \d{3}-\d{4}"
 CHOICES = ["croissant", "baguette", "brioche"]
-PERSON = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "age": {"type": "integer", "minimum": 0, "maximum": 120},
-    },
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
 QUESTIONS = [
     "When do you open?",
     "A phone number for the bakery?",
