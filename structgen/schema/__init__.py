@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from structgen._json_data import canonical_json
+from structgen._json_data import pointer as json_pointer
 from structgen.automata import AutomataLimits
 from structgen.engines.unique_items import UniqueArray
 from structgen.errors import LimitExceededError, SchemaError
@@ -118,8 +120,7 @@ def _check_nesting(data: Any, limit: int) -> None:
                 if not isinstance(key, str):
                     raise SchemaError(f"object keys must be strings, got {key!r}", pointer=pointer)
                 if isinstance(value, (dict, list, float)):
-                    token = key.replace("~", "~0").replace("/", "~1")
-                    stack.append((value, depth + 1, f"{pointer}/{token}"))
+                    stack.append((value, depth + 1, json_pointer(pointer, key)))
         else:
             for index, value in enumerate(node):
                 if isinstance(value, (dict, list, float)):
@@ -200,7 +201,7 @@ def compile_schema_guarded(
 def schema_fingerprint(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> str:
     """A stable cache key: sha256 of the canonical JSON (a model class: its JSON schema)."""
     data = _load(schema, max_nesting)
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = canonical_json(data)
     return hashlib.sha256(
         b"structgen-schema-1\0" + text.encode("utf-8", "surrogatepass")
     ).hexdigest()

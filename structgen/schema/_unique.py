@@ -22,14 +22,6 @@ from structgen.engines.unique_items import Pattern, UniqueArray
 
 __all__ = ["UniqueArray", "find_unique_arrays"]
 
-# Keywords that only annotate (or that the schema compiler ignores): harmless anywhere.
-_ANNOTATIONS = frozenset(
-    {
-        "$schema", "$id", "$comment", "$defs", "definitions", "title", "description",
-        "default", "examples", "deprecated", "readOnly", "writeOnly", "$anchor",
-        "contentMediaType", "contentEncoding", "markdownDescription",
-    }
-)  # fmt: skip
 _ARRAY_KEYS = frozenset({"type", "items", "uniqueItems", "minItems", "maxItems", "$ref", "allOf"})
 _ITEM_KEYS = {
     "string": frozenset({"type", "minLength"}),
@@ -71,7 +63,7 @@ def _overlap(a: Pattern, b: Pattern) -> bool:
 
 
 def _constraint_keys(schema: dict[str, Any], known: frozenset[str]) -> set[str]:
-    return {k for k in schema if k in known and k not in _ANNOTATIONS}
+    return {k for k in schema if k in known}  # (annotations are never in `known`)
 
 
 def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArray, ...] | None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
+from structgen._json_data import canonical_json
 from structgen.api._docstrings import parse_docstring
 from structgen.errors import StructgenError
 from structgen.schema import SchemaOptions
@@ -66,7 +67,7 @@ class Tool:
             raise StructgenError(f"tool {self.name!r}: function is not callable")
 
     def __hash__(self) -> int:
-        return hash((self.name, self.description, _canonical(self.parameters), self.function))
+        return hash((self.name, self.description, canonical_json(self.parameters), self.function))
 
     # ------------------------------------------------------------------ construction
 
@@ -374,7 +375,3 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     cleaned: dict[str, Any] = walk(schema)
     cleaned.setdefault("properties", {})
     return cleaned
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

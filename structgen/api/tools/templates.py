@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from structgen.api.tools.spec import Tool, ToolLike, _canonical, as_tools
+from structgen._json_data import canonical_json
+from structgen.api.tools.spec import Tool, ToolLike, as_tools
 from structgen.api.tools.turn import _max_calls
 from structgen.errors import GenerationError
 
@@ -37,7 +38,7 @@ def template_support(tokenizer: Any) -> TemplateSupport:
     template = getattr(tokenizer, "chat_template", None)
     if not template:
         return TemplateSupport(False, False, False)
-    key = template if isinstance(template, str) else _canonical(template)
+    key = template if isinstance(template, str) else canonical_json(template)
     found = _SUPPORT.get(key)
     if found is not None:
         return found

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from structgen._json_data import escape_pointer
 from structgen.api.tools.spec import (
     _CHOICES,
     DEFAULT_MAX_CALLS_PER_TURN,
@@ -100,13 +101,13 @@ def turn_schema(
     for t in tool_list:
         if choice in ("auto", "required", t.name):
             key = f"tool:{t.name}"
-            defs[key] = _rebase_refs(t.parameters, f"#/$defs/{_pointer_escape(key)}")
+            defs[key] = _rebase_refs(t.parameters, f"#/$defs/{escape_pointer(key)}")
             branches.append(
                 {
                     "type": "object",
                     "properties": {
                         "name": {"const": t.name},
-                        "arguments": {"$ref": f"#/$defs/{_pointer_escape(key)}"},
+                        "arguments": {"$ref": f"#/$defs/{escape_pointer(key)}"},
                     },
                     "required": ["name", "arguments"],
                     "additionalProperties": False,
@@ -140,10 +141,6 @@ def turn_schema(
     else:
         schema = call_turn
     return {"$defs": defs, **schema} if branches else schema
-
-
-def _pointer_escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def _rebase_refs(schema: Any, base: str) -> Any:
