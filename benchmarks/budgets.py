@@ -27,7 +27,8 @@ import warnings
 from typing import Any
 
 from _common import RESULTS, print_table
-from generate import SCHEMAS, Llguidance, Xgrammar, pick_schemas
+from generate import SCHEMAS, pick_schemas
+from peers import LLGuidanceProcessors, XGrammarProcessors
 
 import structgen as sg
 from structgen import _assets
@@ -100,7 +101,7 @@ def main() -> None:
     vocab = sg.Vocabulary.from_hf(tok, size=size, generation_config=model.generation_config)
     compiler = sg.Compiler(vocab)
     peers: dict[str, Any] = {}
-    for name, cls in (("xgrammar", Xgrammar), ("llguidance", Llguidance)):
+    for name, cls in (("xgrammar", XGrammarProcessors), ("llguidance", LLGuidanceProcessors)):
         try:
             peers[name] = cls(tok, size)
         except ImportError:

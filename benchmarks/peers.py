@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,9 +21,11 @@ import numpy as np
 __all__ = [
     "EngineError",
     "LLGuidancePeer",
+    "LLGuidanceProcessors",
     "OutlinesCorePeer",
     "StructgenPeer",
     "XGrammarPeer",
+    "XGrammarProcessors",
     "cold_compile",
     "stop_worker",
     "token_table",
@@ -195,6 +199,69 @@ class OutlinesCorePeer:
 
     def can_terminate(self) -> bool:
         return bool(self.guide.is_finished())
+
+
+# ------------------------------------------------------- as transformers logits processors
+
+
+class LLGuidanceProcessors:
+    """llguidance's matcher as a `transformers` logits processor (one matcher per row)."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
+        import llguidance
+        import llguidance.hf
+        import llguidance.torch
+
+        self.llg = llguidance
+        self.lt = llguidance.torch
+        self.tok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
+
+    def check(self, schema: Any) -> None:
+        grammar = self.llg.LLMatcher.grammar_from_json_schema(schema)
+        matcher = self.llg.LLMatcher(self.tok, grammar)
+        if matcher.is_error():
+            raise ValueError(matcher.get_error())
+
+    def processor(self, schemas: list[Any]) -> Callable[[Any, Any], Any]:
+        grammars = [self.llg.LLMatcher.grammar_from_json_schema(s) for s in schemas]
+        state: dict[str, Any] = {}
+
+        def call(input_ids: Any, scores: Any) -> Any:
+            rows = input_ids.shape[0]
+            if "matchers" not in state:
+                state["matchers"] = [self.llg.LLMatcher(self.tok, g) for g in grammars]
+                state["mask"] = self.lt.allocate_token_bitmask(rows, self.tok.vocab_size)
+            else:
+                for row, m in enumerate(state["matchers"]):
+                    if not m.is_stopped():
+                        m.consume_token(int(input_ids[row, -1]))
+            for row, m in enumerate(state["matchers"]):
+                self.lt.fill_next_token_bitmask(m, state["mask"], row)
+            self.lt.apply_token_bitmask_inplace(scores, state["mask"].to(scores.device))
+            return scores
+
+        return call
+
+
+class XGrammarProcessors:
+    """xgrammar's own `transformers` logits processor (`xgrammar.contrib.hf`)."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
+        import xgrammar
+        import xgrammar.contrib.hf
+
+        self.xgr = xgrammar
+        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self.compiler = xgrammar.GrammarCompiler(info, max_threads=1)
+
+    def check(self, schema: Any) -> None:
+        self.compiler.compile_json_schema(json.dumps(schema))
+
+    def processor(self, schemas: list[Any]) -> Any:
+        import xgrammar.contrib.hf
+
+        compiled = [self.compiler.compile_json_schema(json.dumps(s)) for s in schemas]
+        return xgrammar.contrib.hf.LogitsProcessor(compiled)
 
 
 def token_table(vocab: Any) -> dict[bytes, list[int]]:
