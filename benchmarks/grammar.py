@@ -54,7 +54,7 @@ from peers import (
 )
 
 import structgen.compiler
-import structgen.grammar.engine
+import structgen.engines.grammar
 import structgen.grammar.terminals
 import structgen.masks._walker
 from structgen import Compiler, StructgenError
@@ -335,7 +335,7 @@ class StructgenEngine(StructgenPeer):
         structgen.masks._walker._CLASS_CACHE.clear()
         # the terminal automata and lexers grammars share (with their rows and mask caches)
         structgen.grammar.terminals._TERMINAL_DFAS.clear()
-        structgen.grammar.engine._UNIONS.clear()
+        structgen.engines.grammar._UNIONS.clear()
         for module, name in _STRUCTGEN_MEMOS:
             memo = getattr(sys.modules.get(module), name, None)
             if memo is not None:

@@ -41,7 +41,8 @@ def set_cache_budget(nbytes: int) -> None:
 def cache_usage() -> dict[str, int]:
     """Entries and estimated bytes: `grammars`, `grammar_bytes` (the compiled-grammar cache),
     `terminal_automata` and `lexers` alive (weakly cached), `budget`."""
-    from structgen.grammar import engine, terminals
+    from structgen.engines import grammar as engine
+    from structgen.grammar import terminals
 
     with _compiler._CACHE_LOCK:
         grammars = len(_compiler._CACHE)
@@ -58,7 +59,8 @@ def clear_caches() -> None:
     """Forget every cached grammar, automaton, table and memo (memory back at once; what is
     needed again is rebuilt on use)."""
     from structgen.automata import nfa, regex_syntax, utf8
-    from structgen.grammar import engine, terminals
+    from structgen.engines import grammar as engine
+    from structgen.grammar import terminals
     from structgen.masks import _walker
 
     with _compiler._CACHE_LOCK:

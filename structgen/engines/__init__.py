@@ -4,7 +4,7 @@ Frontends (regex, Lark/EBNF, JSON Schema) produce data — a byte DFA, a grammar
 a `uniqueItems` guard must watch — and `Compiler` wraps it in one of these:
 
 - `RegexEngine` (`regex.py`): one lazy byte DFA (regexes, choices);
-- `GrammarEngine` (`structgen/grammar/engine.py`, beside the Earley parser it drives): a
+- `GrammarEngine` (`grammar.py`, driving the Earley parser of `structgen/grammar/earley.py`): a
   context-free grammar, Earley parser × terminal lexer;
 - `UniqueItemsEngine` (`unique_items.py`): a guard around a grammar engine for `uniqueItems`.
 
@@ -19,9 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from structgen.engines.grammar import GrammarEngine
 from structgen.engines.regex import RegexEngine
 from structgen.engines.unique_items import UniqueItemsEngine
-from structgen.grammar.engine import GrammarEngine
 
 __all__ = ["Engine", "GrammarEngine", "RegexEngine", "UniqueItemsEngine"]
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from structgen import Compiler, Matcher
 from structgen.automata import AutomataLimits
+from structgen.engines.grammar import GrammarEngine
 from structgen.errors import GrammarError
 from structgen.grammar.ebnf import ebnf_to_ir, looks_like_ebnf
-from structgen.grammar.engine import GrammarEngine
 from structgen.vocab import Vocabulary
 from tests.conftest import load_tokenizer, load_vocab
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from structgen import Compiler, Matcher, allocate_bitmask, compiler
-from structgen.grammar import engine
+from structgen.engines import grammar as engine
 from structgen.grammar.lark_frontend import lark_to_ir, load_builtin
 from structgen.grammar.sampler import sample_sentences
 from structgen.masks import _walker

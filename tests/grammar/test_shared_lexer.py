@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from structgen import Compiler, compiler
-from structgen.grammar import engine
+from structgen.engines import grammar as engine
 from tests.conftest import load_vocab
 
 # Keys in a fixed order, each optional: after every key the parser expects a different set of

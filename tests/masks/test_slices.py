@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from structgen import Compiler, SchemaOptions, compiler
+from structgen.engines import grammar as engine
 from structgen.errors import StructgenError
-from structgen.grammar import engine, terminals
+from structgen.grammar import terminals
 from structgen.masks import _kernel, _walker
 from structgen.masks._kernel import NativeWalk, native_available
 from structgen.masks._slices import DEFAULT_SLICES, forest_order, plan_slices

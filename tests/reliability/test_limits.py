@@ -17,7 +17,8 @@ import pytest
 
 import structgen as sg
 from structgen.compiler import CompileLimits
-from structgen.grammar import engine, terminals
+from structgen.engines import grammar as engine
+from structgen.grammar import terminals
 from tests.conftest import load_vocab, shared_dir
 from tests.reliability.fuzzing import PATHOLOGICAL_REGEXES
 
