@@ -13,10 +13,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from structgen.errors import LimitExceededError
 
-__all__ = ["check_budget", "compile_budget", "keep_alive", "undo_on_failure"]
+__all__ = ["check_budget", "compile_budget", "forget_on_failure", "keep_alive", "undo_on_failure"]
 
 _LOCAL = threading.local()
 
@@ -55,6 +56,17 @@ def undo_on_failure(undo: Callable[[], None]) -> None:
     scope: _Scope | None = getattr(_LOCAL, "scope", None)
     if scope is not None:
         scope.undo.append(undo)
+
+
+def forget_on_failure(cache: Any, lock: Any, key: Any) -> None:
+    """Take `key` out of a shared `cache` (guarded by `lock`) if the running compile fails:
+    what a failed compile added is not left behind."""
+
+    def forget() -> None:
+        with lock:
+            cache.pop(key, None)
+
+    undo_on_failure(forget)
 
 
 def keep_alive(obj: object) -> None:

@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen._budget import undo_on_failure
+from structgen._budget import forget_on_failure
 from structgen.automata import AutomataLimits, ByteDFA
 from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar
-from structgen.grammar.terminals import _forget, terminal_dfa
+from structgen.grammar.terminals import terminal_dfa
 from structgen.masks import Events, TokenMaskWalker, pack_bool_mask
 from structgen.vocab import Vocabulary
 
@@ -110,7 +110,7 @@ def shared_union(
             union = found
         else:
             _UNIONS[key] = union
-    undo_on_failure(lambda: _forget(_UNIONS, _UNION_LOCK, key))
+    forget_on_failure(_UNIONS, _UNION_LOCK, key)
     return union
 
 

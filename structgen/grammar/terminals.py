@@ -9,7 +9,7 @@ import threading
 import weakref
 from typing import Any
 
-from structgen._budget import keep_alive, undo_on_failure
+from structgen._budget import forget_on_failure, keep_alive
 from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
 from structgen.grammar.ir import TerminalDef, node_digest
 
@@ -53,10 +53,5 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     with _TERMINAL_LOCK:
         dfa = _TERMINAL_DFAS.setdefault(key, dfa)
     keep_alive(dfa)
-    undo_on_failure(lambda: _forget(_TERMINAL_DFAS, _TERMINAL_LOCK, key))
+    forget_on_failure(_TERMINAL_DFAS, _TERMINAL_LOCK, key)
     return dfa
-
-
-def _forget(cache: Any, lock: threading.Lock, key: Any) -> None:
-    with lock:
-        cache.pop(key, None)
