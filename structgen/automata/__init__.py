@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
+from structgen.automata.counted import COUNT_ABOVE, compile_counted
 from structgen.automata.dfa import ByteDFA, NFASource, ProductSource, TrieSource
 from structgen.automata.dialects import Dialect, DialectSpec, dialects_of
-from structgen.automata.nfa import AutomataLimits, build_nfa
+from structgen.automata.nfa import AutomataLimits, build_nfa, nfa_size
 from structgen.automata.regex_syntax import (
     Alternation,
     CharClass,
@@ -113,6 +114,16 @@ def compile_ast(
     limits = limits or _DEFAULT_LIMITS
     if fingerprint is None:
         fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
+    size = nfa_size(node)
+    if COUNT_ABOVE < size < limits.max_nfa_states:  # (over the limit: build_nfa says so)
+        counted = compile_counted(
+            node,
+            lambda part: compile_ast(part, limits=limits, pattern=pattern),
+            fingerprint=fingerprint,
+            limits=limits,
+        )
+        if counted is not None:
+            return counted
     nfa = build_nfa(
         node, max_states=limits.max_nfa_states, pattern=pattern if pattern else "<regex AST>"
     )

@@ -126,8 +126,12 @@ def _dag_ranges(ranges: iv.Ranges) -> frozenset[tuple[int, int]]:
     return frozenset((lo, hi) for moves in byte_dag(ranges).nodes for lo, hi, _ in moves)
 
 
+@lru_cache(maxsize=1 << 16)
 def nfa_size(node: Node) -> int:
-    """The number of NFA states ``build_nfa`` creates for ``node`` (without the match state)."""
+    """The number of NFA states ``build_nfa`` creates for ``node`` (without the match state).
+
+    Memoised: nodes share subtrees and cache their hashes, and both the compile's planning
+    (counted repetitions) and the builder's limit check ask."""
     if isinstance(node, Empty):
         return 0
     if isinstance(node, (String, CharClass)):

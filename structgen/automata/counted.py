@@ -1,0 +1,202 @@
+"""Large counted repetitions without expanding them: `x{lo,hi}` as a counter over `x`'s DFA.
+
+Thompson's construction copies the item of a counted repetition once per count, so a JSON
+string body with `maxLength: 8192` becomes an NFA of 160,000 states — built in full before the
+first mask, although a generation visits the first few dozen counts. Here such a repetition is a
+`CountedSource`: a state is (units read, state inside the current unit), built lazily like every
+other DFA row, so compiling costs what the item costs, not what the count multiplies it to.
+
+It is exact when the item is *prefix-free* (no accepted text continues into another accepted
+text — one character, one escape sequence: every JSON string unit) and does not accept the
+empty text: then a unit ends exactly when the item's DFA accepts, and the count is known at
+every byte. `SequenceSource` concatenates such parts with ordinary DFAs (the quotes around a
+string body). `compile_counted` uses them only where the expansion would be large and the item
+qualifies; everything else goes through the NFA as before. See docs/design/automata.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from structgen.automata.dfa import ByteDFA, _number_rows, _Source
+from structgen.automata.nfa import AutomataLimits, nfa_size
+from structgen.automata.regex_syntax import Concat, Node, Repeat, concat
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+__all__ = ["CountedSource", "SequenceSource", "compile_counted"]
+
+#: a repetition whose expansion would need more NFA states than this is counted instead
+COUNT_ABOVE = 2048
+#: an item's DFA with more states than this is not checked for prefix-freedom (expanded)
+MAX_UNIT_STATES = 4096
+
+
+def _representatives(classes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """The lowest byte of each byte class."""
+    reps = np.zeros(int(classes.max()) + 1, dtype=np.int64)
+    for byte in range(255, -1, -1):
+        reps[classes[byte]] = byte
+    return reps
+
+
+def is_prefix_free_unit(dfa: ByteDFA) -> bool:
+    """Whether `dfa` rejects the empty text and no accepted text continues into another one
+    (built in full: callers pass small automata)."""
+    if dfa.is_empty or dfa.is_accepting(dfa.start):
+        return False
+    if dfa.build_all() > MAX_UNIT_STATES:
+        return False
+    return all(
+        not dfa.is_accepting(s) or bool((dfa.row(s) < 0).all()) for s in range(dfa.num_states)
+    )
+
+
+class CountedSource(_Source):
+    """`unit{lo,hi}` (`hi` None: no upper bound) for a prefix-free `unit` DFA.
+
+    A key is `(k, q)`: `k` units read (capped at `lo` when there is no upper bound, where more
+    no longer matters) and `q` the unit's state inside the current unit, or -1 between units.
+    Every key reachable is live: a unit starts only while `k < hi`, and every unit state can
+    finish its unit.
+    """
+
+    def __init__(self, unit: ByteDFA, lo: int, hi: int | None) -> None:
+        self.unit = unit
+        self.lo = lo
+        self.hi = hi
+        self.byte_classes = unit.byte_classes
+        self.reps = _representatives(unit.byte_classes)
+        self.num_classes = len(self.reps)
+
+    def alphabet(self) -> int:
+        return self.unit.alphabet
+
+    def memory_bytes(self) -> int:
+        return self.unit.memory_bytes()
+
+    def start_key(self) -> tuple[int, int]:
+        return (0, -1)
+
+    def start_is_live(self) -> bool:
+        return self.hi is None or self.hi >= self.lo
+
+    def is_accepting(self, key: tuple[int, int]) -> bool:
+        k, q = key
+        return q < 0 and k >= self.lo and (self.hi is None or k <= self.hi)
+
+    def expand(self, key: tuple[int, int], intern: Callable[[Hashable], int]) -> list[int]:
+        k, q = key
+        out = [-1] * self.num_classes
+        if q < 0:
+            if self.hi is not None and k >= self.hi:
+                return out
+            q = self.unit.start
+        unit = self.unit
+        done = k + 1 if self.hi is not None else min(k + 1, self.lo)
+        for c, t in enumerate(unit.row(q)[self.reps].tolist()):
+            if t < 0:
+                continue
+            out[c] = intern((done, -1) if unit.is_accepting(t) else (k, t))
+        return out
+
+
+class SequenceSource(_Source):
+    """The concatenation of `parts` (DFAs): a key is the set of `(part, state)` positions the
+    input may be at, closed under "a part accepted: the next one starts"."""
+
+    def __init__(self, parts: Sequence[ByteDFA]) -> None:
+        self.parts = list(parts)
+        stacked = np.stack([p.byte_classes for p in self.parts], axis=1)
+        self.byte_classes = _number_rows(stacked)
+        self.reps = _representatives(self.byte_classes)
+        self.num_classes = len(self.reps)
+
+    def alphabet(self) -> int:
+        out = 0
+        for p in self.parts:
+            out |= p.alphabet
+        return out
+
+    def memory_bytes(self) -> int:
+        return sum(p.memory_bytes() for p in self.parts)
+
+    def _close(self, positions: set[tuple[int, int]]) -> frozenset[tuple[int, int]]:
+        parts = self.parts
+        last = len(parts) - 1
+        stack = list(positions)
+        while stack:
+            i, s = stack.pop()
+            if i < last and parts[i].is_accepting(s):
+                nxt = (i + 1, parts[i + 1].start)
+                if nxt not in positions:
+                    positions.add(nxt)
+                    stack.append(nxt)
+        return frozenset(positions)
+
+    def start_key(self) -> frozenset[tuple[int, int]]:
+        return self._close({(0, self.parts[0].start)})
+
+    def start_is_live(self) -> bool:
+        return not any(p.is_empty for p in self.parts)
+
+    def is_accepting(self, key: frozenset[tuple[int, int]]) -> bool:
+        last = len(self.parts) - 1
+        return any(i == last and self.parts[i].is_accepting(s) for i, s in key)
+
+    def expand(
+        self, key: frozenset[tuple[int, int]], intern: Callable[[Hashable], int]
+    ) -> list[int]:
+        targets: list[set[tuple[int, int]]] = [set() for _ in range(self.num_classes)]
+        for i, s in key:
+            for c, t in enumerate(self.parts[i].row(s)[self.reps].tolist()):
+                if t >= 0:
+                    targets[c].add((i, t))
+        return [intern(self._close(t)) if t else -1 for t in targets]
+
+
+def compile_counted(
+    node: Node,
+    compile_part: Callable[[Node], ByteDFA],
+    *,
+    fingerprint: str,
+    limits: AutomataLimits,
+    count_above: int = COUNT_ABOVE,
+) -> ByteDFA | None:
+    """`node`'s DFA with its large counted repetitions counted (see the module docstring), or
+    None when it has none that qualify (the caller builds the NFA). `compile_part` builds the
+    DFA of a piece (the items between repetitions, a repetition's item); repetitions whose
+    expansion needs more than `count_above` NFA states are counted."""
+    items = list(node.items) if isinstance(node, Concat) else [node]
+    plan: list[Node | ByteDFA] = []
+    counted = False
+    for index, item in enumerate(items):
+        if isinstance(item, Repeat) and nfa_size(item) > count_above:
+            unit = compile_part(item.item)
+            if is_prefix_free_unit(unit):
+                source = CountedSource(unit, item.min, item.max)
+                where = f"{fingerprint}/count{index}"
+                plan.append(ByteDFA(source, fingerprint=where, limits=limits))
+                counted = True
+                continue
+        plan.append(item)
+    if not counted:
+        return None
+    parts: list[ByteDFA] = []
+    run: list[Node] = []
+    for entry in [*plan, None]:
+        if isinstance(entry, ByteDFA) or entry is None:
+            if run:
+                parts.append(compile_part(concat(run)))
+                run = []
+            if entry is not None:
+                parts.append(entry)
+        else:
+            run.append(entry)
+    if len(parts) == 1:
+        return parts[0]
+    return ByteDFA(SequenceSource(parts), fingerprint=fingerprint, limits=limits)
