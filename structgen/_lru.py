@@ -49,6 +49,11 @@ class LRU(Generic[K, V]):
         hit = self.get(key)
         return hit if hit is not None else self.put(key, make())
 
+    def discard(self, key: K) -> None:
+        """Forget `key` (nothing if it is not there)."""
+        with self._lock:
+            self._data.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()

@@ -40,7 +40,8 @@ def set_cache_budget(nbytes: int) -> None:
 
 def cache_usage() -> dict[str, int]:
     """Entries and estimated bytes: `grammars`, `grammar_bytes` (the compiled-grammar cache),
-    `terminal_automata` and `lexers` alive (weakly cached), `budget`."""
+    `terminal_automata` and `lexers` alive (weakly cached; the 64 terminal automata built or
+    used last are held, `recent_terminal_automata`), `budget`."""
     from structgen.engines import grammar as engine
     from structgen.grammar import terminals
 
@@ -50,6 +51,7 @@ def cache_usage() -> dict[str, int]:
         "grammars": grammars,
         "grammar_bytes": _compiler.cached_bytes(),
         "terminal_automata": len(terminals._TERMINAL_DFAS),
+        "recent_terminal_automata": len(terminals._RECENT),
         "lexers": len(engine._UNIONS),
         "budget": cache_budget(),
     }

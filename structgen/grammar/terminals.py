@@ -9,11 +9,15 @@ import threading
 import weakref
 from typing import Any
 
-from structgen._budget import forget_on_failure, keep_alive
+from structgen._budget import forget_on_failure, keep_alive, undo_on_failure
+from structgen._lru import LRU
 from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
 from structgen.grammar.ir import TerminalDef, node_digest
 
 __all__ = ["terminal_dfa"]
+
+#: this many terminal automata stay alive after the grammars that used them are gone
+RECENT_TERMINALS = 64
 
 # Weak: an automaton lives while a grammar (cached or held by the user) uses it, and every
 # grammar alive shares it; the byte budget of the compiled-grammar cache bounds the total.
@@ -21,6 +25,10 @@ _TERMINAL_DFAS: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA] = (
     weakref.WeakValueDictionary()
 )
 _TERMINAL_LOCK = threading.Lock()
+# ... and the most recently built ones are held strongly: the same terminals (a number, an
+# integer range, "any other key", a string of some length) come back schema after schema, and
+# between two compiles nothing else may hold them.
+_RECENT: LRU[tuple[Any, ...], ByteDFA] = LRU(RECENT_TERMINALS)
 
 
 def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
@@ -36,6 +44,7 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
         hit = _TERMINAL_DFAS.get(key)
     if hit is not None:
         keep_alive(hit)
+        _RECENT.put(key, hit)
         return hit
     where = f"terminal {terminal.name}"
     memo: dict[int, bytes] = {}
@@ -53,5 +62,7 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     with _TERMINAL_LOCK:
         dfa = _TERMINAL_DFAS.setdefault(key, dfa)
     keep_alive(dfa)
+    _RECENT.put(key, dfa)
     forget_on_failure(_TERMINAL_DFAS, _TERMINAL_LOCK, key)
+    undo_on_failure(lambda: _RECENT.discard(key))
     return dfa
