@@ -13,7 +13,7 @@ setup(
         ),
         Extension(
             "structgen.automata._subset",
-            sources=["structgen/automata/_subset.c"],
+            sources=["structgen/automata/_subset.c", "structgen/automata/_thompson.c"],
             extra_compile_args=["-O3"],
             optional=True,  # without it regex DFA rows are built in Python
         ),

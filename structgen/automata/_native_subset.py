@@ -88,6 +88,13 @@ def _load() -> Any:
     lib.sg_union_intern.argtypes = [_P, _P, ctypes.c_int64]
     lib.sg_union_build.restype = ctypes.c_int
     lib.sg_union_build.argtypes = [_P, ctypes.c_int32]
+    if hasattr(lib, "sg_nfa_build"):  # (Thompson's construction: `_thompson.c`)
+        lib.sg_nfa_build.restype = _P
+        lib.sg_nfa_build.argtypes = [*[_P] * 5, ctypes.c_int32, _P, _P]
+        lib.sg_nfa_copy.restype = None
+        lib.sg_nfa_copy.argtypes = [_P] * 7
+        lib.sg_nfa_free.restype = None
+        lib.sg_nfa_free.argtypes = [_P]
     return lib
 
 
@@ -190,15 +197,22 @@ class NativeSubset(_NativeStates):
         total = int(moves[-1])
         flat = np.fromiter(chain.from_iterable(chain.from_iterable(pool)), np.int32, 3 * total)
         flat = flat.reshape(total, 3)
-        eps_off = np.zeros(n + 1, dtype=np.int32)
-        if n:
-            np.cumsum(np.fromiter(map(len, nfa.eps), np.int32, count=n), out=eps_off[1:])
-        eps = np.fromiter(chain.from_iterable(nfa.eps), np.int32, int(eps_off[-1]))
+        if nfa.arrays is not None:  # built in C: the arrays are there already
+            kind, live, node, nxt, eps_off, eps = nfa.arrays
+        else:
+            eps_off = np.zeros(n + 1, dtype=np.int32)
+            if n:
+                np.cumsum(np.fromiter(map(len, nfa.eps), np.int32, count=n), out=eps_off[1:])
+            eps = np.fromiter(chain.from_iterable(nfa.eps), np.int32, int(eps_off[-1]))
+            kind = np.array(nfa.kind, dtype=np.int8)
+            live = np.array(nfa.live, dtype=np.uint8)
+            node = np.array(nfa.node, dtype=np.int32)
+            nxt = np.array(nfa.next, dtype=np.int32)
         self._arrays: tuple[npt.NDArray[Any], ...] = (
-            np.array(nfa.kind, dtype=np.int8),
-            np.array(nfa.live, dtype=np.uint8),
-            np.array(nfa.node, dtype=np.int32),
-            np.array(nfa.next, dtype=np.int32),
+            kind,
+            live,
+            node,
+            nxt,
             eps_off,
             eps if len(eps) else np.zeros(1, dtype=np.int32),
             moves,

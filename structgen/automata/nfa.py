@@ -17,8 +17,12 @@ every non-empty set of NFA states the DFA builds can still reach acceptance.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
+
+import numpy as np
 
 from structgen._budget import check_budget
 from structgen.automata import intervals as iv
@@ -66,28 +70,35 @@ class ByteNFA:
     complete. ``live[s]``: state ``s`` can reach the match state.
     """
 
-    __slots__ = ("eps", "kind", "live", "match", "next", "node", "pool", "ranges", "start")
+    __slots__ = (
+        "arrays", "eps", "kind", "live", "match", "next", "node", "pool", "ranges", "start",
+    )  # fmt: skip
 
     def __init__(
         self,
         kind: list[int],
-        eps: list[tuple[int, ...]],
+        eps: Sequence[tuple[int, ...]] | list[list[int]],
         node: list[int],
         nxt: list[int],
         pool: list[tuple[tuple[int, int, int], ...]],
         start: int,
         match: int,
         ranges: frozenset[tuple[int, int]],
+        *,
+        live: list[bool] | None = None,
+        arrays: tuple[Any, ...] | None = None,
     ) -> None:
         self.ranges = ranges
         self.kind = kind
-        self.eps = eps
+        self.eps: Any = eps
         self.node = node
         self.next = nxt
         self.pool = pool
         self.start = start
         self.match = match
-        self.live = self._trim()
+        #: (kind, live, node, next, eps offsets, eps) as numpy arrays when built in C
+        self.arrays = arrays
+        self.live = self._trim() if live is None else live
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -253,6 +264,16 @@ class _Builder:
         raise TypeError(f"not a regex AST node: {node!r}")
 
 
+def _check_total(states: int, pool: int, max_states: int, pattern: str) -> None:
+    if states + pool > max_states:
+        raise RegexError(
+            f"the regex needs {states} NFA states plus {pool} UTF-8 nodes, more than"
+            f" max_nfa_states={max_states}; use smaller character classes or raise"
+            " AutomataLimits.max_nfa_states",
+            pattern=pattern,
+        )
+
+
 def build_nfa(node: Node, *, max_states: int, pattern: str) -> ByteNFA:
     """Build the trimmed byte NFA of ``node``; ``pattern`` is only used in error messages."""
     needed = nfa_size(node) + 1
@@ -264,16 +285,131 @@ def build_nfa(node: Node, *, max_states: int, pattern: str) -> ByteNFA:
             pattern=pattern,
         )
     b = _Builder(max_states, pattern)
+    if needed > NATIVE_ABOVE and (lib := _thompson()) is not None:
+        return _build_native(lib, b, node, max_states, pattern)
     match = b.new(MATCH)
     start = b.compile(node, match)
-    total = len(b.kind) + len(b.pool)
-    if total > max_states:
-        raise RegexError(
-            f"the regex needs {len(b.kind)} NFA states plus {len(b.pool)} UTF-8 nodes, more than"
-            f" max_nfa_states={max_states}; use smaller character classes or raise"
-            " AutomataLimits.max_nfa_states",
-            pattern=pattern,
-        )
+    _check_total(len(b.kind), len(b.pool), max_states, pattern)
     eps = [tuple(t) for t in b.eps]
     ranges = frozenset(b.ranges | {(x, x) for x in b.string_bytes})
     return ByteNFA(b.kind, eps, b.node, b.next, b.pool, start, match, ranges)
+
+
+#: NFAs of more states than this are built in C when the extension is there (below, the
+#: ctypes call costs more than Python's loop)
+NATIVE_ABOVE = 32
+
+
+class _Splits(Sequence[tuple[int, ...]]):
+    """A split's live targets read from C's offsets and targets (lists, for fast slicing)."""
+
+    __slots__ = ("flat", "off")
+
+    def __init__(self, off: list[int], flat: list[int]) -> None:
+        self.off = off
+        self.flat = flat
+
+    def __len__(self) -> int:
+        return len(self.off) - 1
+
+    def __getitem__(self, s: Any) -> Any:
+        return tuple(self.flat[self.off[s] : self.off[s + 1]])
+
+
+def _thompson() -> Any:
+    """The C library with `sg_nfa_build`, or None (no extension, or STRUCTGEN_NATIVE=0)."""
+    from structgen.automata import _native_subset
+
+    lib = _native_subset._LIB
+    return lib if lib is not None and hasattr(lib, "sg_nfa_build") else None
+
+
+def _flatten(root: Node, b: _Builder) -> tuple[int, list[int], list[int], list[int], list[int]]:
+    """The AST as a program for C: one entry per distinct node (type, a, b, children), leaves
+    given their pool DAG roots by `b` (so the pool is Python's, built once per leaf)."""
+    index: dict[Node, int] = {}  # equal subtrees become one entry (the same states, built once)
+    typ: list[int] = []
+    arg_a: list[int] = []
+    arg_b: list[int] = []
+    kids: list[list[int]] = []
+
+    def visit(n: Node) -> int:
+        found = index.get(n)
+        if found is not None:
+            return found
+        a = b_ = 0
+        children: list[int] = []
+        if isinstance(n, Empty):
+            t = 0
+        elif isinstance(n, String):
+            t, a = 1, b.string_root(n.text)
+        elif isinstance(n, CharClass):
+            t, a = 1, b.dag_root(n.ranges)
+        elif isinstance(n, Concat):
+            t, children = 2, [visit(x) for x in n.items]
+        elif isinstance(n, Alternation):
+            t, children = 3, [visit(x) for x in n.items]
+        elif isinstance(n, Repeat):
+            t, children = 4, [visit(n.item)]
+            a, b_ = n.min, -1 if n.max is None else n.max
+        else:
+            raise TypeError(f"not a regex AST node: {n!r}")
+        i = len(typ)
+        typ.append(t)
+        arg_a.append(a)
+        arg_b.append(b_)
+        kids.append(children)
+        index[n] = i
+        return i
+
+    top = visit(root)
+    offsets = [0]
+    for c in kids:
+        offsets.append(offsets[-1] + len(c))
+    return top, typ, arg_a, arg_b, [offsets, [x for c in kids for x in c]]  # type: ignore[list-item]
+
+
+def _build_native(lib: Any, b: _Builder, node: Node, max_states: int, pattern: str) -> ByteNFA:
+    """`build_nfa` with the states built and trimmed in C (`_thompson.c`): the same NFA."""
+    check_budget()
+    top, typ, arg_a, arg_b, (offsets, children) = _flatten(node, b)
+    _check_total(nfa_size(node) + 1, len(b.pool), max_states, pattern)  # (the states C builds)
+    program = (
+        np.array(typ, dtype=np.int8),
+        np.array(arg_a, dtype=np.int64),
+        np.array(arg_b, dtype=np.int64),
+        np.array(offsets, dtype=np.int32),
+        np.array(children or [0], dtype=np.int32),
+    )
+    nonempty = np.fromiter((bool(x) for x in b.pool), np.uint8, len(b.pool))
+    if not len(nonempty):
+        nonempty = np.zeros(1, dtype=np.uint8)
+    out = np.zeros(3, dtype=np.int64)
+    handle = lib.sg_nfa_build(*(a.ctypes.data for a in program), top, nonempty.ctypes.data,
+                              out.ctypes.data)  # fmt: skip
+    if not handle:
+        raise MemoryError("building the NFA ran out of memory")
+    try:
+        n, n_eps, start = (int(x) for x in out)
+        kind = np.empty(n, dtype=np.int8)
+        node_ids = np.empty(n, dtype=np.int32)
+        nxt = np.empty(n, dtype=np.int32)
+        live = np.empty(n, dtype=np.uint8)
+        eps_off = np.empty(n + 1, dtype=np.int32)
+        eps = np.empty(max(n_eps, 1), dtype=np.int32)
+        lib.sg_nfa_copy(handle, *(x.ctypes.data for x in (kind, node_ids, nxt, live, eps_off, eps)))
+    finally:
+        lib.sg_nfa_free(handle)
+    ranges = frozenset(b.ranges | {(x, x) for x in b.string_bytes})
+    return ByteNFA(
+        kind.tolist(),
+        _Splits(eps_off.tolist(), eps[:n_eps].tolist()),
+        node_ids.tolist(),
+        nxt.tolist(),
+        b.pool,
+        start,
+        0,
+        ranges,
+        live=live.astype(bool).tolist(),
+        arrays=(kind, live, node_ids, nxt, eps_off, eps),
+    )
