@@ -30,6 +30,7 @@ from typing import Any
 
 from _common import RESULTS, fmt, peer, print_table
 from peers import LLGuidanceProcessors, XGrammarProcessors
+from quantization import quantization
 
 import structgen as sg
 from structgen import Compiler, Generator, LogitsProcessor, SamplingParams
@@ -364,6 +365,11 @@ def main() -> None:
     jumps = jump_forward(ctx, args.tokens)
     print_table(list(jumps[0]), [list(r.values()) for r in jumps])
 
+    quantized: dict[str, Any] | None = None
+    if device == "cpu" and weights == "trained":
+        print("\nQuantized weights (CPU, greedy):")
+        quantized = quantization(model, tok, args.repeats, max(args.tokens, 32))
+
     RESULTS.mkdir(exist_ok=True)
     out = {
         "device": device,
@@ -375,6 +381,7 @@ def main() -> None:
         "overhead": overhead,
         "prefix_cache": prefix,
         "jump_forward": jumps,
+        "quantization": quantized,
     }
     path = RESULTS / "generate.json"
     path.write_text(json.dumps(out, indent=1, default=float) + "\n", encoding="utf-8")

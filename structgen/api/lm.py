@@ -36,6 +36,7 @@ class LM:
     """A `transformers` causal LM and its tokenizer, ready for constrained generation.
 
     `system`: a system prompt put before every conversation this object starts (None: none).
+    `quantize`: "int8" quantizes the model's weights in place (see `Generator`).
     Prompts are text (one user message) or a list of chat messages; they go through the
     tokenizer's chat template when it has one, else the text is used as is.
     Sampling options are `SamplingParams` fields given as keywords (`temperature=0.7`,
@@ -50,13 +51,16 @@ class LM:
         system: str | None = None,
         prefix_cache: int = 4,
         compiler: Compiler | None = None,
+        quantize: str | None = None,
     ) -> None:
         from structgen.generate import Generator
 
         self.model = model
         self.tokenizer = tokenizer
         self.system = system
-        self.generator: Generator = Generator(model, tokenizer, prefix_cache=prefix_cache)
+        self.generator: Generator = Generator(
+            model, tokenizer, prefix_cache=prefix_cache, quantize=quantize
+        )
         self.compiler = compiler or Compiler(self.generator.vocab)
         self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
 
@@ -69,7 +73,12 @@ class LM:
 
     @classmethod
     def from_pretrained(
-        cls, path: str, *, device: str | None = None, system: str | None = None
+        cls,
+        path: str,
+        *,
+        device: str | None = None,
+        system: str | None = None,
+        quantize: str | None = None,
     ) -> LM:
         """Load a local `transformers` model folder (or a Hub name when the Hub is reachable)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -79,7 +88,7 @@ class LM:
         if device is not None:
             model = model.to(device)
         model.eval()
-        return cls(model, tokenizer, system=system)
+        return cls(model, tokenizer, system=system, quantize=quantize)
 
     # ------------------------------------------------------------------ the core call
 

@@ -8,6 +8,7 @@ See docs/design/generation.md.
 from structgen.generate.loop import Generator, TextStream
 from structgen.generate.params import BeamParams, SamplingParams
 from structgen.generate.prefix_cache import PrefixCache
+from structgen.generate.quantize import quantize_weights, weight_bytes
 from structgen.generate.results import (
     BeamHypothesis,
     FinishReason,
@@ -20,6 +21,7 @@ from structgen.generate.speculative import (
     SpeculativeGenerator,
     SpeculativeMetrics,
     SpeculativeResult,
+    quantized_draft,
     truncated_draft,
 )
 
@@ -40,5 +42,8 @@ __all__ = [
     "SpeculativeMetrics",
     "SpeculativeResult",
     "TextStream",
+    "quantize_weights",
+    "quantized_draft",
     "truncated_draft",
+    "weight_bytes",
 ]

@@ -27,6 +27,7 @@ from structgen.generate.finish import finish_after
 from structgen.generate.loop import Generator
 from structgen.generate.model_io import ForwardKeywords, has_sliding_layers, new_cache
 from structgen.generate.params import SamplingParams
+from structgen.generate.quantize import QUANTIZE_MODES, quantize_weights
 from structgen.generate.requests import Prompt, VocabularyCheck, check_budget
 from structgen.generate.results import FinishReason, GenerationResult, RequestMetrics
 from structgen.generate.sampling import (
@@ -46,6 +47,7 @@ __all__ = [
     "SpeculativeGenerator",
     "SpeculativeMetrics",
     "SpeculativeResult",
+    "quantized_draft",
     "truncated_draft",
     "verify_token",
 ]
@@ -79,6 +81,15 @@ class SpeculativeResult(GenerationResult):
     """A `GenerationResult` whose `metrics` carry the speculation counts."""
 
     metrics: SpeculativeMetrics
+
+
+def quantized_draft(model: Any, mode: str = "int8") -> Any:
+    """A draft that is `model` with its weights quantized (a copy; `model` is unchanged): the
+    same network, so it proposes what the target would most of the time, at a quarter of the
+    weight bytes per token."""
+    if getattr(model, "structgen_quantized", None) is not None:
+        raise GenerationError("the target is quantized already: a quantized draft of it is itself")
+    return quantize_weights(copy.deepcopy(model), mode).eval()
 
 
 def truncated_draft(model: Any, num_layers: int = 4) -> Any:
@@ -628,7 +639,8 @@ class SpeculativeGenerator:
     `transformers` causal LM, then with its `tokenizer`. `draft` is any causal LM with the same
     tokenizer (same vocabulary size; give `draft_tokenizer` to have its tokens compared too), or
     a `PromptLookupDraft` (``"ngram"`` for the default one): no model, the tokens that followed
-    the text's last n-gram earlier in the prompt or output.
+    the text's last n-gram earlier in the prompt or output, or ``"int8"``: a weight-quantized
+    copy of the target (`quantized_draft`), which agrees with it most of the time.
     One request at a time (batch 1); no repetition/frequency/presence penalties.
     `sparse_draft_head`: under a narrow mask the draft computes logits for the allowed ids
     only (its output head is much of a small draft's cost); the output does not depend on it.
@@ -669,6 +681,13 @@ class SpeculativeGenerator:
         self.sparse_draft_head = sparse_draft_head
         if isinstance(draft, str) and draft in ("ngram", "prompt_lookup"):
             draft = PromptLookupDraft()
+        elif isinstance(draft, str) and draft in QUANTIZE_MODES:
+            draft = quantized_draft(gen.model, draft)
+        elif isinstance(draft, str):
+            raise GenerationError(
+                f"draft: a causal LM, a PromptLookupDraft, 'ngram', or a quantized copy of the "
+                f"target ({', '.join(map(repr, QUANTIZE_MODES))}); got {draft!r}"
+            )
         self._target = _Model(gen.model)
         self._draft: _Model | PromptLookupDraft
         if isinstance(draft, PromptLookupDraft):

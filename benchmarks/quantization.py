@@ -1,0 +1,165 @@
+"""Quantized weights in the own loop, and the int8 copy of the target as a speculative draft.
+
+Side by side in one run on one model (the default SmolLM2-135M-Instruct): weight bytes, time to
+first token and time per output token (medians over rounds, greedy) for fp32 and int8, how many
+greedy outputs of the prompts int8 leaves unchanged, the perplexity of a fixed text, and
+speculative decoding with the int8 draft (acceptance rate, speed-up over plain decoding) on an
+extraction prompt (constrained) and a free-text one. `structgen bench generate` prints this
+table too; alone: `python benchmarks/quantization.py [--rounds 3] [--tokens 48]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import statistics
+import time
+from typing import Any
+
+from _common import RESULTS, fmt, print_table
+
+from structgen import Compiler, Generator, SamplingParams
+from structgen.generate import SpeculativeGenerator, weight_bytes
+
+PROMPTS = [
+    "Why is the sky blue?",
+    "Write a short poem about the sea.",
+    "List three uses of a paperclip.",
+    "Explain what a hash table is.",
+    "Give me a recipe idea for dinner.",
+    "What should I pack for a weekend hike?",
+]
+EXTRACTION = (
+    "Extract the person as JSON: 'Ann Smith is a 31-year-old nurse from Lyon who joined the "
+    "hospital in 2015.'"
+)
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "city": {"type": "string"},
+        "job": {"type": "string"},
+    },
+    "required": ["name", "age", "city", "job"],
+}
+TEXT = (
+    "The city of Lyon lies at the meeting of two rivers, the Rhone and the Saone, in the east of "
+    "France. For centuries it was a center of silk weaving, and the narrow covered passages that "
+    "the weavers used to carry their cloth through the old town can still be walked today."
+)
+
+
+def perplexity(model: Any, tokenizer: Any) -> float:
+    import torch
+
+    ids = tokenizer(TEXT, return_tensors="pt").input_ids.to(next(model.parameters()).device)
+    with torch.inference_mode():
+        return math.exp(float(model(ids, labels=ids).loss))
+
+
+def timings(gen: Generator, rounds: int, tokens: int) -> dict[str, float]:
+    """Median TTFT and TPOT of greedy free text over the prompts, `rounds` times."""
+    ttft: list[float] = []
+    tpot: list[float] = []
+    params = SamplingParams(max_new_tokens=tokens)
+    for _ in range(rounds):
+        for prompt in PROMPTS:
+            m = gen.generate(prompt, params, chat=True).metrics
+            ttft.append(m.time_to_first_token * 1000)
+            if m.output_tokens > 1:
+                tpot.append(m.time_per_output_token * 1000)
+    return {"ttft_ms": statistics.median(ttft), "tpot_ms": statistics.median(tpot)}
+
+
+def speculative(gen: Generator, draft: Any, rounds: int, tokens: int) -> list[dict[str, Any]]:
+    grammar = Compiler(gen.vocab).json_schema(PERSON)
+    spec = SpeculativeGenerator(gen, draft, k=4)
+    rows = []
+    for label, prompt, g in (
+        ("extraction (schema)", EXTRACTION, grammar),
+        ("free text", PROMPTS[0], None),
+    ):
+        params = SamplingParams(max_new_tokens=tokens)
+        plain_s, spec_s, rates = [], [], []
+        same = True
+        for _ in range(rounds):
+            started = time.perf_counter()
+            plain = gen.generate(prompt, params, grammar=g, chat=True)
+            plain_s.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            result = spec.generate(prompt, params, grammar=g, chat=True)
+            spec_s.append(time.perf_counter() - started)
+            rates.append(result.metrics.acceptance_rate)
+            same = same and result.token_ids == plain.token_ids
+        rows.append(
+            {
+                "prompt": label,
+                "acceptance": statistics.median(rates),
+                "plain_s": statistics.median(plain_s),
+                "speculative_s": statistics.median(spec_s),
+                "speed_up": statistics.median(plain_s) / statistics.median(spec_s),
+                "token_identical": same,
+            }
+        )
+    return rows
+
+
+def _cells(row: dict[str, Any]) -> list[Any]:
+    return [fmt(v) if isinstance(v, float) else v for v in row.values()]
+
+
+def quantization(model: Any, tokenizer: Any, rounds: int = 3, tokens: int = 48) -> dict[str, Any]:
+    """The whole comparison; prints its tables and returns the figures."""
+    fp32 = Generator(model, tokenizer, prefix_cache=0)
+    int8 = Generator(copy.deepcopy(model), tokenizer, prefix_cache=0, quantize="int8")
+    rows = []
+    greedy: dict[str, list[tuple[int, ...]]] = {}
+    for name, gen in (("fp32", fp32), ("int8", int8)):
+        gen.generate("Hi", SamplingParams(max_new_tokens=2))  # warm up
+        row: dict[str, Any] = {"weights": name, "weight_MB": weight_bytes(gen.model) / 2**20}
+        row.update(timings(gen, rounds, tokens))
+        row["perplexity"] = perplexity(gen.model, tokenizer)
+        rows.append(row)
+        params = SamplingParams(max_new_tokens=tokens)
+        greedy[name] = [gen.generate(p, params, chat=True).token_ids for p in PROMPTS]
+    unchanged = sum(a == b for a, b in zip(greedy["fp32"], greedy["int8"]))
+    base = rows[0]
+    for row in rows:
+        row["bytes_vs_fp32"] = row["weight_MB"] / base["weight_MB"]
+        row["tpot_vs_fp32"] = row["tpot_ms"] / base["tpot_ms"]
+        row["perplexity_vs_fp32_pct"] = 100 * (row["perplexity"] / base["perplexity"] - 1)
+    print_table(list(rows[0]), [_cells(r) for r in rows])
+    print(f"greedy outputs ({tokens} tokens) int8 leaves unchanged: {unchanged}/{len(PROMPTS)}")
+    print("\nSpeculative decoding, int8 copy of the target as the draft (k=4, greedy):")
+    spec = speculative(fp32, "int8", rounds, tokens)
+    print_table(list(spec[0]), [_cells(r) for r in spec])
+    return {"weights": rows, "greedy_unchanged": unchanged, "prompts": len(PROMPTS),
+            "speculative_int8": spec}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    args = parser.parse_args()
+    import torch
+
+    from structgen._assets import load_default_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_default_model(device="cpu")
+    print(f"default model on the CPU, {torch.get_num_threads()} threads, {args.rounds} rounds\n")
+    out = quantization(model, tokenizer, args.rounds, args.tokens)
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / "quantization.json"
+    path.write_text(json.dumps(out, indent=1, default=float) + "\n", encoding="utf-8")
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Weight-only int8 (`quantize="int8"`) on the real default model, on the CPU: a quarter of
+the weight bytes, perplexity within 2% of fp32's, constrained outputs valid, and the int8 copy
+as an exact speculative draft."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import math
+from typing import Any
+
+import jsonschema
+import pytest
+import torch
+
+from structgen import Compiler, GenerationError, Generator, SamplingParams
+from structgen.generate import SpeculativeGenerator, quantize_weights, quantized_draft, weight_bytes
+from tests.generate.test_generator import PERSON
+from tests.generate.test_generator import model_and_tokenizer as _model_and_tokenizer
+from tests.generate.test_speculative import assert_two_letters_follow, exact_distribution
+
+pytestmark = pytest.mark.slow
+
+TEXT = (
+    "The city of Lyon lies at the meeting of two rivers, the Rhone and the Saone, in the east "
+    "of France. For centuries it was a center of silk weaving, and the narrow covered passages "
+    "that the weavers used to carry their cloth through the old town can still be walked today. "
+    "Visitors often start on the hill of Fourviere, where a basilica looks down over the red "
+    "roofs, and then descend through the Renaissance quarter to the river banks. The food of the "
+    "region is famous: small restaurants called bouchons serve sausages, dumplings and salads "
+    "with a glass of local wine. In December the whole city is lit by candles and projections "
+    "during the Festival of Lights, which draws millions of people every year. Students come for "
+    "the universities, engineers for the industries of chemistry and medicine, and many people "
+    "simply stay because life there is calm, the markets are good and the mountains are close. "
+    "When the weather is fine, families walk along the parks by the water, children ride their "
+    "bicycles, and old friends meet in the squares to talk about the news of the day."
+)
+
+
+@functools.cache
+def fp32_model() -> Any:
+    return _model_and_tokenizer()[0]
+
+
+@functools.cache
+def int8_generator() -> Generator:
+    model, tokenizer = _model_and_tokenizer()
+    return Generator(copy.deepcopy(model), tokenizer, prefix_cache=None, quantize="int8")
+
+
+def perplexity(model: Any) -> float:
+    tokenizer = _model_and_tokenizer()[1]
+    ids = tokenizer(TEXT, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        return math.exp(float(model(ids, labels=ids).loss))
+
+
+def test_int8_holds_a_quarter_of_the_weight_bytes_and_keeps_the_perplexity() -> None:
+    gen = int8_generator()
+    assert gen.quantize == "int8"
+    assert weight_bytes(gen.model) <= 0.35 * weight_bytes(fp32_model())
+    base, quantized = perplexity(fp32_model()), perplexity(gen.model)
+    assert abs(quantized / base - 1) < 0.02, (base, quantized)
+
+
+def test_constrained_outputs_stay_valid() -> None:
+    gen = int8_generator()
+    grammar = Compiler(gen.vocab).json_schema(PERSON)
+    for seed in range(3):
+        params = SamplingParams(max_new_tokens=60, temperature=0.9, seed=seed)
+        result = gen.generate("A person as JSON.", params, grammar=grammar, chat=True)
+        assert result.finish_reason == "eos", result.text
+        jsonschema.validate(json.loads(result.text), PERSON)
+
+
+def test_the_int8_draft_keeps_the_target_distribution() -> None:
+    """The chi-square check of speculative decoding, with the int8 copy as the draft."""
+    model, tokenizer = _model_and_tokenizer()
+    gen = Generator(model, tokenizer, prefix_cache=None)
+    g = Compiler(gen.vocab).regex("[ab]{2}")
+    prompt = gen.encode("Two letters:")
+    expected = exact_distribution(model, prompt, g, temperature=1.0)
+    spec = SpeculativeGenerator(gen, "int8", k=2)
+    assert weight_bytes(model) == weight_bytes(fp32_model())  # the target is untouched
+    assert_two_letters_follow(spec, prompt, g, expected)
+
+
+def test_greedy_int8_draft_is_token_identical_and_mostly_accepted() -> None:
+    model, tokenizer = _model_and_tokenizer()
+    gen = Generator(model, tokenizer, prefix_cache=None)
+    grammar = Compiler(gen.vocab).json_schema(PERSON)
+    params = SamplingParams(max_new_tokens=40)
+    plain = gen.generate("A person as JSON.", params, grammar=grammar, chat=True)
+    spec = SpeculativeGenerator(gen, "int8", k=4)
+    result = spec.generate("A person as JSON.", params, grammar=grammar, chat=True)
+    assert result.token_ids == plain.token_ids
+    assert result.metrics.acceptance_rate >= 0.5, result.metrics
+
+
+def test_bad_modes_and_devices() -> None:
+    with pytest.raises(GenerationError, match="quantize must be one of"):
+        quantize_weights(torch.nn.Sequential(torch.nn.Linear(2, 2)), "int3")
+    gen = int8_generator()
+    with pytest.raises(GenerationError, match="quantized already"):
+        quantized_draft(gen.model)
+    with pytest.raises(GenerationError, match="draft: a causal LM"):
+        SpeculativeGenerator(gen, "int2")
+
+
+def test_a_prefix_cache_hit_is_token_identical_to_a_cold_run() -> None:
+    tokenizer = _model_and_tokenizer()[1]
+    gen = Generator(int8_generator().model, tokenizer, prefix_cache=4)
+    assert gen.quantize == "int8"
+    shared = "Here is a long shared context about bread and bakeries. " * 12
+    params = SamplingParams(max_new_tokens=16)
+    cold = gen.generate(shared + "Name one bread.", params, chat=True)
+    warm = gen.generate(shared + "Name one bread.", params, chat=True)
+    assert warm.metrics.cached_prompt_tokens > 0
+    assert warm.token_ids == cold.token_ids
