@@ -50,6 +50,9 @@ HOSTNAME = rf"{_LABEL}(?:\.{_LABEL})*"
 # RFC 5321 dot-atom local part @ hostname or address literal
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
 EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@(?:{HOSTNAME}|\[{IPV4}\]|\[IPv6:{IPV6}\])"
+# ... and the part of it that ajv-formats' email accepts too: a dotted domain name, no address
+# literal (what generate mode offers: valid under every validator a user may run)
+EMAIL_EVERY_VALIDATOR = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_LABEL}(?:\.{_LABEL})+"
 # RFC 3339 appendix A
 _DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
 _DUR_DATE = r"(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
@@ -122,14 +125,17 @@ _FORMATS: dict[str, str] = {
     "json-pointer": JSON_POINTER,
     "relative-json-pointer": RELATIVE_JSON_POINTER,
 }
+# Generate mode: where validators disagree, the strictest reading.
+_GENERATE_FORMATS: dict[str, str] = {"email": EMAIL_EVERY_VALIDATOR}
 # Formats that jsonschema's checker may judge but that have no regular language here.
 KNOWN_UNSUPPORTED = frozenset({"regex", "idn-email", "idn-hostname"})
 
 
 @lru_cache(maxsize=64)
-def format_nodes(name: str) -> tuple[Node, ...] | None:
-    """The decoded-string languages whose intersection is `format: name` (None: unknown)."""
-    pattern = _FORMATS.get(name)
+def format_nodes(name: str, *, generate: bool = False) -> tuple[Node, ...] | None:
+    """The decoded-string languages whose intersection is `format: name` (None: unknown);
+    with `generate`, only what every validator accepts (`email`: a dotted domain, as ajv)."""
+    pattern = (_GENERATE_FORMATS.get(name) if generate else None) or _FORMATS.get(name)
     if pattern is None:
         return None
     node = parse_regex(pattern, flags="s")

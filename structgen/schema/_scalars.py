@@ -236,7 +236,7 @@ def string_parts(c: SchemaCompiler, form: StringForm) -> list[Node]:
             node = c.patterns.possible(item.text, f"{sub.ptr}/not/pattern")
             decoded.append(c.complement(node, sub))
         else:
-            nodes = format_nodes(item.text)
+            nodes = format_nodes(item.text, generate=c.canonical)
             if nodes is not None:
                 decoded.extend(nodes)
             elif item.text in KNOWN_UNSUPPORTED:

@@ -12,7 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
-from structgen import Compiler, Matcher, StructgenError
+from structgen import Compiler, Matcher, SchemaOptions, StructgenError
 from tests.conftest import shared_dir
 from tests.oracles.ajv import (
     AjvError,
@@ -233,19 +233,18 @@ def test_each_known_disagreement_is_real_and_explained(known: Known) -> None:
             assert_ajv_accepts(schema, [text])
 
 
-DISAGREEING = [k for k in KNOWN if k.structgen_changes]
-
-
-@pytest.mark.parametrize(
-    "known",
-    [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=k.reason)) for k in DISAGREEING],
-    ids=[k.name for k in DISAGREEING],
-)
-def test_structgen_agrees_with_ajv_on_the_known_examples(known: Known) -> None:
-    """Strict expected failures: when structgen changes, this passes, fails as XPASS, and the
-    entry goes from `checks.KNOWN` (and from the tests' expected disagreements)."""
-    schema, instance = known.example
-    assert structgen_accepts(schema, instance) == ajv_verdict(schema, instance)
+def test_generate_mode_offers_only_emails_every_validator_accepts() -> None:
+    """The one known disagreement structgen can act on: generating, an email has a dotted
+    domain (ajv-formats); accepting, RFC 5321's address literals and one-label domains stay."""
+    assert all(not k.structgen_changes for k in KNOWN)
+    schema = {"type": "string", "format": "email"}
+    for address in ["joe.bloggs@[127.0.0.1]", "a@b", "a@b.co", "x.y+z@mail.example.org"]:
+        assert structgen_accepts(schema, address) == ajv_verdict(schema, address), address
+    accept = Compiler(byte_vocab()).json_schema(schema, options=SchemaOptions(mode="accept"))
+    for address in ["joe.bloggs@[127.0.0.1]", "a@b"]:
+        assert jsonschema_valid(schema, address)
+        matcher = Matcher(accept)
+        assert matcher.accept_bytes(json.dumps(address).encode()) and matcher.can_terminate()
 
 
 def test_an_unexplained_disagreement_fails() -> None:
