@@ -1,7 +1,8 @@
 """Quantized weights in the own loop, and the int8 copy of the target as a speculative draft.
 
 Side by side in one run on one model (the default SmolLM2-135M-Instruct): weight bytes, time to
-first token and time per output token (medians over rounds, greedy) for fp32 and int8, how many
+first token and time per output token (medians over rounds, greedy) for fp32 and int8 weights,
+KV-cache bytes and TPOT at ~1,000 tokens for the fp32 and the int8 cache, how many
 greedy outputs of the prompts int8 leaves unchanged, the perplexity of a fixed text, and
 speculative decoding with the int8 draft (acceptance rate, speed-up over plain decoding) on an
 extraction prompt (constrained) and a free-text one. `structgen bench generate` prints this
@@ -107,6 +108,37 @@ def speculative(gen: Generator, draft: Any, rounds: int, tokens: int) -> list[di
     return rows
 
 
+LONG = "Here is a long context about bread, bakeries and the history of baking in Europe. " * 55
+
+
+def kv_cache_rows(model: Any, tokenizer: Any, rounds: int, tokens: int) -> list[dict[str, Any]]:
+    """KV-cache bytes after a ~1,000-token prompt, and TPOT there, per cache type."""
+    import torch
+
+    from structgen.generate.model_io import ForwardKeywords
+    from structgen.generate.quantize import cache_bytes
+
+    rows = []
+    for mode in (None, "int8"):
+        gen = Generator(model, tokenizer, prefix_cache=0, kv_cache=mode)
+        cache = gen._runner.new_cache()
+        ids = torch.tensor([gen.encode(LONG)])
+        with torch.inference_mode():
+            model(ids, **{ForwardKeywords.of(model).cache: cache}, use_cache=True)
+        params = SamplingParams(max_new_tokens=tokens)
+        tpot = []
+        for _ in range(rounds):
+            m = gen.generate(LONG + "Summarize.", params, chat=True).metrics
+            tpot.append(m.time_per_output_token * 1000)
+        rows.append({"kv_cache": mode or "fp32", "context_tokens": int(ids.shape[1]),
+                     "cache_MB": cache_bytes(cache) / 2**20,
+                     "tpot_ms": statistics.median(tpot)})  # fmt: skip
+    for row in rows:
+        row["bytes_vs_fp32"] = row["cache_MB"] / rows[0]["cache_MB"]
+        row["tpot_vs_fp32"] = row["tpot_ms"] / rows[0]["tpot_ms"]
+    return rows
+
+
 def _cells(row: dict[str, Any]) -> list[Any]:
     return [fmt(v) if isinstance(v, float) else v for v in row.values()]
 
@@ -133,11 +165,14 @@ def quantization(model: Any, tokenizer: Any, rounds: int = 3, tokens: int = 48) 
         row["perplexity_vs_fp32_pct"] = 100 * (row["perplexity"] / base["perplexity"] - 1)
     print_table(list(rows[0]), [_cells(r) for r in rows])
     print(f"greedy outputs ({tokens} tokens) int8 leaves unchanged: {unchanged}/{len(PROMPTS)}")
+    print("\nKV cache (fp32 weights, a ~1,000-token prompt):")
+    kv = kv_cache_rows(model, tokenizer, rounds, tokens)
+    print_table(list(kv[0]), [_cells(r) for r in kv])
     print("\nSpeculative decoding, int8 copy of the target as the draft (k=4, greedy):")
     spec = speculative(fp32, "int8", rounds, tokens)
     print_table(list(spec[0]), [_cells(r) for r in spec])
     return {"weights": rows, "greedy_unchanged": unchanged, "prompts": len(PROMPTS),
-            "speculative_int8": spec}  # fmt: skip
+            "kv_cache": kv, "speculative_int8": spec}  # fmt: skip
 
 
 def main() -> None:

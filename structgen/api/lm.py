@@ -36,7 +36,8 @@ class LM:
     """A `transformers` causal LM and its tokenizer, ready for constrained generation.
 
     `system`: a system prompt put before every conversation this object starts (None: none).
-    `quantize`: "int8" quantizes the model's weights in place (see `Generator`).
+    `quantize`: "int8" quantizes the model's weights in place; `kv_cache`: "int8" stores the
+    KV cache as int8 (see `Generator`).
     Prompts are text (one user message) or a list of chat messages; they go through the
     tokenizer's chat template when it has one, else the text is used as is.
     Sampling options are `SamplingParams` fields given as keywords (`temperature=0.7`,
@@ -52,6 +53,7 @@ class LM:
         prefix_cache: int = 4,
         compiler: Compiler | None = None,
         quantize: str | None = None,
+        kv_cache: str | None = None,
     ) -> None:
         from structgen.generate import Generator
 
@@ -59,7 +61,7 @@ class LM:
         self.tokenizer = tokenizer
         self.system = system
         self.generator: Generator = Generator(
-            model, tokenizer, prefix_cache=prefix_cache, quantize=quantize
+            model, tokenizer, prefix_cache=prefix_cache, quantize=quantize, kv_cache=kv_cache
         )
         self.compiler = compiler or Compiler(self.generator.vocab)
         self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))

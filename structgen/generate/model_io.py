@@ -60,14 +60,23 @@ def new_cache(model: Any) -> Any:
 class ModelRunner:
     """Holds the model and the keyword names its `forward` understands."""
 
-    def __init__(self, model: Any, pad_token_id: int) -> None:
+    def __init__(self, model: Any, pad_token_id: int, *, kv_cache: str | None = None) -> None:
         self.model = model
         self.pad_token_id = pad_token_id
         self.keywords = ForwardKeywords.of(model)
         self.device: torch.device = next(model.parameters()).device
+        #: how the KV cache stores keys and values (None: the model's dtype; "int8")
+        self.kv_cache = kv_cache
+        if kv_cache is not None:
+            self.new_cache()  # (an unsupported mode or model fails here, not mid-request)
 
     def new_cache(self) -> Any:
-        return new_cache(self.model)
+        cache = new_cache(self.model)
+        if self.kv_cache is not None:
+            from structgen.generate.quantize import quantize_cache
+
+            cache = quantize_cache(cache, self.kv_cache)
+        return cache
 
     def feed(
         self,

@@ -21,7 +21,17 @@ import torch
 
 from structgen.errors import GenerationError
 
-__all__ = ["QUANTIZE_MODES", "Int8Embedding", "Int8Linear", "quantize_weights", "weight_bytes"]
+__all__ = [
+    "KV_CACHE_MODES",
+    "QUANTIZE_MODES",
+    "Int8Embedding",
+    "Int8Linear",
+    "cache_bytes",
+    "int8_cache_layer_class",
+    "quantize_cache",
+    "quantize_weights",
+    "weight_bytes",
+]
 
 QUANTIZE_MODES = ("int8",)
 
@@ -145,3 +155,124 @@ def quantize_weights(model: Any, mode: str) -> Any:
         model.config.tie_word_embeddings = False  # (nothing to re-tie: the rows are shared)
     model.structgen_quantized = mode
     return model
+
+
+# ----------------------------------------------------------------------------- KV cache
+
+KV_CACHE_MODES = ("int8",)
+
+
+def _int8_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 of `x` [batch, heads, seq, dim] with one scale per (row, head, token)."""
+    scale = (x.abs().amax(dim=-1, keepdim=True).float() / 127.0).clamp(min=1e-12)
+    return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def _int8_cache_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class Int8CacheLayer(DynamicLayer):  # type: ignore[misc, valid-type, no-untyped-call]
+        """A `DynamicLayer` whose keys and values are stored as int8 with one scale per
+        (row, head, token). Reading `keys`/`values` gives them back in the model's dtype, and
+        assigning them quantizes: every operation the loop does on a cache (add rows, drop
+        columns, select rows, crop) works unchanged, and re-quantizing what was dequantized
+        gives the same int8 values (the largest element of each token maps to ±127 again).
+        Attention always sees the quantized values, so a prefix-cache hit (stored dequantized,
+        quantized again) is token-identical to a cold run."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._q: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+            self._dtype = torch.float32
+            super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+        def _get(self, which: int) -> Any:
+            if self._q is None:
+                return None
+            q, s = self._q[2 * which], self._q[2 * which + 1]
+            return (q.float() * s).to(self._dtype)
+
+        def _set(self, which: int, value: Any) -> None:
+            if value is None or value.numel() == 0:  # (reset, or lazy_initialization's empty)
+                if value is not None:
+                    self._dtype = value.dtype
+                self._q = None
+                return
+            self._dtype = value.dtype
+            q, s = _int8_tokens(value)
+            parts = list(self._q) if self._q is not None else [q, s, q, s]
+            parts[2 * which], parts[2 * which + 1] = q, s
+            self._q = (parts[0], parts[1], parts[2], parts[3])
+
+        keys = property(lambda self: self._get(0), lambda self, v: self._set(0, v))
+        values = property(lambda self: self._get(1), lambda self, v: self._set(1, v))
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            self._dtype = key_states.dtype
+            kq, ks = _int8_tokens(key_states)
+            vq, vs = _int8_tokens(value_states)
+            if self._q is not None and self._q[0].numel():
+                old = self._q
+                kq, ks = torch.cat([old[0], kq], dim=-2), torch.cat([old[1], ks], dim=-2)
+                vq, vs = torch.cat([old[2], vq], dim=-2), torch.cat([old[3], vs], dim=-2)
+            self._q = (kq, ks, vq, vs)
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            if not self.is_initialized or self._q is None or self._q[0].numel() == 0:
+                return 0
+            return int(self._q[0].shape[-2])
+
+        def memory_bytes(self) -> int:
+            """The bytes this layer holds (int8 values and their scales)."""
+            return 0 if self._q is None else sum(t.numel() * t.element_size() for t in self._q)
+
+    return Int8CacheLayer
+
+
+_LAYER_CLASS: list[type] = []
+
+
+def int8_cache_layer_class() -> type:
+    """The int8 cache layer class (built on first use: it subclasses transformers' layer)."""
+    if not _LAYER_CLASS:
+        _LAYER_CLASS.append(_int8_cache_layer_class())
+    return _LAYER_CLASS[0]
+
+
+def quantize_cache(cache: Any, mode: str) -> Any:
+    """`cache` (an empty `DynamicCache`) with int8 layers instead of its dynamic ones."""
+    if mode not in KV_CACHE_MODES:
+        raise GenerationError(
+            f"kv_cache must be one of {', '.join(map(repr, KV_CACHE_MODES))}, got {mode!r}"
+        )
+    from transformers.cache_utils import DynamicLayer
+
+    layer = int8_cache_layer_class()
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise GenerationError("kv_cache='int8' needs transformers >= 4.56 (cache layers)")
+    if any(type(x) is not DynamicLayer for x in layers):
+        raise GenerationError(
+            "kv_cache='int8' supports models whose cache layers are all full attention "
+            "(this one has sliding-window or other layers)"
+        )
+    cache.layers = [layer() for _ in layers]
+    if hasattr(cache, "layer_class_to_replicate"):
+        cache.layer_class_to_replicate = layer if cache.layer_class_to_replicate else None
+    return cache
+
+
+def cache_bytes(cache: Any) -> int:
+    """The bytes a cache's keys and values take (int8 layers: their int8 values and scales)."""
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        count = getattr(layer, "memory_bytes", None)
+        if count is not None:
+            total += count()
+        elif getattr(layer, "keys", None) is not None and layer.keys.numel():
+            total += sum(t.numel() * t.element_size() for t in (layer.keys, layer.values))
+    return total

@@ -14,8 +14,10 @@ import jsonschema
 import pytest
 import torch
 
-from structgen import Compiler, GenerationError, Generator, SamplingParams
+from structgen import Compiler, GenerationError, Generator, SamplingParams, Scheduler
 from structgen.generate import SpeculativeGenerator, quantize_weights, quantized_draft, weight_bytes
+from structgen.generate.model_io import ForwardKeywords
+from structgen.generate.quantize import cache_bytes
 from tests.generate.test_generator import PERSON
 from tests.generate.test_generator import model_and_tokenizer as _model_and_tokenizer
 from tests.generate.test_speculative import assert_two_letters_follow, exact_distribution
@@ -118,3 +120,63 @@ def test_a_prefix_cache_hit_is_token_identical_to_a_cold_run() -> None:
     warm = gen.generate(shared + "Name one bread.", params, chat=True)
     assert warm.metrics.cached_prompt_tokens > 0
     assert warm.token_ids == cold.token_ids
+
+
+# ----------------------------------------------------------------------------- int8 KV cache
+
+LONG = "Here is a long context about bread, bakeries and the history of baking in Europe. " * 55
+
+
+@functools.cache
+def int8_cache_generator(prefix_cache: int = 0) -> Generator:
+    model, tokenizer = _model_and_tokenizer()
+    return Generator(model, tokenizer, prefix_cache=prefix_cache, kv_cache="int8")
+
+
+def filled_cache_bytes(gen: Generator) -> int:
+    cache = gen._runner.new_cache()
+    ids = torch.tensor([gen.encode(LONG)])
+    keyword = ForwardKeywords.of(gen.model).cache
+    with torch.inference_mode():
+        gen.model(ids, **{keyword: cache}, use_cache=True)
+    assert ids.shape[1] >= 900
+    return cache_bytes(cache)
+
+
+def test_an_int8_cache_holds_under_30_percent_of_the_bytes_at_1000_tokens() -> None:
+    model, tokenizer = _model_and_tokenizer()
+    fp32 = Generator(model, tokenizer, prefix_cache=0)
+    assert filled_cache_bytes(int8_cache_generator()) <= 0.30 * filled_cache_bytes(fp32)
+
+
+def test_an_int8_cache_keeps_constrained_outputs_valid_and_prefix_hits_identical() -> None:
+    gen = int8_cache_generator(4)
+    grammar = Compiler(gen.vocab).json_schema(PERSON)
+    params = SamplingParams(max_new_tokens=60)
+    prompt = LONG + "Now a person as JSON."
+    cold = gen.generate(prompt, params, grammar=grammar, chat=True)
+    jsonschema.validate(json.loads(cold.text), PERSON)
+    warm = gen.generate(prompt, params, grammar=grammar, chat=True)
+    assert warm.metrics.cached_prompt_tokens > 0
+    assert warm.token_ids == cold.token_ids
+
+
+def test_continuous_batching_with_an_int8_cache_is_token_identical_to_alone() -> None:
+    gen = int8_cache_generator()
+    params = SamplingParams(max_new_tokens=12)
+    prompts = ["Name a bread.", "What is rye?", "Say hello."]
+    alone = [gen.generate(p, params, chat=True).token_ids for p in prompts]
+    scheduler = Scheduler(gen)
+    handles = [scheduler.submit(prompts[0], params, chat=True)]
+    scheduler.step()
+    scheduler.step()
+    handles += [scheduler.submit(p, params, chat=True) for p in prompts[1:]]
+    while scheduler.active or scheduler.pending:
+        scheduler.step()
+    assert [h.result().token_ids for h in handles] == alone
+
+
+def test_bad_cache_modes() -> None:
+    model, tokenizer = _model_and_tokenizer()
+    with pytest.raises(GenerationError, match="kv_cache must be one of"):
+        Generator(model, tokenizer, kv_cache="int4")
