@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from structgen.automata.dfa import ByteDFA, _number_rows, _Source
+from structgen.automata.dfa import ByteDFA, _number_rows, _Source, class_representatives
 from structgen.automata.nfa import AutomataLimits, nfa_size
 from structgen.automata.regex_syntax import Concat, Node, Repeat, concat
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
+    pass
 
 __all__ = ["CountedSource", "SequenceSource", "compile_counted"]
 
@@ -34,14 +34,6 @@ __all__ = ["CountedSource", "SequenceSource", "compile_counted"]
 COUNT_ABOVE = 2048
 #: an item's DFA with more states than this is not checked for prefix-freedom (expanded)
 MAX_UNIT_STATES = 4096
-
-
-def _representatives(classes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
-    """The lowest byte of each byte class."""
-    reps = np.zeros(int(classes.max()) + 1, dtype=np.int64)
-    for byte in range(255, -1, -1):
-        reps[classes[byte]] = byte
-    return reps
 
 
 def is_prefix_free_unit(dfa: ByteDFA) -> bool:
@@ -70,7 +62,7 @@ class CountedSource(_Source):
         self.lo = lo
         self.hi = hi
         self.byte_classes = unit.byte_classes
-        self.reps = _representatives(unit.byte_classes)
+        self.reps = class_representatives(unit.byte_classes)
         self.num_classes = len(self.reps)
 
     def alphabet(self) -> int:
@@ -113,7 +105,7 @@ class SequenceSource(_Source):
         self.parts = list(parts)
         stacked = np.stack([p.byte_classes for p in self.parts], axis=1)
         self.byte_classes = _number_rows(stacked)
-        self.reps = _representatives(self.byte_classes)
+        self.reps = class_representatives(self.byte_classes)
         self.num_classes = len(self.reps)
 
     def alphabet(self) -> int:

@@ -58,6 +58,11 @@ def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[n
     return _number_rows(member)
 
 
+def class_representatives(classes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """The lowest byte of each byte class, by class id (ids are numbered from 0 without gaps)."""
+    return np.unique(classes, return_index=True)[1].astype(np.int64)
+
+
 def _number_rows(rows: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
     ids: dict[bytes, int] = {}
     out = np.empty(256, dtype=np.uint8)
@@ -740,10 +745,7 @@ class ProductSource(_Source):
         pair = a.byte_classes.astype(np.int32) * 256 + b.byte_classes.astype(np.int32)
         self.byte_classes = _number_rows(pair.reshape(256, 1))
         self.num_classes = int(self.byte_classes.max()) + 1
-        reps = np.zeros(self.num_classes, dtype=np.int64)
-        for byte in range(255, -1, -1):
-            reps[self.byte_classes[byte]] = byte
-        self.reps = reps
+        self.reps = class_representatives(self.byte_classes)
         self.live: set[tuple[int, int]] = set()
         self.dead: set[tuple[int, int]] = set()
 
@@ -843,7 +845,7 @@ class UnionSource(_Source):
             self.byte_classes = np.zeros(256, dtype=np.uint8)
         self.num_classes = int(self.byte_classes.max()) + 1
         # each class's smallest byte (classes are numbered by it, so these come in order)
-        self.reps = np.unique(self.byte_classes, return_index=True)[1].astype(np.int64)
+        self.reps = class_representatives(self.byte_classes)
 
     # Keys are sparse: ((component index, component state), ...) for the live components only,
     # so a lexer over 40 terminals of which 3 are still alive hashes 3 pairs, not 40 states.

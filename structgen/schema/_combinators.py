@@ -29,6 +29,7 @@ from structgen.schema._keywords import (
     json_equal,
     kind_of,
     kinds_of_type,
+    narrow_kinds,
 )
 from structgen.schema._refs import Sub
 
@@ -257,10 +258,7 @@ def summary(c: SchemaCompiler, sub: Sub, depth: int = 0) -> Summary:
     facts: dict[str, JSON] = {"required": set(), "consts": {}, "closed": None}
     for f in flat:
         s = f.schema
-        if "type" in s:
-            kinds = kinds & kinds_of_type(s["type"])
-        if KINDS_KW in s:
-            kinds = kinds & frozenset(s[KINDS_KW])
+        kinds = narrow_kinds(kinds, s)
         for key in ("const", "enum"):
             if key in s:
                 vals = [s["const"]] if key == "const" else list(s["enum"])

@@ -51,7 +51,7 @@ from structgen.schema._keywords import (
     combinator_keys,
     json_equal,
     kind_of,
-    kinds_of_type,
+    narrow_kinds,
     plain_schema,
     value_key,
 )
@@ -272,11 +272,7 @@ class SchemaCompiler:
         """The alternatives by type of a conjunction without combinators."""
         kinds = ALL_KINDS
         for sub in flat:
-            s = sub.schema
-            if "type" in s:
-                kinds = kinds & kinds_of_type(s["type"])
-            if KINDS_KW in s:
-                kinds = kinds & frozenset(s[KINDS_KW])
+            kinds = narrow_kinds(kinds, sub.schema)
         ptr = flat[0].ptr if flat else ""
         if not kinds:
             raise Unsat(ptr, "no type satisfies every 'type' keyword")

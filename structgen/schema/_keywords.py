@@ -29,6 +29,7 @@ __all__ = [
     "json_equal",
     "kind_of",
     "kinds_of_type",
+    "narrow_kinds",
     "plain_schema",
     "same_json",
     "value_key",
@@ -119,6 +120,15 @@ def value_key(value: JSON) -> tuple[str, str]:
 def same_json(a: JSON, b: JSON) -> bool:
     """Whether two schemas are the same JSON data (key order aside)."""
     return canonical_json(a) == canonical_json(b)
+
+
+def narrow_kinds(kinds: frozenset[str], s: dict[str, JSON]) -> frozenset[str]:
+    """The kinds of `kinds` that `s`'s `type` (and the internal kinds keyword) still allow."""
+    if "type" in s:
+        kinds = kinds & kinds_of_type(s["type"])
+    if KINDS_KW in s:
+        kinds = kinds & frozenset(s[KINDS_KW])
+    return kinds
 
 
 def inert(key: str, s: dict[str, JSON]) -> bool:
