@@ -17,6 +17,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def save_figure(fig: Any, name: str, *, dpi: int = 120) -> Path:
+    """Write a matplotlib figure to results/`name` and close it; returns the path."""
+    import matplotlib.pyplot as plt
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def pick_named(items: list[Any], wanted: str | None, parser: Any, what: str) -> list[Any]:
+    """The `items` whose `.name` is in the comma-separated `wanted` (None: all); an unknown
+    name is a usage error of `parser` naming the `what`."""
+    if not wanted:
+        return items
+    names = wanted.split(",")
+    unknown = set(names) - {item.name for item in items}
+    if unknown:
+        parser.error(f"unknown {what}: {', '.join(sorted(unknown))}")
+    return [item for item in items if item.name in names]
+
+
 def load_tokenizer(name: str) -> Any:
     from transformers import AutoTokenizer
 

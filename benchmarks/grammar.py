@@ -43,7 +43,9 @@ from _common import (
     median,
     peer,
     percentile,
+    pick_named,
     print_table,
+    save_figure,
 )
 from peers import (
     EngineError,
@@ -648,11 +650,7 @@ def plot(suites: list[Suite], engines: list[str], results: dict[str, dict[str, A
         "(missing bar: n/a or error; hatched: a sentence token refused)"
     )
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "grammar.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, "grammar.png")
 
 
 def main() -> None:
@@ -667,13 +665,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    suites = build_suites()
-    if args.grammars:
-        wanted = args.grammars.split(",")
-        unknown = set(wanted) - {s.name for s in suites}
-        if unknown:
-            parser.error(f"unknown grammars: {', '.join(sorted(unknown))}")
-        suites = [s for s in suites if s.name in wanted]
+    suites = pick_named(build_suites(), args.grammars, parser, "grammars")
     wanted_engines = args.engines.split(",")
 
     tokenizer = load_tokenizer("llama3_1")

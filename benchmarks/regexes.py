@@ -38,7 +38,9 @@ from _common import (
     median,
     peer,
     percentile,
+    pick_named,
     print_table,
+    save_figure,
 )
 from peers import (
     EngineError,
@@ -48,6 +50,7 @@ from peers import (
     XGrammarPeer,
     cold_compile,
     stop_worker,
+    token_table,
 )
 
 import structgen.compiler
@@ -263,17 +266,6 @@ class OutlinesCoreEngine(OutlinesCorePeer):
         self.use_regex(pattern)
 
 
-def outlines_tokens(vocab: Vocabulary) -> dict[bytes, list[int]]:
-    """outlines-core's token table: bytes -> ids for every text token (keys must all be bytes,
-    or all str; EOS and other special ids must be left out)."""
-    table: dict[bytes, list[int]] = {}
-    for i in range(vocab.size):
-        data = vocab.token_bytes(i)
-        if data:
-            table.setdefault(data, []).append(i)
-    return table
-
-
 # ---------------------------------------------------------------------------------- driver
 
 
@@ -332,7 +324,7 @@ class OutlinesCoreRunner:
     name = "outlines-core"
 
     def __init__(self, vocab: Vocabulary, timeout_s: float) -> None:
-        self.args = (vocab.eos_token_ids[0], outlines_tokens(vocab), vocab.size)
+        self.args = (vocab.eos_token_ids[0], token_table(vocab), vocab.size)
         self.timeout_s = timeout_s
         self.process: Any = None
         self.setup_s = float("nan")
@@ -534,11 +526,7 @@ def plot(cases: list[Case], engines: list[str], results: dict[str, dict[str, Any
     )
     ax.legend()
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "regex.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, "regex.png")
 
 
 def main() -> None:
@@ -549,13 +537,7 @@ def main() -> None:
     parser.add_argument("--outlines-timeout", type=float, default=60.0, help="seconds per pattern")
     args = parser.parse_args()
 
-    cases = build_cases()
-    if args.patterns:
-        wanted = args.patterns.split(",")
-        unknown = set(wanted) - {c.name for c in cases}
-        if unknown:
-            parser.error(f"unknown patterns: {', '.join(sorted(unknown))}")
-        cases = [c for c in cases if c.name in wanted]
+    cases = pick_named(build_cases(), args.patterns, parser, "patterns")
     wanted_engines = args.engines.split(",")
 
     tokenizer = load_tokenizer("llama3_1")

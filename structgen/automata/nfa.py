@@ -286,7 +286,7 @@ def build_nfa(node: Node, *, max_states: int, pattern: str) -> ByteNFA:
         )
     b = _Builder(max_states, pattern)
     if needed > NATIVE_ABOVE and (lib := _thompson()) is not None:
-        return _build_native(lib, b, node, max_states, pattern)
+        return _build_native(lib, b, node, needed, max_states, pattern)
     match = b.new(MATCH)
     start = b.compile(node, match)
     _check_total(len(b.kind), len(b.pool), max_states, pattern)
@@ -369,11 +369,14 @@ def _flatten(root: Node, b: _Builder) -> tuple[int, list[int], list[int], list[i
     return top, typ, arg_a, arg_b, [offsets, [x for c in kids for x in c]]  # type: ignore[list-item]
 
 
-def _build_native(lib: Any, b: _Builder, node: Node, max_states: int, pattern: str) -> ByteNFA:
-    """`build_nfa` with the states built and trimmed in C (`_thompson.c`): the same NFA."""
+def _build_native(
+    lib: Any, b: _Builder, node: Node, states: int, max_states: int, pattern: str
+) -> ByteNFA:
+    """`build_nfa` with the `states` states (match included) built and trimmed in C
+    (`_thompson.c`): the same NFA."""
     check_budget()
     top, typ, arg_a, arg_b, (offsets, children) = _flatten(node, b)
-    _check_total(nfa_size(node) + 1, len(b.pool), max_states, pattern)  # (the states C builds)
+    _check_total(states, len(b.pool), max_states, pattern)  # (`states`: what C will build)
     program = (
         np.array(typ, dtype=np.int8),
         np.array(arg_a, dtype=np.int64),

@@ -9,7 +9,7 @@ raw keywords."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -255,7 +255,7 @@ class ObjectForm:
     min_properties: int
     max_properties: int | None
     names: list[Sub]
-    musts: list[tuple[Sub, dict[str, Any]]] = field(default_factory=list)
+    musts: list[tuple[Sub, dict[str, Any]]]
 
 
 def read_object(c: SchemaCompiler, flat: list[Sub]) -> ObjectForm:

@@ -40,7 +40,8 @@ def python_nfa(pattern: str) -> ByteNFA:
 
 def native_nfa(pattern: str) -> ByteNFA:
     node = parse_regex(pattern)
-    return nfa._build_native(LIB, nfa._Builder(10**6, pattern), node, 10**6, pattern)
+    states = nfa.nfa_size(node) + 1
+    return nfa._build_native(LIB, nfa._Builder(10**6, pattern), node, states, 10**6, pattern)
 
 
 def dag(pool: list[Any], root: int) -> Any:
