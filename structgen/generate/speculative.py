@@ -23,6 +23,7 @@ import torch
 
 from structgen.compiler import CompiledGrammar
 from structgen.errors import GenerationError
+from structgen.generate.batch import MAX_REDRAWS
 from structgen.generate.finish import finish_after
 from structgen.generate.loop import Generator
 from structgen.generate.model_io import ForwardKeywords, has_sliding_layers, new_cache
@@ -317,6 +318,7 @@ class _Step:
     token: int
     q: torch.Tensor | None  # the draft's processed distribution [vocab] (None when greedy)
     terminated: bool  # the matcher accepted it as EOS
+    fits: bool = True  # budget-aware closing: the output can still be completed after it
     forced: list[int] = field(default_factory=list)
 
 
@@ -345,6 +347,13 @@ class _Run:
         self.prompt = prompt
         self.params = params
         self.matcher = Matcher(grammar) if grammar is not None else None
+        # closing needs a plan from the start (none found: the budget cannot be kept, so off)
+        self.closing = (
+            self.matcher is not None
+            and params.close_within_budget
+            and self.matcher.tokens_to_finish() is not None
+        )
+        self.closing_redraws = 0
         self.text = TextTracker(params.stop)
         self.output: list[int] = []
         self.finish: FinishReason | None = None
@@ -379,17 +388,66 @@ class _Run:
             budget = min(budget, context - len(self.prompt) - outputs - 1)
         return budget
 
+    def _tokens_left(self, outputs: int) -> int:
+        left = self.params.max_new_tokens - outputs
+        context = self.spec.context_length
+        if context is not None:
+            left = min(left, context - len(self.prompt) - outputs)
+        return left
+
     def _take_forced(self, outputs: int) -> list[int]:
         """Accept the grammar's forced tokens into the matcher (as the plain loop would)."""
-        if not self.spec.jump_forward or self.matcher is None:
+        matcher = self.matcher
+        if not self.spec.jump_forward or matcher is None:
             return []
         budget = self._forced_budget(outputs)
         if budget <= 0:
             return []
-        tokens = self.matcher.forced_tokens()[:budget]
+        tokens = matcher.forced_tokens()[:budget]
         if not tokens:
             return []
-        return tokens[: self.matcher.accept_tokens(tokens)]
+        if not self.closing:
+            return tokens[: matcher.accept_tokens(tokens)]
+        # forced text is on every path, but its spelling must fit the budget
+        left = self._tokens_left(outputs)
+        fitting = 0
+        for token in tokens:
+            if not matcher.fits(token, left - fitting):
+                break
+            matcher.accept_token(token)
+            fitting += 1
+        return tokens[:fitting]
+
+    def _close(self, token: int, weights: torch.Tensor) -> int:
+        """Budget-aware closing at the committed position: `token` (the target's choice there)
+        if the output can still be completed after it, else the target's choice among the tokens
+        that fit: its best one (greedy; `weights` are masked scores) or a new draw from its
+        distribution `weights` without the tokens that do not fit, at most `MAX_REDRAWS` times,
+        then the plan's next token. A draw from `p` kept when it fits and drawn again from `p`
+        restricted to the tokens that fit when it does not is distributed as that restriction,
+        so the output stays the target's, as in the plain loop."""
+        matcher = self.matcher
+        assert matcher is not None
+        left = self._tokens_left(len(self.output))
+        if matcher.fits(token, left):
+            return token
+        weights = weights.clone()
+        greedy = self.params.greedy
+        for _ in range(MAX_REDRAWS):
+            self.closing_redraws += 1
+            weights[token] = float("-inf") if greedy else 0.0
+            if greedy:
+                if not bool(torch.isfinite(weights).any()):
+                    break
+                token = int(weights.argmax())
+            else:
+                if float(weights.sum()) <= 0:
+                    break
+                token = self._draw(weights)
+            if matcher.fits(token, left):
+                return token
+        plan = matcher.completion_tokens()
+        return plan[0] if plan else token
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Masked logits [n, vocab] → the sampling distribution of each row (in place)."""
@@ -509,16 +567,21 @@ class _Run:
                 break  # nothing (allowed) to propose: verify what we have
             token, q = proposal
             terminated = False
+            fits = True
             if matcher is not None:
+                if self.closing:  # checked before the matcher moves on; verified in `round`
+                    fits = matcher.fits(token, self._tokens_left(outputs))
                 if not matcher.accept_token(token):  # only a lazily hit compile limit
                     break  # the target's own step at this position handles it
                 terminated = matcher.is_terminated()
-            step = _Step(len(block), token, q, terminated)
+            step = _Step(len(block), token, q, terminated, fits)
             steps.append(step)
             block.append(token)
             context.append(token)
             pending = [token]
             outputs += 1
+            if not fits:
+                break  # kept, it is replaced (see `round`): nothing after it can be kept
             if terminated or (
                 matcher is None and token in spec.eos_token_ids and not self.params.ignore_eos
             ):
@@ -562,16 +625,15 @@ class _Run:
         final: int | None = None
         for i, step in enumerate(steps):
             if greedy:
-                if step.token == best[i]:
-                    continue
                 final = int(best[i])
             else:
                 assert probs is not None and step.q is not None
                 replacement = verify_token(probs[i], step.q, step.token, self.generator)
-                if replacement is None:
-                    continue
-                final = replacement
-            rejected = i
+                final = step.token if replacement is None else replacement
+            if final == step.token and step.fits:
+                final = None
+                continue
+            rejected = i  # replaced, or kept but unable to finish in time (`_close` redraws)
             break
         kept = steps if rejected is None else steps[:rejected]
         self.accepted += len(kept)
@@ -592,6 +654,13 @@ class _Run:
                 return
             n = len(steps)  # the bonus token, or the target's own step (nothing drafted)
             final = int(best[n]) if greedy else self._draw(self._bonus(probs, n))
+            position = n
+        else:
+            assert rejected is not None
+            position = rejected
+        if self.closing:
+            weights = scores[position] if greedy else self._bonus(probs, position)
+            final = self._close(final, weights)
         self._push_sampled(final, in_matcher=False)
         if self.finish is None:
             forced = self._take_forced(len(self.output))
@@ -620,13 +689,17 @@ class _Run:
             forward_passes=spec._target.calls,
             forced_tokens=self.forced_count,
             cached_prompt_tokens=0,
+            closing_redraws=self.closing_redraws,
             drafted_tokens=self.drafted,
             accepted_tokens=self.accepted,
             draft_forward_passes=spec._draft.calls,
         )
         spec._target.cache = spec._draft.cache = None  # free the caches
         assert self.finish is not None
-        return SpeculativeResult(self.text.text, tuple(self.output), self.finish, metrics)
+        complete = self.matcher is None or self.matcher.can_terminate()
+        return SpeculativeResult(
+            self.text.text, tuple(self.output), self.finish, metrics, complete=complete
+        )
 
 
 # ---------------------------------------------------------------------------------- front
@@ -644,9 +717,10 @@ class SpeculativeGenerator:
     One request at a time (batch 1); no repetition/frequency/presence penalties.
     `sparse_draft_head`: under a narrow mask the draft computes logits for the allowed ids
     only (its output head is much of a small draft's cost); the output does not depend on it.
-    Budget-aware closing is not applied here (the exact rejection rule would need the mask of
-    every token that fits); a budget below the grammar's shortest output is still refused up
-    front, as in `Generator`.
+    Budget-aware closing as in `Generator` (`close_within_budget`): a verified token after which
+    the output cannot be completed in time is drawn again from the target's distribution without
+    it, which keeps the output distribution the target's restricted to the tokens that fit; a
+    budget below the grammar's shortest output is refused up front.
     """
 
     def __init__(

@@ -29,7 +29,7 @@ from structgen.generate.speculative import (
 )
 from structgen.masks import allocate_bitmask, apply_bitmask
 from structgen.matcher import Matcher
-from tests.generate.test_generator import NAME_JSON, PAIR_GRAMMAR, PERSON, PHONE
+from tests.generate.test_generator import NAME_JSON, PAIR_GRAMMAR, PERSON, PHONE, STORY
 from tests.generate.test_generator import model_and_tokenizer as _model_and_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -293,17 +293,24 @@ class TestSampling:
 
 
 def assert_two_letters_follow(
-    spec: SpeculativeGenerator, prompt: list[int], g: Any, expected: dict[str, float]
+    spec: SpeculativeGenerator,
+    prompt: list[int],
+    g: Any,
+    expected: dict[str, float],
+    *,
+    pattern: str = "[ab]{2}",
+    budget: int | None = None,
 ) -> None:
-    """60 seeded samples of the `[ab]{2}` grammar fit `expected`, and the rule both kept and
-    rejected drafted tokens on the way."""
+    """60 seeded samples of the `[ab]{2}` grammar (or `pattern` in `budget` tokens) fit
+    `expected`, and the rule both kept and rejected drafted tokens on the way."""
     runs = 60
     counts: Counter[str] = Counter()
     drafted = accepted = 0
     for seed in range(runs):
-        params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=seed)
+        params = SamplingParams(max_new_tokens=budget or 4, temperature=1.0, seed=seed)
         result = spec.generate(prompt, params, grammar=g)
-        assert result.finish_reason == "eos" and re.fullmatch("[ab]{2}", result.text)
+        assert result.complete and re.fullmatch(pattern, result.text)
+        assert result.finish_reason == ("eos" if budget is None else result.finish_reason)
         counts[result.text] += 1
         drafted += result.metrics.drafted_tokens
         accepted += result.metrics.accepted_tokens
@@ -312,17 +319,20 @@ def assert_two_letters_follow(
 
 
 def exact_distribution(
-    model: Any, prompt: list[int], compiled: Any, *, temperature: float
+    model: Any, prompt: list[int], compiled: Any, *, temperature: float, budget: int | None = None
 ) -> dict[str, float]:
     """P(output text) under plain constrained sampling, by walking every allowed token path
-    (a finite grammar with no forced tokens; full forwards, no cache: a few calls)."""
+    (a finite grammar with no forced tokens; full forwards, no cache: a few calls). With a
+    `budget` (max_new_tokens, budget-aware closing), only tokens that fit are allowed: the
+    target's distribution restricted to them."""
     vocab = compiled.vocab
     out: Counter[str] = Counter()
 
     def walk(path: list[int], matcher: Matcher, prob: float) -> None:
-        if matcher.is_terminated():
-            text = b"".join(vocab.token_bytes(t) for t in path[:-1]).decode()
-            out[text] += prob
+        if matcher.is_terminated() or (budget is not None and len(path) == budget):
+            assert matcher.can_terminate()
+            kept = path[:-1] if matcher.is_terminated() else path
+            out[b"".join(vocab.token_bytes(t) for t in kept).decode()] += prob
             return
         assert not matcher.forced_tokens()
         mask = allocate_bitmask(1, vocab.size)
@@ -330,6 +340,11 @@ def exact_distribution(
         with torch.no_grad():
             logits = model(torch.tensor([prompt + path])).logits[0, -1:].float()
         apply_bitmask(logits, mask)
+        if budget is not None:
+            left = budget - len(path)
+            for token in torch.nonzero(torch.isfinite(logits[0])).flatten().tolist():
+                if not matcher.fits(token, left):
+                    logits[0, token] = float("-inf")
         probs = (logits / temperature).softmax(-1)[0]
         for token in torch.nonzero(probs > 0).flatten().tolist():
             child = matcher.copy()
@@ -359,6 +374,51 @@ def assert_fits(counts: Counter[Any], probs: dict[Any, float], n: int) -> None:
     stat = sum((o - e) ** 2 / e for e, o in groups)
     critical = CHI2_CRITICAL_0_001[len(groups) - 1]
     assert stat < critical, (stat, critical, groups)
+
+
+class TestBudgetAwareClosing:
+    """As in the plain loop: outputs end complete within max_new_tokens, and the output is the
+    target's distribution restricted to the tokens that fit."""
+
+    def test_greedy_is_token_identical_to_the_plain_loop_under_tight_budgets(self) -> None:
+        gen = generator()
+        g = Compiler(gen.vocab).json_schema(STORY)
+        need = Matcher(g).tokens_to_finish()
+        assert need is not None and need > 4
+        question = "Tell a very long story about a dragon, as JSON."
+        redraws = 0
+        for budget in (need, need + 3, 24):
+            params = SamplingParams(max_new_tokens=budget)
+            plain_run = gen.generate(question, params, grammar=g, chat=True)
+            spec_run = speculative(3).generate(question, params, grammar=g, chat=True)
+            assert spec_run.token_ids == plain_run.token_ids
+            assert spec_run.complete and len(spec_run.token_ids) <= budget
+            jsonschema.validate(json.loads(spec_run.text), STORY)
+            redraws += spec_run.metrics.closing_redraws
+        assert redraws  # closing did narrow choices
+
+    def test_sampled_outputs_end_complete_and_valid(self) -> None:
+        gen = generator()
+        g = Compiler(gen.vocab).json_schema(STORY)
+        spec = SpeculativeGenerator(gen, "ngram", k=3)
+        for seed in range(3):
+            params = SamplingParams(max_new_tokens=20, temperature=1.2, seed=seed)
+            result = spec.generate("A dragon story, as JSON.", params, grammar=g, chat=True)
+            assert result.complete and len(result.token_ids) <= 20
+            jsonschema.validate(json.loads(result.text), STORY)
+
+    def test_outputs_follow_plain_sampling_restricted_to_what_fits(self) -> None:
+        """`[ab]{4}` in 2 tokens: after `a` only `aba` fits, so closing binds on most paths."""
+        gen = generator()
+        g = Compiler(gen.vocab).regex("[ab]{4}")
+        prompt = gen.encode("Two letters:")
+        model = model_and_tokenizer()[0]
+        expected = exact_distribution(model, prompt, g, temperature=1.0, budget=2)
+        free = exact_distribution(model, prompt, g, temperature=1.0)
+        assert abs(sum(expected.values()) - 1) < 1e-4
+        assert sum(abs(expected.get(t, 0) - free.get(t, 0)) for t in free) > 0.2  # it binds
+        spec = SpeculativeGenerator(gen, truncated_draft(model, 2), k=2)
+        assert_two_letters_follow(spec, prompt, g, expected, pattern="[ab]{4}", budget=2)
 
 
 class TestErrors:
