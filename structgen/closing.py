@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from structgen._lru import LRU
 from structgen.errors import StructgenError
+from structgen.grammar.tokens import NON_TEXT_BYTE, token_id_at
 
 if TYPE_CHECKING:
     from structgen.compiler import CompiledGrammar
@@ -48,13 +49,23 @@ class _Spellings:
     def __init__(self, vocab: Vocabulary) -> None:
         eos = set(vocab.eos_token_ids)
         texts, ids = vocab.trie._lexicographic()  # (shared with forced_tokens)
-        keep = [i for i, t in enumerate(ids) if t not in eos]
+        # (no text token holding a byte from F5 up: valid text never has one, and a token
+        # terminal's marker must be spelled by its token, see grammar/tokens.py)
+        keep = [
+            i
+            for i, t in enumerate(ids)
+            if t not in eos and (not texts[i] or max(texts[i]) < NON_TEXT_BYTE)
+        ]
         self.texts = [texts[i] for i in keep]
         self.ids = [ids[i] for i in keep]
         self.max_length = max((len(t) for t in self.texts), default=0)
 
     def prefixes(self, data: bytes, start: int) -> list[tuple[int, int]]:
-        """(length, token id) of every token that `data[start:]` starts with."""
+        """(length, token id) of every token that `data[start:]` starts with (a token
+        terminal's marker: that token alone)."""
+        if data[start] >= NON_TEXT_BYTE:
+            token_id = token_id_at(data, start)
+            return [] if token_id is None else [(4, token_id)]
         texts = self.texts
         out: list[tuple[int, int]] = []
         end = min(len(data), start + self.max_length)

@@ -70,7 +70,18 @@ class CompiledGrammar:
     expose the same small interface (states are opaque to the Matcher).
     """
 
-    __slots__ = ("_engine", "_planner", "_recipe", "fingerprint", "kind", "source", "vocab")
+    __slots__ = (
+        "_engine",
+        "_planner",
+        "_recipe",
+        "_text_refused",
+        "_text_words",
+        "_tokens",
+        "fingerprint",
+        "kind",
+        "source",
+        "vocab",
+    )
 
     def __init__(
         self,
@@ -87,10 +98,53 @@ class CompiledGrammar:
         self._engine = engine
         self._recipe = recipe
         self._planner: Any = None  # closing.CompletionPlanner, made on first use
+        # token terminals (grammar/tokens.py): id -> the marker bytes the engine reads for it
+        self._tokens: dict[int, bytes] = {}
+        self._text_refused: npt.NDArray[np.bool_] | None = None
+        self._text_words: npt.NDArray[np.int32] | None = None
+        token_ids: frozenset[int] = getattr(engine, "token_ids", frozenset())
+        if token_ids:
+            self._use_tokens(token_ids)
         digest = hashlib.sha256(
             f"{_COMPILER_VERSION}\0{kind}\0{engine.fingerprint}\0{vocab.fingerprint}".encode()
         )
         self.fingerprint = digest.hexdigest()
+
+    def _use_tokens(self, token_ids: frozenset[int]) -> None:
+        from structgen.grammar.tokens import text_clashes, token_marker
+
+        vocab = self.vocab
+        bad = sorted(t for t in token_ids if not 0 <= t < vocab.size or t in vocab.eos_token_ids)
+        if bad:
+            raise ArgumentError(
+                f"the grammar matches token ids {bad[:5]}, which are outside the vocabulary or "
+                "are its EOS tokens (the end of a grammar is where EOS is allowed: leave them "
+                "out)"
+            )
+        self._tokens = {t: token_marker(t) for t in sorted(token_ids)}
+        refused = text_clashes(vocab).copy()
+        refused[list(token_ids)] = True  # their text reading gives way to the token terminal
+        self._text_refused = refused
+        from structgen.masks import pack_bool_mask
+
+        self._text_words = pack_bool_mask(~refused[: vocab.size])
+
+    @property
+    def token_ids(self) -> frozenset[int]:
+        """The ids the grammar's token terminals match (special or added tokens)."""
+        return frozenset(self._tokens)
+
+    def token_data(self, token_id: int) -> bytes | None:
+        """The bytes the engine reads for `token_id` (None: the grammar never takes it): its
+        text, or for an id of a token terminal its marker (grammar/tokens.py)."""
+        marker = self._tokens.get(token_id)
+        if marker is not None:
+            return marker
+        refused = self._text_refused
+        if refused is not None and refused[token_id]:
+            return None
+        data = self.vocab.token_bytes(token_id)
+        return data or None
 
     @property
     def initial_state(self) -> Any:
@@ -104,8 +158,16 @@ class CompiledGrammar:
         return bool(self._engine.is_accepting(state))
 
     def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
-        """Packed mask of the text tokens allowed in `state` (EOS not included)."""
+        """Packed mask of the tokens allowed in `state` (EOS not included)."""
         mask: npt.NDArray[np.int32] = self._engine.token_mask(state)
+        if not self._tokens:
+            return mask
+        assert self._text_words is not None
+        mask = mask & self._text_words
+        advance = self._engine.advance
+        for token_id, marker in self._tokens.items():
+            if advance(state, marker) is not None:
+                mask[token_id >> 5] |= np.int32(np.uint32(1 << (token_id & 31)).view(np.int32))
         return mask
 
     def shortest_completion(self, state: Any, *, spaced: bool = False) -> bytes | None:
@@ -389,6 +451,35 @@ class Compiler:
         """JSON mode: a JSON object, as OpenAI's `json_object` means it (`any_value=True`: any
         JSON value — a string, a number, an array ...)."""
         return self.json_schema({} if any_value else {"type": "object"}, options=options)
+
+    def structural_tag(self, spec: Any, *, options: SchemaOptions | None = None) -> CompiledGrammar:
+        """Free text with constrained regions: a structural tag in the JSON format vLLM and
+        SGLang forward (xgrammar's; a dict or its JSON text). `options` are used for its JSON
+        Schema contents. See docs/guide/structural-tags.md."""
+        import json as _json
+
+        from structgen.grammar.structural_tag import structural_tag_to_ir
+        from structgen.schema import SchemaOptions as _Options
+
+        if isinstance(spec, (str, bytes)):
+            text = spec.decode() if isinstance(spec, bytes) else spec
+        else:
+            try:
+                text = _json.dumps(spec, sort_keys=True, ensure_ascii=False)
+            except (TypeError, ValueError) as exc:
+                raise ArgumentError(f"a structural tag is JSON data: {exc}") from None
+        if options is not None and not isinstance(options, _Options):
+            raise ArgumentError(f"options must be SchemaOptions, got {describe(options)}")
+        key = ("structural_tag", text, options)
+        return self._cached(
+            key,
+            lambda: self._cfg_engine(
+                structural_tag_to_ir(text, self.vocab, schema_options=options)
+            ),
+            kind="structural_tag",
+            source=text[:200],
+            recipe=("structural_tag", (text,), {"options": options}),
+        )
 
     def grammar_ir(self, grammar: Grammar) -> CompiledGrammar:
         """A context-free constraint from the IR (what the JSON Schema frontend builds)."""

@@ -18,6 +18,7 @@ from structgen._args import describe, expect_int, expect_ints
 from structgen.closing import planner_of
 from structgen.compiler import CompiledGrammar
 from structgen.errors import ArgumentError, StructgenError
+from structgen.grammar.tokens import NON_TEXT_BYTE, token_id_at
 
 __all__ = ["Matcher"]
 
@@ -169,11 +170,16 @@ class Matcher:
             return None
         if token_id in self._eos:
             return _TERMINATED if self._grammar.is_accepting(state) else None
-        data = self._vocab.token_bytes(int(token_id))
+        grammar = self._grammar
+        data = (
+            grammar.token_data(int(token_id))
+            if grammar._tokens
+            else self._vocab.token_bytes(int(token_id))
+        )
         if not data:
             return None
         try:
-            return self._grammar.advance(state, data)
+            return grammar.advance(state, data)
         except StructgenError as exc:  # a lazily hit compile limit: refuse, never raise here
             self.error = exc
             return None
@@ -196,7 +202,9 @@ class Matcher:
         return count
 
     def accept_bytes(self, data: bytes) -> bool:
-        """Advance by raw bytes (e.g. text the user forces); False and no change if refused."""
+        """Advance by raw bytes (e.g. text the user forces); False and no change if refused.
+        Text only: the special or added tokens of a grammar's token terminals are accepted as
+        tokens (`accept_token`), never as bytes."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             hint = " (encode text first: text.encode())" if isinstance(data, str) else ""
             raise ArgumentError(f"accept_bytes needs bytes, got {describe(data)}{hint}")
@@ -204,6 +212,8 @@ class Matcher:
         state = self._state
         if state is _TERMINATED:
             return False
+        if self._grammar._tokens and data and max(data) >= NON_TEXT_BYTE:
+            return False  # not text: a token terminal is taken as its token only
         try:
             nxt = self._grammar.advance(state, data)
         except StructgenError as exc:
@@ -305,8 +315,18 @@ class Matcher:
         trie = self._vocab.trie
         tokens: list[int] = []
         pos = 0
+        marked = bool(self._grammar._tokens)
         while pos < len(forced):
+            if marked and forced[pos] >= NON_TEXT_BYTE:  # a token terminal's marker
+                token_id = token_id_at(forced, pos)
+                if token_id is None or token_id not in self._grammar._tokens:
+                    break
+                tokens.append(token_id)
+                pos += 4
+                continue
             found = trie.longest_token_prefix(forced[pos:])
+            if found is not None and marked and self._grammar.token_data(found[0]) is None:
+                break  # (a text token the grammar refuses: it would spell a marker)
             if found is None:
                 break
             token_id, length = found

@@ -43,6 +43,8 @@ def regex_text(node: Node, *, limit: int = 400) -> str:
 
 
 def _char(cp: int, special: set[str]) -> str:
+    if cp > iv.MAX_CODE_POINT:  # a token terminal (grammar/tokens.py): written as its id
+        return f"<[{cp - 0x140000}]>"
     ch = chr(cp)
     if ch in special:
         return "\\" + ch

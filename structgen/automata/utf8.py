@@ -24,8 +24,14 @@ Utf8Sequence = tuple[tuple[int, int], ...]
 
 
 def encode_utf8(cp: int) -> bytes:
-    """The UTF-8 encoding of a (non-surrogate) code point."""
-    return chr(cp).encode("utf-8")
+    """The UTF-8 encoding of a (non-surrogate) code point; above U+10FFFF (up to U+1FFFFF) the
+    same 4-byte pattern, which no valid text contains: `grammar/tokens.py` spells token
+    terminals with it."""
+    if cp <= 0x10FFFF:
+        return chr(cp).encode("utf-8")
+    return bytes(
+        (0xF0 | cp >> 18, 0x80 | (cp >> 12) & 0x3F, 0x80 | (cp >> 6) & 0x3F, 0x80 | cp & 0x3F)
+    )
 
 
 def _range_sequences(start: int, end: int, out: list[Utf8Sequence]) -> None:

@@ -31,6 +31,7 @@ from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar
 from structgen.grammar.terminals import terminal_dfa
+from structgen.grammar.tokens import grammar_tokens
 from structgen.masks import Events, TokenMaskWalker, pack_bool_mask
 from structgen.vocab import Vocabulary
 
@@ -160,6 +161,7 @@ class GrammarEngine:
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self.fingerprint = f"{grammar.fingerprint()}"
+        self.token_ids = grammar_tokens(grammar)  # token terminals (read by CompiledGrammar)
         self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
 
     def to_text(self) -> str:

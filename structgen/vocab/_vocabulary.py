@@ -47,6 +47,7 @@ class Vocabulary:
         "_trie",
         "_lock",
         "_family",
+        "_names",
     )
 
     def __init__(
@@ -56,6 +57,7 @@ class Vocabulary:
         eos_token_ids: Iterable[int],
         size: int | None = None,
         family: str = "custom",
+        names: Mapping[str, int] | None = None,
     ) -> None:
         n = len(tokens)
         width = n if size is None else int(size)
@@ -92,6 +94,12 @@ class Vocabulary:
         digest.update(f"structgen-vocab-{_FORMAT_VERSION}:{width}:{eos}".encode())
         digest.update(offsets.tobytes())
         digest.update(self._blob)
+        self._names = dict(names or {})
+        for name, idx in self._names.items():
+            if not 0 <= idx < width:
+                raise TokenizerError(f"token {name!r} has id {idx}, outside the vocabulary")
+        if self._names:  # (vocabularies without names keep their fingerprints)
+            digest.update(repr(sorted(self._names.items())).encode())
         self._fingerprint = digest.hexdigest()
 
     # ------------------------------------------------------------------ construction
@@ -103,9 +111,11 @@ class Vocabulary:
         *,
         eos_token_ids: Iterable[int],
         size: int | None = None,
+        names: Mapping[str, int] | None = None,
     ) -> Vocabulary:
-        """A vocabulary from explicit token bytes (`None` marks a special token)."""
-        return cls(tokens, eos_token_ids=eos_token_ids, size=size)
+        """A vocabulary from explicit token bytes (`None` marks a special token); `names`:
+        the special and added tokens by their text (`<|im_end|>`), for `token_id`."""
+        return cls(tokens, eos_token_ids=eos_token_ids, size=size, names=names)
 
     @classmethod
     def from_hf(
@@ -153,7 +163,8 @@ class Vocabulary:
         for e in eos:
             if 0 <= e < len(tokens):
                 tokens[e] = None  # EOS is governed by can_terminate(), never by text
-        return cls(tokens, eos_token_ids=eos, size=size, family=family)
+        names = {str(token.content): int(i) for i, token in added.items() if i < n}
+        return cls(tokens, eos_token_ids=eos, size=size, family=family, names=names)
 
     # ------------------------------------------------------------------ queries
 
@@ -188,6 +199,15 @@ class Vocabulary:
             raise IndexError(f"token id {token_id} is outside the vocabulary of size {self._size}")
         start, end = self._offsets[token_id], self._offsets[token_id + 1]
         return self._blob[start:end]
+
+    @property
+    def named_tokens(self) -> dict[str, int]:
+        """The tokenizer's special and added tokens by their text (`<|im_end|>`, `<tool_call>`)."""
+        return dict(self._names)
+
+    def token_id(self, name: str) -> int | None:
+        """The id of the special or added token `name` (None: the tokenizer has none)."""
+        return self._names.get(name)
 
     def is_special(self, token_id: int) -> bool:
         """True for special/control tokens, EOS and padding ids: they never match text."""
@@ -232,6 +252,7 @@ class Vocabulary:
             "size": self._size,
             "family": self._family,
             "fingerprint": self._fingerprint,
+            "names": self._names,
         }
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
@@ -242,6 +263,7 @@ class Vocabulary:
         self._size = state["size"]
         self._family = state["family"]
         self._fingerprint = state["fingerprint"]
+        self._names = dict(state.get("names", {}))
         self._trie = None
         self._lock = threading.Lock()
 
