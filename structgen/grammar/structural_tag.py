@@ -377,8 +377,6 @@ class _Builder:
                     f"(it starts with {len(matching)})"
                 )
             by_trigger[matching[0]].append(self._tag(tag, f"{where}/tags/{i}", skip=matching[0]))
-        if not tags:
-            raise StructuralTagError(f"{where}/tags: at least one tag")
         extra = (text_without(excludes),) if excludes else ()
         # one segment: free text up to and including a trigger, then the rest of a tag
         segment_options = []
@@ -388,8 +386,15 @@ class _Builder:
             ends, more = text_ending_at(trigger, triggers)
             lead = self.b.terminal(ends, (*more, *extra), hint="TEXT")
             segment_options.append([lead, self.b.alternatives([[r] for r in rests])])
+        avoid = [*triggers, *excludes]
+        tail = (
+            self._text_terminal(text_without(avoid)) if avoid else self._text_terminal(any_text())
+        )
+        if not segment_options:  # no tags: free text only
+            if fmt.get("at_least_one", False):
+                raise StructuralTagError(f"{where}/tags: at_least_one needs a tag")
+            return tail
         segment = self.b.alternatives(segment_options, "segment")
-        tail = self._text_terminal(text_without([*triggers, *excludes]))
         return self._repeated(segment, tail, fmt, where)
 
     def _f_token_triggered_tags(self, fmt: Mapping[str, Any], where: str, follow: Any) -> str:

@@ -210,7 +210,7 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
         return self._grammar(lambda: self.compiler.grammar(key_string), "lark")
 
     def dispatch_structural_tag(self, key_string: str) -> Any:
-        return InvalidGrammarObject(
-            "structgen does not support structural tags; constrain tool calls with a JSON schema "
-            "or an EBNF grammar instead"
+        return self._grammar(
+            lambda: self.compiler.structural_tag(key_string, options=self.schema_options),
+            "structural_tag",
         )

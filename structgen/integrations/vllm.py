@@ -166,9 +166,11 @@ def _compile(compiler: Compiler, request_type: Any, spec: str) -> CompiledGramma
         return compiler.choice(options)
     if kind == "GRAMMAR":
         return compiler.ebnf(spec) if looks_like_ebnf(spec) else compiler.grammar(spec)
+    if kind == "STRUCTURAL_TAG":
+        return compiler.structural_tag(spec)
     raise ValueError(
         f"structgen does not support {kind.lower()} requests; use a JSON schema, regex, "
-        "choice or grammar"
+        "choice, grammar or structural tag"
     )
 
 
@@ -179,9 +181,9 @@ def _check_syntax(structured: Any) -> None:
     from structgen.grammar.lark_frontend import lark_to_ir
 
     if structured.structural_tag is not None:
-        raise ValueError(
-            "structgen does not support structural tags; use a JSON schema or a grammar"
-        )
+        tag = json.loads(structured.structural_tag)  # (the rest needs the vocabulary)
+        if not isinstance(tag, dict):
+            raise ValueError("a structural tag is a JSON object")
     if structured.json is not None and isinstance(structured.json, str):
         json.loads(structured.json)
     if structured.regex is not None:

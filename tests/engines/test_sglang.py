@@ -49,12 +49,31 @@ SCHEMA = {
 }
 EBNF = 'root ::= "(" expr ")"\nexpr ::= term ("+" term)*\nterm ::= [0-9]+ | root\n'
 LARK = 'start: "(" expr ")"\nexpr: term ("+" term)*\nterm: /[0-9]+/ | start\n'
+TAG = json.dumps(
+    {
+        "type": "structural_tag",
+        "structures": [
+            {
+                "begin": "<function=get_weather>",
+                "schema": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+                "end": "</function>",
+            }
+        ],
+        "triggers": ["<function="],
+    }
+)
+
 CASES: list[tuple[tuple[str, str], str]] = [
     (("json", json.dumps(SCHEMA)), json.dumps({"city": "Oslo", "days": 3})),
     (("json", "$$ANY$$"), '[1, {"a": null}]'),
     (("regex", r"[A-Z][a-z]+ \d{1,2}"), "May 17"),
     (("ebnf", EBNF), "((1+2)+34)"),
     (("ebnf", LARK), "(7+(8))"),
+    (("structural_tag", TAG), 'Checking. <function=get_weather>{"city": "Oslo"}</function> ok'),
 ]
 
 
@@ -93,6 +112,8 @@ def _own(compiler: Compiler, key: tuple[str, str]) -> Matcher:
         return Matcher(compiler.json_schema(text))
     if kind == "regex":
         return Matcher(compiler.regex(text))
+    if kind == "structural_tag":
+        return Matcher(compiler.structural_tag(text))
     return Matcher(compiler.ebnf(text) if "::=" in text else compiler.grammar(text))
 
 
@@ -171,7 +192,7 @@ def test_a_refused_token_raises_value_error_as_sglang_expects(backend: Any, toke
         (("ebnf", 'root ::= "a" missing'), "line 1, column 14"),
         (("json", '{"type": "array", "uniqueItems": true}'), "uniqueItems"),
         (("json", '{"type": '), "Expecting value"),
-        (("structural_tag", '{"structures": []}'), "structural tags"),
+        (("structural_tag", '{"format": {"type": "nope"}}'), "unknown format type"),
     ],
 )
 def test_compile_failures_come_back_as_sglangs_invalid_grammar(

@@ -49,6 +49,24 @@ SCHEMA = {
 EBNF = 'root ::= "(" expr ")"\nexpr ::= term ("+" term)*\nterm ::= [0-9]+ | root\n'
 LARK = 'start: "(" expr ")"\nexpr: term ("+" term)*\nterm: /[0-9]+/ | start\n'
 
+TAG = json.dumps(
+    {
+        "type": "structural_tag",
+        "structures": [
+            {
+                "begin": "<function=get_weather>",
+                "schema": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+                "end": "</function>",
+            }
+        ],
+        "triggers": ["<function="],
+    }
+)
+
 CASES: list[tuple[dict[str, Any], str]] = [
     ({"json": SCHEMA}, json.dumps({"name": "Ada", "age": 36})),
     ({"json_object": True}, '{"ok": [1, 2.5, null]}'),
@@ -56,6 +74,7 @@ CASES: list[tuple[dict[str, Any], str]] = [
     ({"choice": ["positive", "negative", "neutral"]}, "neutral"),
     ({"grammar": EBNF}, "((1+2)+34)"),
     ({"grammar": LARK}, "(7+(8))"),
+    ({"structural_tag": TAG}, 'Checking. <function=get_weather>{"city": "Oslo"}</function> ok'),
 ]
 
 
@@ -121,6 +140,8 @@ def _own_compiled(compiler: Compiler, structured: dict[str, Any]) -> Any:
         return compiler.regex(value)
     if kind == "choice":
         return compiler.choice(value)
+    if kind == "structural_tag":
+        return compiler.structural_tag(value)
     return compiler.ebnf(value) if "::=" in value else compiler.grammar(value)
 
 
@@ -185,7 +206,7 @@ def test_vllm_validation_routes_every_request_kind_to_structgen(
         ({"grammar": 'root ::= "a" missing'}, "line 1, column 14"),
         ({"grammar": "start: undefined_rule"}, "undefined_rule"),
         ({"json": '{"type": '}, "Expecting value"),
-        ({"structural_tag": '{"structures": []}'}, "structural tags"),
+        ({"structural_tag": "[1]"}, "a structural tag is a JSON object"),
     ],
 )
 def test_malformed_requests_are_refused_with_structgens_message(

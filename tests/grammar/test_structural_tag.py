@@ -87,6 +87,10 @@ class TestVllmExample:
     def test_refused(self, llama: Vocabulary, text: str) -> None:
         assert not accepts(llama, VLLM_EXAMPLE, text)
 
+    def test_no_structures_is_free_text_without_triggers(self, llama: Vocabulary) -> None:
+        spec = {"type": "structural_tag", "structures": [], "triggers": ["<f="]}
+        assert accepts(llama, spec, "anything") and not accepts(llama, spec, "a <f= b")
+
     def test_the_new_form_is_the_same_language(self, llama: Vocabulary) -> None:
         new = fmt(
             {
