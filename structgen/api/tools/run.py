@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from structgen.api.tools import formats
+from structgen.api.tools.formats import resolve_tool_format
 from structgen.api.tools.guard import _ANSWER_RESERVE, tool_call_grammar
 from structgen.api.tools.spec import (
     DEFAULT_MAX_CALLS_PER_TURN,
@@ -194,6 +196,7 @@ def run_tools(
     params: SamplingParams | None = None,
     max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
     allow_repeated_calls: bool = False,
+    tool_format: str = "auto",
     **sampling: Any,
 ) -> ToolRun:
     """Let the model call `tools` until it answers; returns the answer, the calls, the chat.
@@ -209,7 +212,9 @@ def run_tools(
     run makes the next turn answer. An answer ends within `max_new_tokens` and within
     `max_answer_chars` when given: the grammar closes it there, and `ToolRun.answer_cut` and a
     warning say when it did. Raises `GenerationError` when a turn of calls is cut short (raise
-    `max_new_tokens`, or bound the calls with `max_calls_per_turn`).
+    `max_new_tokens`, or bound the calls with `max_calls_per_turn`). `tool_format`: the calls
+    as the model's family writes them, detected from its chat template by default ("auto";
+    see `tool_call_grammar`); results go back through the template as `tool` messages.
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise GenerationError(f"max_steps must be an integer >= 1, got {max_steps!r}")
@@ -233,6 +238,8 @@ def run_tools(
         raise GenerationError(
             f"tool_choice={first_choice!r} needs max_steps >= 2 (the last turn must answer)"
         )
+    chosen_format = resolve_tool_format(lm, tool_format)
+    native = None if chosen_format == "json" else formats.tool_format(chosen_format)
     sampling_params = lm.params(params, **sampling)
     conversation = lm.messages(prompt, system=system)
     turns: list[TurnRecord] = []
@@ -257,8 +264,15 @@ def run_tools(
             max_calls_per_turn=max_calls_per_turn,
             allow_repeated_calls=allow_repeated_calls,
             earlier_calls=records,
+            tool_format=chosen_format,
         )  # (no max_new_tokens: the loop's budget-aware closing ends the turn in time)
-        text = tool_prompt(lm, conversation, tool_list, parallel_tool_calls=parallel_tool_calls)
+        text = tool_prompt(
+            lm,
+            conversation,
+            tool_list,
+            parallel_tool_calls=parallel_tool_calls,
+            tool_format=chosen_format,
+        )
         ids = lm.tokenizer(text, add_special_tokens=not lm.has_chat_template)["input_ids"]
         result = lm.generator.generate(list(ids), sampling_params, grammar=grammar)
         if not (result.finish_reason in ("eos", "stop") or result.complete):
@@ -269,9 +283,16 @@ def run_tools(
                 "with max_answer_chars or the calls with max_calls_per_turn. "
                 f"Partial turn: {result.text[:200]!r}"
             )
-        turn = parse_tool_turn(
-            result.text, id_prefix=f"call_{step}_", drop_repeats=not allow_repeated_calls
-        )
+        if native is not None:  # (special tokens carry its tags: read them from the ids)
+            turn = native.parse(
+                formats.render_tokens(lm.generator.vocab, result.token_ids),
+                id_prefix=f"call_{step}_",
+                drop_repeats=not allow_repeated_calls,
+            )
+        else:
+            turn = parse_tool_turn(
+                result.text, id_prefix=f"call_{step}_", drop_repeats=not allow_repeated_calls
+            )
         if not allow_repeated_calls:
             turn = _without_calls_made(turn, made)
         turns.append(TurnRecord(step, choice, result.text, result.metrics, turn.repeated))

@@ -64,18 +64,22 @@ def template_support(tokenizer: Any) -> TemplateSupport:
     return found
 
 
+def _tool_listing(tools: Sequence[Tool]) -> str:
+    listed = "\n".join(
+        json.dumps(
+            {"name": t.name, "description": t.description, "parameters": t.parameters},
+            ensure_ascii=False,
+        )
+        for t in tools
+    )
+    return f"You can call these tools (arguments as JSON Schema):\n{listed}"
+
+
 def _instructions(tools: Sequence[Tool], support: TemplateSupport, limit: int | None) -> str:
     """The system text that tells the model the tools (unless the template does) and format."""
     parts = []
     if not support.tools:
-        listed = "\n".join(
-            json.dumps(
-                {"name": t.name, "description": t.description, "parameters": t.parameters},
-                ensure_ascii=False,
-            )
-            for t in tools
-        )
-        parts.append(f"You can call these tools (arguments as JSON Schema):\n{listed}")
+        parts.append(_tool_listing(tools))
     how = "one tool" if limit == 1 else "one or more tools"
     parts.append(
         "Reply with one JSON object and nothing else:\n"
@@ -95,16 +99,22 @@ def _as_json_value(text: str) -> Any:
         return text
 
 
-def _call_turn_text(calls: Sequence[Mapping[str, Any]]) -> str:
-    """An assistant tool-call message as turn text (what the model writes in this format)."""
-    items = []
+def _call_pairs(calls: Sequence[Mapping[str, Any]]) -> list[tuple[str, Any]]:
+    """OpenAI `tool_calls` entries as (name, arguments) pairs (arguments parsed from text)."""
+    pairs = []
     for c in calls:
         fn = c.get("function", c)
         arguments = fn.get("arguments", {})
         if isinstance(arguments, str):
             with contextlib.suppress(json.JSONDecodeError):
                 arguments = json.loads(arguments)
-        items.append({"name": fn.get("name"), "arguments": arguments})
+        pairs.append((str(fn.get("name")), arguments))
+    return pairs
+
+
+def _call_turn_text(calls: Sequence[Mapping[str, Any]]) -> str:
+    """An assistant tool-call message as turn text (what the model writes in this format)."""
+    items = [{"name": n, "arguments": a} for n, a in _call_pairs(calls)]
     return json.dumps({"tool_calls": items}, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -114,6 +124,7 @@ def _template_messages(
     support: TemplateSupport,
     *,
     parallel_tool_calls: bool | int = True,
+    tool_format: str = "json",
 ) -> list[dict[str, Any]]:
     """The conversation as the chat template should see it in the turn format.
 
@@ -122,6 +133,11 @@ def _template_messages(
     template drops them), or one user message per step when the template has no tool role.
     """
     tool_list = as_tools(tools)
+    native = None
+    if tool_format != "json":
+        from structgen.api.tools.formats import tool_format as format_named
+
+        native = format_named(tool_format)
     out: list[dict[str, Any]] = []
     pending: list[str] = []  # tool results waiting for a user message (no tool role)
     for m in messages:
@@ -145,13 +161,28 @@ def _template_messages(
             out.append({"role": "user", "content": "\n".join(pending)})
             pending = []
         if role == "assistant" and msg.get("tool_calls"):
-            msg = {"role": "assistant", "content": _call_turn_text(msg["tool_calls"])}
+            if native is None:
+                msg = {"role": "assistant", "content": _call_turn_text(msg["tool_calls"])}
+            elif not support.tools:  # the template cannot render calls: the format's text
+                msg = {
+                    "role": "assistant",
+                    "content": native.render(_call_pairs(msg["tool_calls"])),
+                }
+            # (else the template renders the calls in its own format)
         elif msg.get("content") is None:
             msg["content"] = ""
         out.append(msg)
     if pending:
         out.append({"role": "user", "content": "\n".join(pending)})
-    text = _instructions(tool_list, support, _max_calls(parallel_tool_calls))
+    if native is not None:
+        if support.tools:
+            return out  # the template lists the tools and says how to call them
+        listing = _tool_listing(tool_list)
+        text = f"{listing}\n\n{native.instructions(tool_list)}" if tool_list else ""
+    else:
+        text = _instructions(tool_list, support, _max_calls(parallel_tool_calls))
+    if not text:
+        return out
     if out and out[0].get("role") == "system":
         first = str(out[0].get("content") or "")
         out[0] = {**out[0], "content": f"{first}\n\n{text}" if first else text}
@@ -166,12 +197,15 @@ def tool_prompt(
     tools: Sequence[ToolLike],
     *,
     parallel_tool_calls: bool | int = True,
+    tool_format: str = "json",
 ) -> str:
     """The prompt text of the next turn: the conversation through the chat template.
 
     `tools=` goes to the template when it renders them; otherwise the system message lists the
-    tools. The reply format is always described (the grammar enforces it either way). Without
-    a chat template the messages are written as `role: content` paragraphs.
+    tools. The reply format is described (the grammar enforces it either way): structgen's JSON
+    turn, or a native `tool_format` by example — unless the template renders tools, which then
+    says it in its own words, and renders earlier calls in its own format. Without a chat
+    template the messages are written as `role: content` paragraphs.
     """
     from structgen.api.lm import LM
 
@@ -179,7 +213,11 @@ def tool_prompt(
     support = template_support(tokenizer)
     tool_list = as_tools(tools)
     rendered = _template_messages(
-        messages, tool_list, support, parallel_tool_calls=parallel_tool_calls
+        messages,
+        tool_list,
+        support,
+        parallel_tool_calls=parallel_tool_calls,
+        tool_format=tool_format,
     )
     if not getattr(tokenizer, "chat_template", None):
         lines = [f"{m['role']}: {m.get('content', '')}" for m in rendered]
