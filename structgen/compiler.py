@@ -481,6 +481,58 @@ class Compiler:
             recipe=("structural_tag", (text,), {"options": options}),
         )
 
+    def reasoning(
+        self,
+        grammar: CompiledGrammar,
+        *,
+        begin: str = "<think>",
+        end: str = "</think>",
+        separator: str = "\n\n",
+        opened: bool = False,
+    ) -> CompiledGrammar:
+        """`grammar` after a free think block (`begin` text `end`, then an optional
+        `separator`): reasoning models think unconstrained, then answer under the constraint.
+        Tags are matched as tokens where the vocabulary has them (Qwen3's `<think>`), as text
+        otherwise; `opened`: the prompt already ends with `begin`. The block may be left out
+        (the answer straight away). See docs/design/reasoning.md."""
+        from structgen.engines.reasoning import ReasoningEngine
+
+        if not isinstance(grammar, CompiledGrammar) or grammar.vocab != self.vocab:
+            raise ArgumentError("reasoning() wraps a CompiledGrammar of this compiler's vocabulary")
+        for name, value in (("begin", begin), ("end", end), ("separator", separator)):
+            expect_str(value, name)
+        if not end:
+            raise ArgumentError("the closing tag `end` must not be empty")
+
+        def tag(text: str) -> int | str:
+            token = self.vocab.token_id(text)
+            return token if token is not None and token not in self.vocab.eos_token_ids else text
+
+        key = ("reasoning", grammar.fingerprint, begin, end, separator, opened)
+        try:
+            engine = ReasoningEngine(
+                grammar._engine,
+                self.vocab,
+                begin=tag(begin) if begin else None,
+                end=tag(end),
+                opened=opened,
+                separator=separator,
+                inner_tokens=grammar.token_ids,
+            )
+        except ValueError as exc:
+            raise ArgumentError(str(exc)) from None
+        return self._cached(
+            key,
+            lambda: engine,
+            kind=grammar.kind,
+            source=grammar.source,
+            recipe=(
+                "reasoning",
+                (grammar,),
+                {"begin": begin, "end": end, "separator": separator, "opened": opened},
+            ),
+        )
+
     def grammar_ir(self, grammar: Grammar) -> CompiledGrammar:
         """A context-free constraint from the IR (what the JSON Schema frontend builds)."""
         key = ("ir", grammar.fingerprint())

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
-from structgen._args import describe, expect_str
+from structgen._args import describe, expect_bool, expect_str
 from structgen.compiler import CompiledGrammar, Compiler
 from structgen.errors import GenerationError
 
@@ -138,13 +138,23 @@ class LM:
         *,
         system: str | None = None,
         params: SamplingParams | None = None,
+        reasoning: bool = False,
         **options: Any,
     ) -> GenerationResult:
         """Generate once under `grammar` (None: free text); a grammar cut short raises.
 
         Raises `GenerationError` when the output ends before the constraint is complete
         (`max_new_tokens` or the context ran out), so callers never get a partial value.
+        `reasoning`: the model thinks freely in a `<think>…</think>` block first
+        (`Compiler.reasoning`; the block opens by itself when the vocabulary has no `<think>`
+        token), and budget-aware closing ends it in time for the answer; `text` is then the
+        answer and `GenerationResult.reasoning` the block. `regex`, `choice`, `grammar` and
+        `json` take it too.
         """
+        expect_bool(reasoning, "reasoning")
+        if reasoning and grammar is not None:
+            opened = self.compiler.vocab.token_id("<think>") is None
+            grammar = self.compiler.reasoning(grammar, opened=opened)
         sampling = self.params(params, **options)
         model_input, chat = self.model_input(prompt, system=system)
         result = self.generator.generate(model_input, sampling, grammar=grammar, chat=chat)
@@ -155,6 +165,13 @@ class LM:
                 f"complete; raise max_new_tokens (now {sampling.max_new_tokens}). "
                 f"Partial output: {result.text[:200]!r}"
             )
+        if reasoning and grammar is not None:
+            thought, sep, answer = result.text.partition("</think>")
+            if sep:
+                thought = thought.removeprefix("<think>").strip("\n")
+                result = replace(result, text=answer.removeprefix("\n\n"), reasoning=thought)
+            else:  # answered without a think block
+                result = replace(result, reasoning="")
         return result
 
     def model_input(

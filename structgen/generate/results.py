@@ -57,6 +57,8 @@ class GenerationResult:
     finish_reason: FinishReason
     metrics: RequestMetrics
     complete: bool = True
+    #: the think block's text, when `LM.run(..., reasoning=True)` split it from `text`
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

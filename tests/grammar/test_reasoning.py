@@ -1,0 +1,146 @@
+"""`Compiler.reasoning`: a free think block, then the constraint — on Qwen3's real tokenizer
+(`<think>` and `</think>` are tokens there), and with a text closing tag on Llama-3."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import numpy as np
+import pytest
+
+from structgen import Compiler, Matcher, Vocabulary
+from structgen.masks import unpack_bitmask
+from tests.conftest import load_tokenizer, load_vocab
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "integer"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def qwen3() -> Vocabulary:
+    return load_vocab("qwen3")
+
+
+def allowed(m: Matcher) -> set[int]:
+    vocab = m.grammar.vocab
+    return set(np.flatnonzero(unpack_bitmask(m.allowed_mask(), vocab.size)).tolist())
+
+
+def think_grammar(vocab: Vocabulary, **kw: object) -> object:
+    c = Compiler(vocab)
+    return c.reasoning(c.json_schema(SCHEMA), **kw)  # type: ignore[arg-type]
+
+
+class TestQwen3:
+    def test_the_templates_thinking_turn_is_accepted(self, qwen3: Vocabulary) -> None:
+        tok = load_tokenizer("qwen3")
+        messages = [
+            {"role": "user", "content": "6 times 7?"},
+            {"role": "assistant", "content": '{"answer": 42}', "reasoning_content": "6*7=42"},
+        ]
+        full = tok.apply_chat_template(messages, tokenize=False)
+        prompt = tok.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+        out = full[len(prompt) :].split("<|im_end|>")[0]
+        assert out.startswith("<think>") and "</think>" in out
+        m = Matcher(think_grammar(qwen3))
+        ids = tok(out, add_special_tokens=False)["input_ids"]
+        assert all(m.accept_token(i) for i in ids) and m.can_terminate()
+
+    def test_think_freely_then_the_constraint(self, qwen3: Vocabulary) -> None:
+        begin, end = qwen3.token_id("<think>"), qwen3.token_id("</think>")
+        g = think_grammar(qwen3)
+        m = Matcher(g)
+        assert begin in allowed(m)  # think, or answer straight away
+        assert m.copy().accept_bytes(b'{"answer": 1}')
+        assert m.accept_token(begin)
+        think = allowed(m)
+        assert end in think and len(think) > qwen3.size * 0.9  # nearly everything: free text
+        assert not m.can_terminate()
+        assert m.accept_bytes(b"Let me think { not json")
+        spelled = m.copy()  # the closing tag is the token only: spelled, it is more thinking
+        assert spelled.accept_bytes(b'</think>{"answer": 1}') and not spelled.can_terminate()
+        assert m.accept_token(end)
+        assert not m.copy().accept_bytes(b"hello")  # now the constraint holds
+        assert m.accept_bytes(b'\n\n{"answer": 42}') and m.can_terminate()
+
+    def test_budgets_close_the_think_block_in_time(self, qwen3: Vocabulary) -> None:
+        g = think_grammar(qwen3)
+        m = Matcher(g)
+        m.accept_token(qwen3.token_id("<think>"))
+        m.accept_bytes(b"hmm")
+        plan = m.completion_tokens()
+        assert plan and plan[0] == qwen3.token_id("</think>")
+        left = len(plan)
+        text_tokens = [t for t in sorted(allowed(m)) if qwen3.token_bytes(t)][:50]
+        assert not any(m.fits(t, left) for t in text_tokens if t not in plan[:1])
+        assert m.fits(plan[0], left)
+
+    def test_random_walks_end_in_a_valid_answer(self, qwen3: Vocabulary) -> None:
+        g = think_grammar(qwen3)
+        end = qwen3.token_id("</think>")
+        rng = random.Random(0)
+        for _ in range(4):
+            m = Matcher(g)
+            out: list[int] = []
+            for step in range(60):
+                if m.can_terminate():
+                    break
+                plan = m.completion_tokens() or []
+                if step > 20 and plan:
+                    token = plan[0]
+                else:
+                    token = rng.choice(
+                        sorted(t for t in allowed(m) if t not in qwen3.eos_token_ids)
+                    )
+                assert m.accept_token(token)
+                out.append(token)
+            assert m.can_terminate()
+            answer = out[out.index(end) + 1 :] if end in out else out
+            text = b"".join(qwen3.token_bytes(t) for t in answer).decode()
+            jsonschema.validate(json.loads(text), SCHEMA)
+
+    def test_an_opened_block_starts_inside(self, qwen3: Vocabulary) -> None:
+        m = Matcher(think_grammar(qwen3, opened=True))
+        early = m.copy()  # already thinking: an answer now is more thinking
+        assert early.accept_bytes(b'{"answer": 1}') and not early.can_terminate()
+        assert m.accept_bytes(b"thinking") and m.accept_token(qwen3.token_id("</think>"))
+
+
+class TestTextTags:
+    def test_a_text_closing_tag_ends_the_block_at_its_first_occurrence(self) -> None:
+        vocab = load_vocab("llama3_1")
+        g = think_grammar(vocab, opened=True)
+        m = Matcher(g)
+        assert m.accept_bytes(b"so the answer is 42 </thi")
+        assert not m.copy().accept_bytes(b"nk> prose")  # after the tag: the constraint
+        assert m.accept_bytes(b'nk>\n\n{"answer": 42}') and m.can_terminate()
+        fresh = Matcher(g)
+        fresh.accept_bytes(b"x</think>")
+        ok = allowed(fresh)
+        assert ok == {t for t in range(vocab.size) if fresh.is_allowed(t)}
+
+    def test_masks_in_the_block_match_brute_force(self) -> None:
+        vocab = load_vocab("llama3_1")
+        m = Matcher(think_grammar(vocab, opened=True))
+        m.accept_bytes(b"ok </th")
+        assert allowed(m) == {t for t in range(vocab.size) if m.is_allowed(t)}
+
+
+class TestLM:
+    def test_lm_thinks_then_answers_within_the_budget(self) -> None:
+        from structgen.api import LM
+
+        lm = LM.default()  # SmolLM2: no <think> token, so the block opens by itself
+        grammar = lm.compiler.json_schema(SCHEMA)
+        result = lm.run("6 times 7? Answer as JSON.", grammar, reasoning=True, max_new_tokens=30)
+        assert result.complete and len(result.token_ids) <= 30
+        assert result.reasoning is not None and "</think>" not in result.text
+        jsonschema.validate(json.loads(result.text), SCHEMA)
+        value = lm.json("6 times 7?", SCHEMA, reasoning=True, max_new_tokens=30)
+        jsonschema.validate(value, SCHEMA)
