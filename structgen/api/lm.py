@@ -153,8 +153,7 @@ class LM:
         """
         expect_bool(reasoning, "reasoning")
         if reasoning and grammar is not None:
-            opened = self.compiler.vocab.token_id("<think>") is None
-            grammar = self.compiler.reasoning(grammar, opened=opened)
+            grammar = self.reasoning_grammar(grammar)
         sampling = self.params(params, **options)
         model_input, chat = self.model_input(prompt, system=system)
         result = self.generator.generate(model_input, sampling, grammar=grammar, chat=chat)
@@ -166,13 +165,23 @@ class LM:
                 f"Partial output: {result.text[:200]!r}"
             )
         if reasoning and grammar is not None:
-            thought, sep, answer = result.text.partition("</think>")
-            if sep:
-                thought = thought.removeprefix("<think>").strip("\n")
-                result = replace(result, text=answer.removeprefix("\n\n"), reasoning=thought)
-            else:  # answered without a think block
-                result = replace(result, reasoning="")
+            result = self.split_reasoning(result)
         return result
+
+    def reasoning_grammar(self, grammar: CompiledGrammar) -> CompiledGrammar:
+        """`grammar` after a free `<think>` block (`Compiler.reasoning`), open from the start
+        when the vocabulary has no `<think>` token."""
+        opened = self.compiler.vocab.token_id("<think>") is None
+        return self.compiler.reasoning(grammar, opened=opened)
+
+    @staticmethod
+    def split_reasoning(result: GenerationResult) -> GenerationResult:
+        """`result` with `text` the answer and `reasoning` the think block before it."""
+        thought, sep, answer = result.text.partition("</think>")
+        if not sep:  # answered without a think block
+            return replace(result, reasoning="")
+        thought = thought.removeprefix("<think>").strip("\n")
+        return replace(result, text=answer.removeprefix("\n\n"), reasoning=thought)
 
     def model_input(
         self, prompt: Prompt, *, system: str | None = None

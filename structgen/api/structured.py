@@ -82,6 +82,7 @@ def generate_object(
     system: str | None = None,
     schema_options: SchemaOptions | None = None,
     results: list[GenerationResult] | None = None,
+    reasoning: bool = False,
     **sampling: Any,
 ) -> ModelT:
     """An instance of `cls` (a Pydantic model) answering `prompt`, valid and checked.
@@ -92,13 +93,18 @@ def generate_object(
     `ValidationFailedError` (with every attempt) is raised. `instructions=True` adds the JSON
     Schema to the prompt (small models follow it better). `sampling`: `SamplingParams` fields.
     `results`: a list that receives each attempt's `GenerationResult` (tokens, metrics).
+    `reasoning`: the model thinks freely in a `<think>` block before the object (see
+    `LM.run`); the block is in each result's `reasoning`.
     """
     asker = _Asker(
         lm, cls, prompt, validators, max_retries, instructions, system, schema_options, sampling
     )
     while True:
         text, chat = asker.model_input()
-        result = lm.generator.generate(text, asker.params, grammar=asker.grammar, chat=chat)
+        grammar = lm.reasoning_grammar(asker.grammar) if reasoning else asker.grammar
+        result = lm.generator.generate(text, asker.params, grammar=grammar, chat=chat)
+        if reasoning:
+            result = lm.split_reasoning(result)
         if results is not None:
             results.append(result)
         value = asker.judge(result)

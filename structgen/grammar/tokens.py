@@ -98,11 +98,11 @@ def text_clashes(vocab: Vocabulary) -> npt.NDArray[np.bool_]:
     byte-fallback token of one byte, mostly), which a grammar with token terminals refuses."""
 
     def build() -> npt.NDArray[np.bool_]:
+        blob, offsets = vocab.token_table()
+        data = np.frombuffer(blob, dtype=np.uint8)
+        at = np.flatnonzero(data >= NON_TEXT_BYTE)
         out = np.zeros(vocab.size, dtype=bool)
-        for token_id in range(vocab.size):  # (a few hundred thousand short slices: ~50 ms)
-            data = vocab.token_bytes(token_id)
-            if data and max(data) >= NON_TEXT_BYTE:
-                out[token_id] = True
+        out[np.searchsorted(offsets, at, side="right") - 1] = True  # the tokens holding them
         out.setflags(write=False)
         return out
 

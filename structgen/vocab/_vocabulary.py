@@ -209,6 +209,11 @@ class Vocabulary:
         """The id of the special or added token `name` (None: the tokenizer has none)."""
         return self._names.get(name)
 
+    def token_table(self) -> tuple[bytes, npt.NDArray[np.int64]]:
+        """(every token's bytes concatenated, offsets [size + 1]): token `i` is
+        `blob[offsets[i]:offsets[i + 1]]` (read-only; for vectorised scans)."""
+        return self._blob, self._offsets
+
     def is_special(self, token_id: int) -> bool:
         """True for special/control tokens, EOS and padding ids: they never match text."""
         return bool(self._special[token_id])

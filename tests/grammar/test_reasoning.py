@@ -144,3 +144,37 @@ class TestLM:
         jsonschema.validate(json.loads(result.text), SCHEMA)
         value = lm.json("6 times 7?", SCHEMA, reasoning=True, max_new_tokens=30)
         jsonschema.validate(value, SCHEMA)
+
+    def test_generate_object_and_run_tools_think_first(self) -> None:
+        from pydantic import BaseModel
+
+        import structgen as sg
+        from structgen.api import LM
+        from structgen.api.structured import generate_object
+
+        lm = LM.default()
+
+        class Answer(BaseModel):
+            answer: int
+
+        results: list[object] = []
+        value = generate_object(
+            lm, Answer, "6 times 7?", reasoning=True, max_new_tokens=40, results=results
+        )
+        assert isinstance(value, Answer)
+        assert all(getattr(r, "reasoning", None) is not None for r in results)
+
+        @sg.tool
+        def get_weather(city: str) -> str:
+            """The weather in a city."""
+            return f"Sunny in {city}"
+
+        run = sg.run_tools(
+            lm,
+            "Weather in Lyon?",
+            [get_weather],
+            tool_choice="required",
+            reasoning=True,
+            max_new_tokens=60,
+        )
+        assert run.calls and run.calls[0].name == "get_weather" and run.answer is not None

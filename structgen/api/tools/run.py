@@ -197,6 +197,7 @@ def run_tools(
     max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
     allow_repeated_calls: bool = False,
     tool_format: str = "auto",
+    reasoning: bool = False,
     **sampling: Any,
 ) -> ToolRun:
     """Let the model call `tools` until it answers; returns the answer, the calls, the chat.
@@ -215,6 +216,7 @@ def run_tools(
     `max_new_tokens`, or bound the calls with `max_calls_per_turn`). `tool_format`: the calls
     as the model's family writes them, detected from its chat template by default ("auto";
     see `tool_call_grammar`); results go back through the template as `tool` messages.
+    `reasoning`: each turn may start with a free `<think>` block (see `LM.run`).
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise GenerationError(f"max_steps must be an integer >= 1, got {max_steps!r}")
@@ -266,6 +268,8 @@ def run_tools(
             earlier_calls=records,
             tool_format=chosen_format,
         )  # (no max_new_tokens: the loop's budget-aware closing ends the turn in time)
+        if reasoning:
+            grammar = lm.reasoning_grammar(grammar)
         text = tool_prompt(
             lm,
             conversation,
@@ -283,9 +287,14 @@ def run_tools(
                 "with max_answer_chars or the calls with max_calls_per_turn. "
                 f"Partial turn: {result.text[:200]!r}"
             )
+        if reasoning:
+            result = lm.split_reasoning(result)
         if native is not None:  # (special tokens carry its tags: read them from the ids)
+            written = formats.render_tokens(lm.generator.vocab, result.token_ids)
             turn = native.parse(
-                formats.render_tokens(lm.generator.vocab, result.token_ids),
+                written.partition("</think>")[2].removeprefix("\n\n")
+                if reasoning and "</think>" in written
+                else written,
                 id_prefix=f"call_{step}_",
                 drop_repeats=not allow_repeated_calls,
             )
