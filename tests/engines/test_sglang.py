@@ -20,6 +20,7 @@ import torch
 from structgen import Compiler, Matcher
 from structgen.vocab import Vocabulary
 from tests.conftest import load_tokenizer
+from tests.engines._cases import TAG
 from tests.engines._placeholders import install_torchvision_placeholder
 
 pytest.importorskip("sglang")
@@ -49,23 +50,6 @@ SCHEMA = {
 }
 EBNF = 'root ::= "(" expr ")"\nexpr ::= term ("+" term)*\nterm ::= [0-9]+ | root\n'
 LARK = 'start: "(" expr ")"\nexpr: term ("+" term)*\nterm: /[0-9]+/ | start\n'
-TAG = json.dumps(
-    {
-        "type": "structural_tag",
-        "structures": [
-            {
-                "begin": "<function=get_weather>",
-                "schema": {
-                    "type": "object",
-                    "properties": {"city": {"type": "string"}},
-                    "required": ["city"],
-                },
-                "end": "</function>",
-            }
-        ],
-        "triggers": ["<function="],
-    }
-)
 
 CASES: list[tuple[tuple[str, str], str]] = [
     (("json", json.dumps(SCHEMA)), json.dumps({"city": "Oslo", "days": 3})),

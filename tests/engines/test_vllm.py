@@ -21,6 +21,7 @@ import pytest
 from structgen import Compiler, Matcher
 from structgen.vocab import Vocabulary
 from tests.conftest import default_model_dir
+from tests.engines._cases import TAG
 
 if importlib.util.find_spec("vllm") is not None:
     # vLLM picks its platform at import; without a GPU and without a CPU build of vLLM it finds
@@ -49,23 +50,6 @@ SCHEMA = {
 EBNF = 'root ::= "(" expr ")"\nexpr ::= term ("+" term)*\nterm ::= [0-9]+ | root\n'
 LARK = 'start: "(" expr ")"\nexpr: term ("+" term)*\nterm: /[0-9]+/ | start\n'
 
-TAG = json.dumps(
-    {
-        "type": "structural_tag",
-        "structures": [
-            {
-                "begin": "<function=get_weather>",
-                "schema": {
-                    "type": "object",
-                    "properties": {"city": {"type": "string"}},
-                    "required": ["city"],
-                },
-                "end": "</function>",
-            }
-        ],
-        "triggers": ["<function="],
-    }
-)
 
 CASES: list[tuple[dict[str, Any], str]] = [
     ({"json": SCHEMA}, json.dumps({"name": "Ada", "age": 36})),

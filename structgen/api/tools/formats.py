@@ -251,10 +251,7 @@ class HermesFormat(ToolFormat):
             body, sep, _ = part.partition(self.end)
             if not sep:
                 raise GenerationError(f"a {self.begin} without {self.end}: {part[:200]!r}")
-            data = _loads(body.strip())
-            if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-                raise GenerationError(f'a call is {{"name": ..., "arguments": ...}}: {body!r}')
-            raw.append((data["name"], data.get("arguments", {})))
+            raw.append(_named_call(_loads(body.strip()), "arguments"))
         answer = content.rstrip("\n") if raw else content
         return self._finish(answer, raw, id_prefix, drop_repeats)
 
@@ -291,9 +288,7 @@ class Llama3JsonFormat(ToolFormat):
                 data, pos = decoder.raw_decode(body, pos)
             except json.JSONDecodeError as exc:
                 raise GenerationError(f"a call is not JSON: {exc}: {body[:200]!r}") from None
-            if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-                raise GenerationError(f'a call is {{"name": ..., "parameters": ...}}: {data!r}')
-            raw.append((data["name"], data.get("parameters", data.get("arguments", {}))))
+            raw.append(_named_call(data, "parameters"))
             if body.startswith("; ", pos):
                 pos += 2
             elif pos < len(body):
@@ -330,11 +325,7 @@ class MistralFormat(ToolFormat):
         data = _loads(body.strip())
         if not isinstance(data, list):
             raise GenerationError(f"{self.begin} is followed by a JSON list: {body[:200]!r}")
-        raw = []
-        for item in data:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise GenerationError(f'a call is {{"name": ..., "arguments": ...}}: {item!r}')
-            raw.append((item["name"], item.get("arguments", {})))
+        raw = [_named_call(item, "arguments") for item in data]
         return self._finish(None, raw, id_prefix, drop_repeats)
 
 
@@ -473,6 +464,13 @@ def detect_tool_format(tokenizer: Any, vocab: Vocabulary | None = None) -> str:
     if "<|start_header_id|>" in template and "parameters" in template:
         return "llama3_json"
     return "json"
+
+
+def _named_call(data: Any, args_key: str) -> tuple[str, Any]:
+    """(name, arguments) of a call object `{"name": N, args_key: A}`."""
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        raise GenerationError(f'a call is {{"name": ..., "{args_key}": ...}}: {data!r}')
+    return data["name"], data.get(args_key, {})
 
 
 def _dumps(value: Any) -> str:
