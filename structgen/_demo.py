@@ -182,3 +182,41 @@ def _structured_demo(lm: Any) -> None:
     print(f"  answer: {run.answer}")
     for turn in run.turns:
         print(f"          turn {turn.step} ({turn.tool_choice}): {_metrics(turn.metrics)}")
+    _native_tool_demo(lm, tools[:1], question)
+
+
+def _native_tool_demo(lm: Any, tools: list[Any], question: str) -> None:
+    """The same call in a model-native format: Qwen2.5's chat template (a fixture; ChatML, as
+    SmolLM2's) renders the tools and asks for `<tool_call>` tags, and structgen detects the
+    format from it (SmolLM2's own template has no tools)."""
+    import copy
+
+    from structgen._assets import tokenizer_dir
+    from structgen.api import LM, run_tools
+    from structgen.api.tools.formats import detect_tool_format
+
+    try:
+        config = json.loads(
+            (tokenizer_dir("qwen2_5", fetch=False) / "tokenizer_config.json").read_text()
+        )
+    except (FileNotFoundError, OSError, ValueError):
+        print("\n> (the Qwen2.5 template fixture is not fetched: `structgen fetch` adds it)")
+        return
+    tokenizer = copy.deepcopy(lm.tokenizer)
+    tokenizer.chat_template = config["chat_template"]
+    native = LM(lm.model, tokenizer, compiler=lm.compiler)
+    name = detect_tool_format(tokenizer, lm.compiler.vocab)
+    print(f"\n> The same call in a native format ({name}, Qwen2.5's template): {question}")
+    run = run_tools(
+        native,
+        question,
+        tools,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_steps=2,
+        max_new_tokens=80,
+    )
+    print("  turn 1: " + run.turns[0].text.replace("\n", "\\n"))
+    for call in run.calls:
+        print(f"  call  {call.name}({json.dumps(call.arguments)}) -> {call.result}")
+    print(f"  answer: {run.answer[:120]}")

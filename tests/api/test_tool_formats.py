@@ -252,6 +252,27 @@ class TestRandomWalks:
                 if vocab.token_bytes(t) and t not in grammar.token_ids:
                     assert b"<tool_call>" not in vocab.token_bytes(t)
 
+    @pytest.mark.parametrize(
+        ("fmt", "tokenizer"),
+        [
+            ("hermes", "qwen2_5"),
+            ("deepseek_v3", "deepseek_v3"),
+            ("harmony", "gptoss"),
+            ("llama3_json", "llama3_1"),
+            ("mistral", "mistral"),
+        ],
+    )
+    def test_every_tool_choice_and_a_single_call(self, fmt: str, tokenizer: str) -> None:
+        vocab = load_vocab(tokenizer)
+        named = walk(compiled(fmt, tokenizer, "get_time"), vocab, 5)
+        turn = FORMATS[fmt].parse(render_tokens(vocab, named))
+        assert turn.calls and {c.name for c in turn.calls} == {"get_time"}
+        single = walk(compiled(fmt, tokenizer, "required", max_calls=1), vocab, 6)
+        assert len(FORMATS[fmt].parse(render_tokens(vocab, single)).calls) == 1
+        none = walk(compiled(fmt, tokenizer, "none"), vocab, 7, steps=10)
+        answer = FORMATS[fmt].parse(render_tokens(vocab, none))
+        assert answer.answer is not None and not answer.calls
+
     def test_free_text_never_holds_an_opening_tag(self) -> None:
         vocab = load_vocab("qwen2_5")
         grammar = compiled("hermes", "qwen2_5", "none")
@@ -335,3 +356,14 @@ class TestRender:
         again = tool_prompt(load_tokenizer("qwen2_5"), history, TOOLS, tool_format="hermes")
         assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon"}}' in again
         assert "<tool_response>" in again and "Sunny" in again
+
+    def test_the_demos_native_round(self, capsys: pytest.CaptureFixture[str]) -> None:
+        from structgen import _demo
+        from structgen.api import LM, Tool
+
+        load_tokenizer("qwen2_5")  # (the fixture must be there: under CI=true, a failure)
+        weather = Tool.from_function(_demo._weather, name="weather")
+        _demo._native_tool_demo(LM.default(), [weather], "Weather in Paris?")
+        out = capsys.readouterr().out
+        assert "native format (hermes" in out and '<tool_call>\\n{"name": "weather"' in out
+        assert "call  weather(" in out

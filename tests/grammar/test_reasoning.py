@@ -105,6 +105,40 @@ class TestQwen3:
             text = b"".join(qwen3.token_bytes(t) for t in answer).decode()
             jsonschema.validate(json.loads(text), SCHEMA)
 
+    def test_every_budget_from_the_shortest_up_ends_in_a_valid_answer(
+        self, qwen3: Vocabulary
+    ) -> None:
+        """Walks that draw random tokens and keep only those that fit (the loop's rule)."""
+        g = think_grammar(qwen3)
+        begin, end = qwen3.token_id("<think>"), qwen3.token_id("</think>")
+        opened = Matcher(g)
+        opened.accept_token(begin)
+        rest = opened.tokens_to_finish()
+        assert rest is not None
+        shortest = 1 + rest  # the opening tag, then the shortest close and answer
+        rng = random.Random(3)
+        for budget in range(shortest, shortest + 12, 3):
+            m = Matcher(g)
+            assert m.accept_token(begin)  # think first
+            out = [begin]
+            while not m.can_terminate() or (len(out) < budget and rng.random() < 0.5):
+                left = budget - len(out)
+                assert left > 0, (budget, out)
+                choices = sorted(t for t in allowed(m) if t not in qwen3.eos_token_ids)
+                for _ in range(64):
+                    token = rng.choice(choices)
+                    if m.fits(token, left):
+                        break
+                else:
+                    plan = m.completion_tokens()
+                    assert plan
+                    token = plan[0]
+                assert m.accept_token(token)
+                out.append(token)
+            assert len(out) <= budget and end in out
+            answer = b"".join(qwen3.token_bytes(t) for t in out[out.index(end) + 1 :])
+            jsonschema.validate(json.loads(answer.decode()), SCHEMA)
+
     def test_an_opened_block_starts_inside(self, qwen3: Vocabulary) -> None:
         m = Matcher(think_grammar(qwen3, opened=True))
         early = m.copy()  # already thinking: an answer now is more thinking
