@@ -69,9 +69,7 @@ def register() -> None:
         )
 
 
-def _create_backend(
-    server_args: Any, tokenizer: Any, vocab_size: int, eos_token_ids: Any
-) -> StructgenGrammarBackend:
+def _create_backend(server_args: Any, tokenizer: Any, vocab_size: int, eos_token_ids: Any) -> Any:
     from sglang.srt.runtime_context import get_serving
 
     serving = get_serving()
@@ -82,12 +80,32 @@ def _create_backend(
             "structgen ignores --constrained-json-whitespace-pattern: its JSON is written in "
             "json.dumps' layout (--constrained-json-disable-any-whitespace makes it compact)"
         )
-    return StructgenGrammarBackend(
+    backend: Any = StructgenGrammarBackend(
         tokenizer,
         vocab_size=vocab_size,
         eos_token_ids=eos_token_ids,
         compact_json=compact,
         max_whitespace=max_ws,
+    )
+    return _with_reasoning(backend, serving, tokenizer)
+
+
+def _with_reasoning(backend: Any, serving: Any, tokenizer: Any) -> Any:
+    """With `--reasoning-parser`, the backend inside SGLang's `ReasonerGrammarBackend`, as
+    SGLang wraps its built-in backends (a registered backend is returned before that step): the
+    think block stays free and the grammar starts after it, as the parser reads it."""
+    parser_name = getattr(serving, "reasoning_parser", None)
+    if not parser_name:
+        return backend
+    from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarBackend
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+    parser = ReasoningParser(model_type=parser_name, stream_reasoning=False, tokenizer=tokenizer)
+    return ReasonerGrammarBackend(
+        backend,
+        parser,
+        tokenizer,
+        enable_strict_thinking=bool(getattr(serving, "enable_strict_thinking", False)),
     )
 
 
@@ -182,6 +200,19 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
         if max_whitespace is not None:
             options["max_whitespace"] = int(max_whitespace)
         self.schema_options = SchemaOptions(**options)
+
+    # the mask functions at backend level, as SGLang's ReasonerGrammarBackend takes them
+    @staticmethod
+    def allocate_vocab_mask(vocab_size: int, batch_size: int, device: Any) -> torch.Tensor:
+        return torch.full((batch_size, (vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+    @staticmethod
+    def move_vocab_mask(vocab_mask: torch.Tensor, device: Any) -> torch.Tensor:
+        return vocab_mask.to(device, non_blocking=True)
+
+    @staticmethod
+    def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
+        apply_bitmask(logits, vocab_mask)
 
     def _grammar(self, build: Any, kind: str) -> Any:
         try:

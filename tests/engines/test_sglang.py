@@ -262,3 +262,41 @@ def test_jump_forward_offers_the_forced_tokens(backend: Any, tokenizer: Any) -> 
     assert tokenizer.decode(helper[0]).startswith("Answer")
     for token in helper[0]:
         grammar.accept_token(token)
+
+
+# ----------------------------------------------------------------------------- reasoning
+
+
+def test_with_a_reasoning_parser_the_think_block_stays_free_as_for_sglangs_backends() -> None:
+    """SGLang returns a registered backend before wrapping it for reasoning; structgen's
+    wraps itself in SGLang's `ReasonerGrammarBackend`, so the grammar starts after `</think>`."""
+    from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarBackend
+
+    tok = load_tokenizer("qwen3")
+    end = tok.convert_tokens_to_ids("</think>")
+    with get_context().override_server_args(
+        grammar_backend="structgen", reasoning_parser="qwen3"
+    ) as server_args:
+        created = create_grammar_backend(
+            server_args, tok, 151936, {tok.eos_token_id}, think_end_ids=[end]
+        )
+        assert isinstance(created, ReasonerGrammarBackend)
+        assert isinstance(created.grammar_backend, plugin.StructgenGrammarBackend)
+        schema = '{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}'
+        value, hit = created.get_cached_or_future_value(("json", schema), True)
+        grammar = value if hit else value.result(timeout=60)
+    own = Matcher(Compiler(created.grammar_backend.vocab).json_schema(schema))
+    mask = grammar.allocate_vocab_mask(151936, 1, "cpu")
+    think = tok.encode("<think>\nfirst, { not json\n</think>", add_special_tokens=False)
+    assert think[-1] == end
+    for token in think:
+        grammar.fill_vocab_mask(mask, 0)
+        bits = np.unpackbits(mask[0].numpy().view(np.uint8), bitorder="little")
+        assert bits[token]  # (the block is free)
+        grammar.accept_token(token)
+    for token in [*tok.encode('{"n": 42}', add_special_tokens=False), tok.eos_token_id]:
+        grammar.fill_vocab_mask(mask, 0)
+        np.testing.assert_array_equal(mask[0].numpy(), _own_row(own, mask.shape[1]))
+        grammar.accept_token(token)
+        assert own.accept_token(token)
+    assert grammar.is_terminated()

@@ -380,3 +380,64 @@ def test_an_unverified_vllm_fails_loudly_unless_the_user_opts_in(
         StructuredOutputManager(config)
     monkeypatch.setenv(plugin.UNVERIFIED_ENV, "1")
     StructuredOutputManager(config)
+
+
+# ----------------------------------------------------------------------------- reasoning
+
+
+@pytest.fixture(scope="module")
+def reasoning_config() -> Any:
+    """The default model's config with Qwen3's tokenizer, its logits width and vLLM's `qwen3`
+    reasoning parser (the manager needs the tokenizer's think tokens, not the weights)."""
+    from structgen._assets import tokenizer_dir
+
+    try:
+        folder = tokenizer_dir("qwen3", fetch=False)
+    except FileNotFoundError:
+        from tests.conftest import missing
+
+        missing("tokenizer fixture 'qwen3'")
+    args = EngineArgs(
+        model=str(default_model_dir()),
+        tokenizer=str(folder),
+        hf_overrides={"vocab_size": 151936},  # Qwen3's logits width (no forward runs here)
+        structured_outputs_config={"backend": "structgen", "reasoning_parser": "qwen3"},
+        max_model_len=512,
+        max_num_seqs=8,
+        enforce_eager=True,
+    )
+    return args.create_engine_config()
+
+
+def test_the_reasoning_parser_keeps_the_think_block_out_of_structgens_grammar(
+    reasoning_config: Any,
+) -> None:
+    """As for vLLM's own backends: while the model thinks, rows allow everything and the
+    grammar is not advanced; from the first token after `</think>` the masks are structgen's."""
+    tokenizer = cached_tokenizer_from_config(reasoning_config.model_config)
+    manager = StructuredOutputManager(reasoning_config)
+    request = _request(reasoning_config, tokenizer, "think", {"json": SCHEMA})
+    grammar = _ready(manager, request)
+    size = max(reasoning_config.model_config.get_vocab_size(), len(tokenizer))
+    own = Matcher(Compiler(Vocabulary.from_hf(tokenizer, size)).json_schema(SCHEMA))
+    think = tokenizer.encode(
+        "<think>\nsix times seven { not json\n</think>", add_special_tokens=False
+    )
+    assert tokenizer.convert_tokens_to_ids("</think>") == think[-1]
+    answer = tokenizer.encode(json.dumps({"name": "Ada", "age": 42}), add_special_tokens=False)
+    for token in think:
+        bitmask = manager.grammar_bitmask({"think": request}, ["think"], {})
+        if bitmask is not None:  # everything, less the few implicit reasoning ends vLLM masks
+            bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")
+            assert bits[token] and (bits[: len(tokenizer)] == 0).sum() < 16
+        request.append_output_token_ids(token)
+        assert manager.accept_tokens(request, [token])
+    assert len(grammar.matcher._history) == 1  # nothing of the block reached the grammar
+    for token in [*answer, tokenizer.eos_token_id]:
+        bitmask = manager.grammar_bitmask({"think": request}, ["think"], {})
+        assert bitmask is not None
+        np.testing.assert_array_equal(bitmask[0], _row(own, bitmask.shape[1]))
+        request.append_output_token_ids(token)
+        assert manager.accept_tokens(request, [token])
+        assert own.accept_token(token)
+    assert grammar.is_terminated()
