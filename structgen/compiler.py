@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen import automata
-from structgen._args import describe, expect_bool, expect_str
+from structgen._args import describe, expect_bool, expect_int, expect_str
 from structgen._budget import compile_budget
 from structgen.automata import AutomataLimits
 from structgen.engines import Engine, GrammarEngine, RegexEngine
@@ -489,12 +489,14 @@ class Compiler:
         end: str = "</think>",
         separator: str = "\n\n",
         opened: bool = False,
+        max_think_tokens: int | None = None,
     ) -> CompiledGrammar:
         """`grammar` after a free think block (`begin` text `end`, then an optional
         `separator`): reasoning models think unconstrained, then answer under the constraint.
         Tags are matched as tokens where the vocabulary has them (Qwen3's `<think>`), as text
         otherwise; `opened`: the prompt already ends with `begin`. The block may be left out
-        (the answer straight away). See docs/design/reasoning.md."""
+        (the answer straight away). `max_think_tokens`: at most that many tokens in the block,
+        then only its closing tag. See docs/design/reasoning.md."""
         from structgen.engines.reasoning import ReasoningEngine
 
         if not isinstance(grammar, CompiledGrammar) or grammar.vocab != self.vocab:
@@ -508,7 +510,9 @@ class Compiler:
             token = self.vocab.token_id(text)
             return token if token is not None and token not in self.vocab.eos_token_ids else text
 
-        key = ("reasoning", grammar.fingerprint, begin, end, separator, opened)
+        if max_think_tokens is not None:
+            expect_int(max_think_tokens, "max_think_tokens", minimum=0)
+        key = ("reasoning", grammar.fingerprint, begin, end, separator, opened, max_think_tokens)
         try:
             engine = ReasoningEngine(
                 grammar._engine,
@@ -517,6 +521,7 @@ class Compiler:
                 end=tag(end),
                 opened=opened,
                 separator=separator,
+                max_think_tokens=max_think_tokens,
                 inner_tokens=grammar.token_ids,
             )
         except ValueError as exc:
@@ -529,7 +534,13 @@ class Compiler:
             recipe=(
                 "reasoning",
                 (grammar,),
-                {"begin": begin, "end": end, "separator": separator, "opened": opened},
+                {
+                    "begin": begin,
+                    "end": end,
+                    "separator": separator,
+                    "opened": opened,
+                    "max_think_tokens": max_think_tokens,
+                },
             ),
         )
 

@@ -139,6 +139,7 @@ class LM:
         system: str | None = None,
         params: SamplingParams | None = None,
         reasoning: bool = False,
+        max_think_tokens: int | None = None,
         **options: Any,
     ) -> GenerationResult:
         """Generate once under `grammar` (None: free text); a grammar cut short raises.
@@ -148,12 +149,12 @@ class LM:
         `reasoning`: the model thinks freely in a `<think>…</think>` block first
         (`Compiler.reasoning`; the block opens by itself when the vocabulary has no `<think>`
         token), and budget-aware closing ends it in time for the answer; `text` is then the
-        answer and `GenerationResult.reasoning` the block. `regex`, `choice`, `grammar` and
-        `json` take it too.
+        answer and `GenerationResult.reasoning` the block; `max_think_tokens` bounds the block.
+        `regex`, `choice`, `grammar` and `json` take both too.
         """
         expect_bool(reasoning, "reasoning")
         if reasoning and grammar is not None:
-            grammar = self.reasoning_grammar(grammar)
+            grammar = self.reasoning_grammar(grammar, max_think_tokens=max_think_tokens)
         sampling = self.params(params, **options)
         model_input, chat = self.model_input(prompt, system=system)
         result = self.generator.generate(model_input, sampling, grammar=grammar, chat=chat)
@@ -168,11 +169,13 @@ class LM:
             result = self.split_reasoning(result)
         return result
 
-    def reasoning_grammar(self, grammar: CompiledGrammar) -> CompiledGrammar:
+    def reasoning_grammar(
+        self, grammar: CompiledGrammar, *, max_think_tokens: int | None = None
+    ) -> CompiledGrammar:
         """`grammar` after a free `<think>` block (`Compiler.reasoning`), open from the start
         when the vocabulary has no `<think>` token."""
         opened = self.compiler.vocab.token_id("<think>") is None
-        return self.compiler.reasoning(grammar, opened=opened)
+        return self.compiler.reasoning(grammar, opened=opened, max_think_tokens=max_think_tokens)
 
     @staticmethod
     def split_reasoning(result: GenerationResult) -> GenerationResult:

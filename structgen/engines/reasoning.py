@@ -6,10 +6,12 @@ vocabulary has them as tokens (Qwen3's `<think>` is id 151667: the think block e
 the model emits that token, as vLLM's and SGLang's reasoning parsers read it), text otherwise.
 With `opened`, the prompt already holds the opening tag (DeepSeek-R1's template appends it).
 
-States: `("s",)` before the opening tag, `("t", k)` thinking with `k` bytes of a text closing
-tag matched, `("a", inner)` answering. The think block has no constraint; budget-aware closing
-sees its shortest completion (the closing tag, then the inner grammar's shortest text), so a
-budget closes the block in time to leave room for the answer. See docs/design/reasoning.md.
+States: `("s",)` before the opening tag, `("t", k, n)` thinking (`k` bytes of a text closing
+tag matched, `n` tokens of the block so far, for `max_think_tokens`), `("e", j)` after the
+closing tag (`j` bytes of the optional separator), `("a", inner)` answering. The think block has
+no constraint; budget-aware closing sees its shortest completion (the closing tag, then the
+inner grammar's shortest text), so a budget closes the block in time to leave room for the
+answer. See docs/design/reasoning.md.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class ReasoningEngine:
         end: int | str,
         opened: bool = False,
         separator: str = "",
+        max_think_tokens: int | None = None,
         inner_tokens: frozenset[int] = frozenset(),
     ) -> None:
         if isinstance(begin, str) and not opened:
@@ -51,15 +54,17 @@ class ReasoningEngine:
         self._end = _tag_bytes(end)
         self._end_is_token = isinstance(end, int)
         self._separator = separator.encode()
+        self._max_think = max_think_tokens
         tags = {t for t in (begin, end) if isinstance(t, int)}
         if opened and isinstance(begin, int):
             tags.discard(begin)
         self.token_ids = frozenset(tags) | inner_tokens
         self.fingerprint = (
-            f"reasoning:{self._begin!r}:{self._end!r}:{opened}:{getattr(inner, 'fingerprint', '')}"
+            f"reasoning:{self._begin!r}:{self._end!r}:{opened}:{separator!r}:{max_think_tokens}:"
+            f"{getattr(inner, 'fingerprint', '')}"
         )
         self._text_words = pack_bool_mask(~vocab.special_mask[: vocab.size])
-        self._think_masks: dict[int, npt.NDArray[np.int32]] = {}
+        self._think_masks: dict[tuple[int, bool], npt.NDArray[np.int32]] = {}
         self._gap_masks: dict[int, npt.NDArray[np.int32]] = {}
         self._opened = opened or begin is None
 
@@ -67,7 +72,7 @@ class ReasoningEngine:
 
     @property
     def initial_state(self) -> Any:
-        return ("t", 0) if self._opened else ("s",)
+        return ("t", 0, 0) if self._opened else ("s",)
 
     def _answer(self, data: bytes) -> Any:
         state = self.inner.advance(self.inner.initial_state, data) if data else None
@@ -75,14 +80,21 @@ class ReasoningEngine:
             state = self.inner.initial_state
         return None if state is None else ("a", state)
 
-    def _think(self, k: int, data: bytes) -> Any:
-        """Read `data` in the think block, `k` bytes of the closing tag matched."""
+    def _think(self, k: int, data: bytes, count: int) -> Any:
+        """Read `data` (one token, from the Matcher) in the think block: `k` bytes of the
+        closing tag matched, `count` tokens of the block so far. A token that stays in the block
+        counts unless it ends inside a text closing tag; past `max_think_tokens`, only tokens
+        that close the block (or go on with a text closing tag) are taken."""
         end = self._end
         for i, byte in enumerate(data):
             k = _step(end, k, byte)
             if k == len(end):
                 return self._gap(0, data[i + 1 :])
-        return ("t", k)
+        if data and k == 0:
+            count += 1
+            if self._max_think is not None and count > self._max_think:
+                return None
+        return ("t", k, count)
 
     def _gap(self, j: int, data: bytes) -> Any:
         """After the closing tag: `j` bytes of the optional separator ("\n\n") read."""
@@ -102,13 +114,13 @@ class ReasoningEngine:
             nxt = self.inner.advance(state[1], data)
             return None if nxt is None else ("a", nxt)
         if phase == "t":
-            return self._think(state[1], data)
+            return self._think(state[1], data, state[2])
         if phase == "e":
             return self._gap(state[1], data)
         begin = self._begin
         assert begin is not None
         if data.startswith(begin):  # (the opening tag's token)
-            return self._think(0, data[len(begin) :])
+            return self._think(0, data[len(begin) :], 0)
         return self._answer(data)  # no think block: the answer straight away
 
     def is_accepting(self, state: Any) -> bool:
@@ -124,7 +136,8 @@ class ReasoningEngine:
             return first
         if phase == "e":
             return self._gap_mask(state[1])
-        return self._think_mask(state[1])
+        full = self._max_think is not None and state[2] >= self._max_think
+        return self._think_mask(state[1], full)
 
     def _gap_mask(self, j: int) -> npt.NDArray[np.int32]:
         """The inner grammar's first tokens (when no separator byte is read yet), with the
@@ -150,24 +163,31 @@ class ReasoningEngine:
         self._gap_masks[j] = mask
         return mask
 
-    def _think_mask(self, k: int) -> npt.NDArray[np.int32]:
-        """Every text token, less those that close a text tag into an answer refused after it."""
-        hit = self._think_masks.get(k)
+    def _think_mask(self, k: int, full: bool) -> npt.NDArray[np.int32]:
+        """Every text token, less those that close a text tag into an answer refused after it;
+        once the block is `full` (max_think_tokens), only the tokens that close it or go on
+        with a text closing tag."""
+        hit = self._think_masks.get((k, full))
         if hit is not None:
             return hit
-        if self._end_is_token:
+        if self._end_is_token and not full:
             mask = self._text_words
+        elif self._end_is_token:  # full: the closing token alone (its bit: CompiledGrammar)
+            mask = np.zeros_like(self._text_words)
         else:
             vocab = self.vocab
-            refused = np.zeros(vocab.size, dtype=bool)
-            last = self._end[-1]
+            end = self._end
+            marks = {end[-1], end[0], end[k]}  # a token that can close or go on with the tag
+            verdict = np.zeros(vocab.size, dtype=bool)
             for token in range(vocab.size):
                 data = vocab.token_bytes(token)
-                if data and last in data and self._think(k, data) is None:
-                    refused[token] = True
-            mask = self._text_words & ~pack_bool_mask(refused)
+                if data and any(b in data for b in marks):
+                    verdict[token] = self._think(k, data, 0 if not full else 1 << 40) is not None
+                elif data and not full:
+                    verdict[token] = True
+            mask = pack_bool_mask(verdict)
         mask.setflags(write=False)
-        self._think_masks[k] = mask
+        self._think_masks[(k, full)] = mask
         return mask
 
     def forced_bytes(self, state: Any, limit: int = 4096) -> bytes:

@@ -212,3 +212,42 @@ class TestLM:
             max_new_tokens=60,
         )
         assert run.calls and run.calls[0].name == "get_weather" and run.answer is not None
+
+
+class TestMaxThinkTokens:
+    def test_the_block_closes_after_at_most_n_tokens(self, qwen3: Vocabulary) -> None:
+        c = Compiler(qwen3)
+        g = c.reasoning(c.json_schema(SCHEMA), max_think_tokens=3)
+        begin, end = qwen3.token_id("<think>"), qwen3.token_id("</think>")
+        m = Matcher(g)
+        assert m.accept_token(begin)
+        for word in (b"one", b" two", b" three"):
+            assert m.accept_bytes(word)  # (one token each)
+        assert allowed(m) == {end} == {t for t in range(qwen3.size) if m.is_allowed(t)}
+        assert m.accept_token(end) and m.accept_bytes(b'{"answer": 3}') and m.can_terminate()
+
+    def test_a_text_tag_may_still_be_finished_when_the_block_is_full(self) -> None:
+        vocab = load_vocab("llama3_1")
+        c = Compiler(vocab)
+        g = c.reasoning(c.json_schema(SCHEMA), opened=True, max_think_tokens=1)
+        m = Matcher(g)
+        assert m.accept_bytes(b"hm")
+        full = allowed(m)
+        assert full == {t for t in range(vocab.size) if m.is_allowed(t)}
+        assert full and all(b"<" in vocab.token_bytes(t) for t in full)  # (the tag, or nothing)
+        assert not m.copy().accept_bytes(b" more")
+        assert m.accept_bytes(b"</think>") and m.accept_bytes(b'{"answer": 1}')
+
+    def test_lm_takes_max_think_tokens(self) -> None:
+        from structgen.api import LM
+
+        lm = LM.default()
+        result = lm.run(
+            "6 times 7?",
+            lm.compiler.json_schema(SCHEMA),
+            reasoning=True,
+            max_think_tokens=4,
+            max_new_tokens=60,
+        )
+        jsonschema.validate(json.loads(result.text), SCHEMA)
+        assert result.reasoning is not None
