@@ -367,3 +367,27 @@ class TestRender:
         out = capsys.readouterr().out
         assert "native format (hermes" in out and '<tool_call>\\n{"name": "weather"' in out
         assert "call  weather(" in out
+
+
+class TestReasoning:
+    def test_harmony_thinks_on_its_analysis_channel_first(self) -> None:
+        tok = load_tokenizer("gptoss")
+        grammar = FORMATS["harmony"].grammar(
+            Compiler(load_vocab("gptoss")), TOOLS, "required", None, reasoning=True
+        )
+        call = DOCUMENTED[("harmony", "gptoss")]
+        thought = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+        assert accepts_tokens(grammar, tok, thought + call)
+        assert accepts_tokens(grammar, tok, call)  # (thinking is optional)
+        assert not accepts_tokens(grammar, tok, thought)
+        turn = FORMATS["harmony"].parse(thought + call)
+        assert [(c.name, c.arguments) for c in turn.calls] == CALLS[:1]
+
+    def test_hermes_thinks_in_a_think_block_first(self) -> None:
+        tok = load_tokenizer("qwen3")
+        grammar = FORMATS["hermes"].grammar(
+            Compiler(load_vocab("qwen3")), TOOLS, "required", None, reasoning=True
+        )
+        call = FORMATS["hermes"].render(CALLS[:1])
+        assert accepts_tokens(grammar, tok, "<think>\nweather first\n</think>\n\n" + call)
+        assert not accepts_tokens(grammar, tok, "<think>\nweather first\n</think>\n\nhello")

@@ -121,8 +121,11 @@ class ToolFormat:
         choice: str,
         max_calls: int | None,
         options: SchemaOptions | None = None,
+        *,
+        reasoning: bool = False,
     ) -> CompiledGrammar:
-        """The compiled grammar of one turn (`choice`: "auto", "required", "none" or a name)."""
+        """The compiled grammar of one turn (`choice`: "auto", "required", "none" or a name);
+        `reasoning`: a free think block first, in the family's own form (`think`)."""
         if choice not in ("auto", "required", "none"):
             tools = [t for t in tools if t.name == choice]
         calls = choice != "none" and bool(tools)
@@ -134,7 +137,19 @@ class ToolFormat:
         )
         b = GrammarBuilder(f"tf_{self.name}")
         start = self.build(b, compiler.vocab, turn, options)
+        if reasoning:
+            framed = self.think(b, compiler.vocab, start)
+            if framed is None:  # a <think> block around the whole turn
+                compiled = compiler.grammar_ir(b.grammar(start))
+                opened = compiler.vocab.token_id("<think>") is None
+                return compiler.reasoning(compiled, opened=opened)
+            start = framed
         return compiler.grammar_ir(b.grammar(start))
+
+    def think(self, b: GrammarBuilder, vocab: Vocabulary, start: str) -> str | None:
+        """`start` after the family's own think block, as a grammar symbol; None: the
+        `<think>…</think>` block of `Compiler.reasoning` (Qwen3, DeepSeek-R1)."""
+        return None
 
     # ------------------------------------------------------------------ shared pieces
 
@@ -394,6 +409,19 @@ class HarmonyFormat(ToolFormat):
     """gpt-oss: one message per turn (a call, or the final answer)."""
 
     name = "harmony"
+
+    def think(self, b: GrammarBuilder, vocab: Vocabulary, start: str) -> str | None:
+        """An optional analysis message (Harmony's reasoning) before the turn's message."""
+        analysis = b.sequence(
+            self._mark(b, vocab, "<|channel|>"),
+            b.literal("analysis"),
+            self._mark(b, vocab, "<|message|>"),
+            b.optional(b.terminal(Repeat(_ANY, 1, None), hint="THINK")),
+            self._mark(b, vocab, "<|end|>"),
+            self._mark(b, vocab, "<|start|>"),
+            b.literal("assistant"),
+        )
+        return b.alternatives([[start], [analysis, start]], "reasoning")
 
     def build(self, b: GrammarBuilder, vocab: Vocabulary, turn: _Turn, options: Any) -> str:
         start = b.rule("turn")

@@ -349,6 +349,7 @@ def tool_call_grammar(
     earlier_calls: Iterable[ToolCall | ToolCallRecord | tuple[str, Mapping[str, Any]]] = (),
     max_new_tokens: int | None = None,
     tool_format: str = "auto",
+    reasoning: bool = False,
 ) -> CompiledGrammar:
     """The compiled constraint of one turn, for your own loop or a `LogitsProcessor`.
 
@@ -358,6 +359,8 @@ def tool_call_grammar(
     `Compiler` or a template without tools). Native formats keep `tool_choice` and the call
     limit exact in the grammar; repeated calls are dropped when the turn is parsed
     (`ToolFormat.parse`), and `max_answer_chars` / `max_new_tokens` apply to the JSON turn only.
+    `reasoning`: a free think block first — the family's own (Harmony's analysis message) or
+    `<think>…</think>` (`Compiler.reasoning`).
 
     The turn schema is compiled through the compiler's cache, so each (tool set, choice) is
     compiled once. `options` defaults to `TURN_SCHEMA_OPTIONS` (compact JSON: no whitespace
@@ -381,6 +384,7 @@ def tool_call_grammar(
             _choice_name(tool_choice, tool_list),
             _max_calls(parallel_tool_calls, max_calls_per_turn),
             options,
+            reasoning=reasoning,
         )
     schema = turn_schema(
         tools,
@@ -390,6 +394,22 @@ def tool_call_grammar(
         max_calls_per_turn=max_calls_per_turn,
     )
     compiled = compiler.json_schema(schema, options=options or TURN_SCHEMA_OPTIONS)
+    if reasoning:  # the turn (and its guard) after a <think> block
+        opened = compiler.vocab.token_id("<think>") is None
+        inner = tool_call_grammar(
+            compiler,
+            tools,
+            tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            max_answer_chars=max_answer_chars,
+            options=options,
+            max_calls_per_turn=max_calls_per_turn,
+            allow_repeated_calls=allow_repeated_calls,
+            earlier_calls=earlier_calls,
+            max_new_tokens=max_new_tokens,
+            tool_format="json",
+        )
+        return compiler.reasoning(inner, opened=opened)
     tool_list = as_tools(tools)
     seen: frozenset[Any] | None = None
     if not allow_repeated_calls and tool_list and _choice_name(tool_choice, tool_list) != "none":

@@ -267,9 +267,8 @@ def run_tools(
             allow_repeated_calls=allow_repeated_calls,
             earlier_calls=records,
             tool_format=chosen_format,
+            reasoning=reasoning,
         )  # (no max_new_tokens: the loop's budget-aware closing ends the turn in time)
-        if reasoning:
-            grammar = lm.reasoning_grammar(grammar)
         text = tool_prompt(
             lm,
             conversation,
