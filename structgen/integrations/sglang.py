@@ -136,7 +136,7 @@ class StructgenGrammar(BaseGrammarObject):  # type: ignore[misc]
 
     def allocate_vocab_mask(self, vocab_size: int, batch_size: int, device: Any) -> torch.Tensor:
         """An all-allowed packed int32 mask (rows nobody fills stay unconstrained)."""
-        return torch.full((batch_size, (vocab_size + 31) // 32), -1, dtype=torch.int32)
+        return StructgenGrammarBackend.allocate_vocab_mask(vocab_size, batch_size, device)
 
     def fill_vocab_mask(self, vocab_mask: torch.Tensor, idx: int) -> None:
         self.matcher.fill_bitmask(vocab_mask, idx)
@@ -201,18 +201,13 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
             options["max_whitespace"] = int(max_whitespace)
         self.schema_options = SchemaOptions(**options)
 
-    # the mask functions at backend level, as SGLang's ReasonerGrammarBackend takes them
+    # the mask functions at backend level too, as SGLang's ReasonerGrammarBackend takes them
     @staticmethod
     def allocate_vocab_mask(vocab_size: int, batch_size: int, device: Any) -> torch.Tensor:
         return torch.full((batch_size, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
-    @staticmethod
-    def move_vocab_mask(vocab_mask: torch.Tensor, device: Any) -> torch.Tensor:
-        return vocab_mask.to(device, non_blocking=True)
-
-    @staticmethod
-    def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
-        apply_bitmask(logits, vocab_mask)
+    move_vocab_mask = staticmethod(StructgenGrammar.move_vocab_mask)
+    apply_vocab_mask = staticmethod(StructgenGrammar.apply_vocab_mask)
 
     def _grammar(self, build: Any, kind: str) -> Any:
         try:

@@ -47,6 +47,13 @@ TIME = Tool(
 )
 TOOLS = [WEATHER, TIME]
 CALLS = [("get_weather", {"city": "Lyon"}), ("get_time", {"tz": "CET"})]
+FAMILIES = [  # (format, a tokenizer of its family)
+    ("hermes", "qwen2_5"),
+    ("deepseek_v3", "deepseek_v3"),
+    ("harmony", "gptoss"),
+    ("llama3_json", "llama3_1"),
+    ("mistral", "mistral"),
+]
 
 
 def openai_calls(calls: list[tuple[str, dict[str, Any]]], *, as_text: bool) -> list[Any]:
@@ -227,16 +234,7 @@ def walk(grammar: Any, vocab: Vocabulary, seed: int, steps: int = 30) -> list[in
 
 
 class TestRandomWalks:
-    @pytest.mark.parametrize(
-        ("fmt", "tokenizer"),
-        [
-            ("hermes", "qwen2_5"),
-            ("deepseek_v3", "deepseek_v3"),
-            ("harmony", "gptoss"),
-            ("llama3_json", "llama3_1"),
-            ("mistral", "mistral"),
-        ],
-    )
+    @pytest.mark.parametrize(("fmt", "tokenizer"), FAMILIES)
     def test_walks_parse_into_valid_calls_of_known_tools(self, fmt: str, tokenizer: str) -> None:
         vocab = load_vocab(tokenizer)
         grammar = compiled(fmt, tokenizer, "required")
@@ -252,16 +250,7 @@ class TestRandomWalks:
                 if vocab.token_bytes(t) and t not in grammar.token_ids:
                     assert b"<tool_call>" not in vocab.token_bytes(t)
 
-    @pytest.mark.parametrize(
-        ("fmt", "tokenizer"),
-        [
-            ("hermes", "qwen2_5"),
-            ("deepseek_v3", "deepseek_v3"),
-            ("harmony", "gptoss"),
-            ("llama3_json", "llama3_1"),
-            ("mistral", "mistral"),
-        ],
-    )
+    @pytest.mark.parametrize(("fmt", "tokenizer"), FAMILIES)
     def test_every_tool_choice_and_a_single_call(self, fmt: str, tokenizer: str) -> None:
         vocab = load_vocab(tokenizer)
         named = walk(compiled(fmt, tokenizer, "get_time"), vocab, 5)
@@ -322,16 +311,7 @@ class TestRunTools:
 
 
 class TestRender:
-    @pytest.mark.parametrize(
-        ("fmt", "tokenizer"),
-        [
-            ("hermes", "qwen2_5"),
-            ("llama3_json", "llama3_1"),
-            ("mistral", "mistral"),
-            ("deepseek_v3", "deepseek_v3"),
-            ("harmony", "gptoss"),
-        ],
-    )
+    @pytest.mark.parametrize(("fmt", "tokenizer"), FAMILIES)
     def test_rendered_calls_are_accepted_and_parse_back(self, fmt: str, tokenizer: str) -> None:
         calls = CALLS[:1] if fmt == "harmony" else CALLS
         text = FORMATS[fmt].render(calls)
