@@ -54,3 +54,25 @@ def test_json_schema() -> None:
         pytest.skip(f"Compiler.json_schema does not compile the test schema yet: {exc}")
     for text in run(grammar, "Describe a person as JSON with name and age."):
         jsonschema.validate(json.loads(text), PERSON)
+
+
+def test_a_reasoning_grammar_thinks_then_answers_within_the_budget() -> None:
+    """`Compiler.reasoning` in `model.generate`: a free block (open from the start: SmolLM2 has
+    no <think> token), closed in time by budget-aware closing, then valid JSON."""
+    gen = generator()
+    compiler = Compiler(gen.vocab)
+    grammar = compiler.reasoning(compiler.json_schema(PERSON), opened=True)
+    prompt = torch.tensor([chat_ids("Describe a person as JSON with name and age.", None)])
+    with torch.no_grad():
+        out = gen.model.generate(
+            prompt,
+            logits_processor=[LogitsProcessor(grammar, max_new_tokens=40)],  # type: ignore[list-item]
+            max_new_tokens=40,
+            do_sample=False,
+            pad_token_id=gen.tokenizer.pad_token_id,
+        )
+    ids = [t for t in out[0, prompt.shape[1] :].tolist() if t not in gen.eos_token_ids]
+    text = gen.vocab.decode(ids).decode()
+    _, sep, answer = text.partition("</think>")
+    assert sep, text
+    jsonschema.validate(json.loads(answer.removeprefix("\n\n")), PERSON)
