@@ -488,15 +488,16 @@ class Compiler:
         begin: str = "<think>",
         end: str = "</think>",
         separator: str = "\n\n",
-        opened: bool = False,
+        opened: bool | None = None,
         max_think_tokens: int | None = None,
     ) -> CompiledGrammar:
         """`grammar` after a free think block (`begin` text `end`, then an optional
         `separator`): reasoning models think unconstrained, then answer under the constraint.
         Tags are matched as tokens where the vocabulary has them (Qwen3's `<think>`), as text
-        otherwise; `opened`: the prompt already ends with `begin`. The block may be left out
-        (the answer straight away). `max_think_tokens`: at most that many tokens in the block,
-        then only its closing tag. See docs/design/reasoning.md."""
+        otherwise; `opened`: the prompt already ends with `begin` (None: when the vocabulary
+        has no token for it, since a text opening tag is not matched). The block may be left
+        out (the answer straight away). `max_think_tokens`: at most that many tokens in the
+        block, then only its closing tag. See docs/design/reasoning.md."""
         from structgen.engines.reasoning import ReasoningEngine
 
         if not isinstance(grammar, CompiledGrammar) or grammar.vocab != self.vocab:
@@ -505,30 +506,31 @@ class Compiler:
             expect_str(value, name)
         if not end:
             raise ArgumentError("the closing tag `end` must not be empty")
-
-        def tag(text: str) -> int | str:
-            token = self.vocab.token_id(text)
-            return token if token is not None and token not in self.vocab.eos_token_ids else text
-
         if max_think_tokens is not None:
             expect_int(max_think_tokens, "max_think_tokens", minimum=0)
+        from structgen.grammar.tokens import tag_token
+
+        begin_token, end_token = tag_token(self.vocab, begin), tag_token(self.vocab, end)
+        if opened is None:
+            opened = begin_token is None
+        elif begin and begin_token is None and not opened:
+            raise ArgumentError(
+                "a text opening tag is only supported when the prompt already ends with it "
+                f"(opened=True); this vocabulary has no token {begin!r}"
+            )
         key = ("reasoning", grammar.fingerprint, begin, end, separator, opened, max_think_tokens)
-        try:
-            engine = ReasoningEngine(
+        return self._cached(
+            key,
+            lambda: ReasoningEngine(
                 grammar._engine,
                 self.vocab,
-                begin=tag(begin) if begin else None,
-                end=tag(end),
-                opened=opened,
+                begin=(begin if begin_token is None else begin_token) if begin else None,
+                end=end if end_token is None else end_token,
+                opened=bool(opened),
                 separator=separator,
                 max_think_tokens=max_think_tokens,
                 inner_tokens=grammar.token_ids,
-            )
-        except ValueError as exc:
-            raise ArgumentError(str(exc)) from None
-        return self._cached(
-            key,
-            lambda: engine,
+            ),
             kind=grammar.kind,
             source=grammar.source,
             recipe=(

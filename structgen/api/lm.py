@@ -32,6 +32,15 @@ Prompt = str | Sequence[Message]
 DEFAULT_MAX_NEW_TOKENS = 512
 
 
+def split_think(text: str) -> tuple[str, str]:
+    """(the think block, the answer) of an output that may start with `<think>…</think>`
+    (and Qwen3's blank line after it); ("", text) without a block."""
+    thought, sep, answer = text.partition("</think>")
+    if not sep:
+        return "", text
+    return thought.removeprefix("<think>").strip("\n"), answer.removeprefix("\n\n")
+
+
 class LM:
     """A `transformers` causal LM and its tokenizer, ready for constrained generation.
 
@@ -174,17 +183,13 @@ class LM:
     ) -> CompiledGrammar:
         """`grammar` after a free `<think>` block (`Compiler.reasoning`), open from the start
         when the vocabulary has no `<think>` token."""
-        opened = self.compiler.vocab.token_id("<think>") is None
-        return self.compiler.reasoning(grammar, opened=opened, max_think_tokens=max_think_tokens)
+        return self.compiler.reasoning(grammar, max_think_tokens=max_think_tokens)
 
     @staticmethod
     def split_reasoning(result: GenerationResult) -> GenerationResult:
         """`result` with `text` the answer and `reasoning` the think block before it."""
-        thought, sep, answer = result.text.partition("</think>")
-        if not sep:  # answered without a think block
-            return replace(result, reasoning="")
-        thought = thought.removeprefix("<think>").strip("\n")
-        return replace(result, text=answer.removeprefix("\n\n"), reasoning=thought)
+        thought, answer = split_think(result.text)
+        return replace(result, text=answer, reasoning=thought)
 
     def model_input(
         self, prompt: Prompt, *, system: str | None = None

@@ -20,6 +20,7 @@ from structgen.automata.regex_syntax import (
     Repeat,
     String,
 )
+from structgen.automata.utf8 import TOKEN_BASE
 
 __all__ = ["regex_text"]
 
@@ -44,7 +45,7 @@ def regex_text(node: Node, *, limit: int = 400) -> str:
 
 def _char(cp: int, special: set[str]) -> str:
     if cp > iv.MAX_CODE_POINT:  # a token terminal (grammar/tokens.py): written as its id
-        return f"<[{cp - 0x140000}]>"
+        return f"<[{cp - TOKEN_BASE}]>"
     ch = chr(cp)
     if ch in special:
         return "\\" + ch

@@ -22,6 +22,10 @@ _MAX_BY_LENGTH = (0x7F, 0x7FF, 0xFFFF)
 
 Utf8Sequence = tuple[tuple[int, int], ...]
 
+#: code point of token id 0 in a token terminal (`grammar/tokens.py`): above U+10FFFF, written
+#: in the 4-byte pattern of `encode_utf8`
+TOKEN_BASE = 0x140000
+
 
 def encode_utf8(cp: int) -> bytes:
     """The UTF-8 encoding of a (non-surrogate) code point; above U+10FFFF (up to U+1FFFFF) the

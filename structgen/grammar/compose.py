@@ -18,16 +18,24 @@ from structgen.errors import GrammarError
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 from structgen.grammar.tokens import token_terminal
 
-__all__ = ["NON_EMPTY", "GrammarBuilder", "any_text", "text_ending_at", "text_without"]
+__all__ = [
+    "ANY_CHAR",
+    "NON_EMPTY",
+    "GrammarBuilder",
+    "any_text",
+    "text_ending_at",
+    "text_without",
+]
 
-_ANY_CHAR: Node = CharClass(((0, iv.MAX_CODE_POINT),))
+#: any one character (code point)
+ANY_CHAR: Node = CharClass(((0, iv.MAX_CODE_POINT),))
 #: intersect a terminal with this to leave out the empty text (terminals must not match it)
-NON_EMPTY: Node = Repeat(_ANY_CHAR, 1, None)
+NON_EMPTY: Node = Repeat(ANY_CHAR, 1, None)
 
 
 def any_text() -> Node:
     """Any text (code points of valid UTF-8, newlines included), possibly empty."""
-    return Repeat(_ANY_CHAR, 0, None)
+    return Repeat(ANY_CHAR, 0, None)
 
 
 def _containing(strings: Sequence[str], *, at_end: bool = False) -> Node:
@@ -36,7 +44,7 @@ def _containing(strings: Sequence[str], *, at_end: bool = False) -> Node:
 
     options = [literal_node(s) for s in strings]
     middle = options[0] if len(options) == 1 else Alternation(tuple(options))
-    tail = Repeat(_ANY_CHAR, 1 if at_end else 0, None)
+    tail = Repeat(ANY_CHAR, 1 if at_end else 0, None)
     return Concat((any_text(), middle, tail))
 
 
@@ -47,16 +55,21 @@ def text_without(strings: Sequence[str]) -> Node:
     return complement(_containing(strings))
 
 
-def text_ending_at(trigger: str, triggers: Sequence[str]) -> tuple[Node, tuple[Node, ...]]:
+def text_ending_at(
+    trigger: str, triggers: Sequence[str], *, avoid: Sequence[str] = ()
+) -> tuple[Node, tuple[Node, ...]]:
     """(pattern, intersect) of the texts that end with `trigger` and hold no string of
     `triggers` before that end: free text up to and including the first trigger, as one lexeme
     (a greedy lexer cannot end free text where a trigger begins; this lexeme ends right after
-    it, where nothing can extend it)."""
+    it, where nothing can extend it). The text before the trigger holds no string of `avoid`."""
     if not trigger:
         raise GrammarError("a trigger must be non-empty")
-    ends = Concat((any_text(), literal_node(trigger)))
+    end = literal_node(trigger)
+    ends = Concat((any_text(), end))
     no_earlier = complement(_containing(list(dict.fromkeys([*triggers, trigger])), at_end=True))
-    return ends, (no_earlier,)
+    if not avoid:
+        return ends, (no_earlier,)
+    return ends, (no_earlier, Concat((text_without(avoid), end)))
 
 
 class GrammarBuilder:

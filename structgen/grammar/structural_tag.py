@@ -26,11 +26,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from structgen.automata import CharClass, Concat, Node, Repeat, literal_node, parse_regex
-from structgen.automata import intervals as iv
+from structgen.automata import Concat, Node, Repeat, literal_node, parse_regex
 from structgen.automata.dialects import dialects_of
 from structgen.errors import GrammarError, SchemaError, StructgenError
 from structgen.grammar.compose import (
+    ANY_CHAR,
     NON_EMPTY,
     GrammarBuilder,
     any_text,
@@ -41,9 +41,6 @@ from structgen.grammar.ir import Grammar
 from structgen.vocab import Vocabulary
 
 __all__ = ["StructuralTagError", "structural_tag_to_ir"]
-
-
-_ANY_CHAR: Node = CharClass(((0, iv.MAX_CODE_POINT),))
 
 
 class StructuralTagError(GrammarError):
@@ -250,17 +247,13 @@ class _Builder:
         if fmt.get("max_tokens") is not None:
             raise StructuralTagError(f"{where}/max_tokens: not supported (use max_chars)")
         max_chars = fmt.get("max_chars")
-        limit = None if max_chars is None else Repeat(_ANY_CHAR, 0, _count(max_chars, where))
+        limit = None if max_chars is None else Repeat(ANY_CHAR, 0, _count(max_chars, where))
         if isinstance(follow, str):
             # the text up to and including the first `follow`, as one lexeme
-            ends, more = text_ending_at(follow, [follow])
-            end = literal_node(follow)
-            extra = list(more)
-            if excludes:  # (the text before the end holds none of them)
-                extra.append(Concat((text_without(excludes), end)))
+            ends, more = text_ending_at(follow, [follow], avoid=excludes)
             if limit is not None:
-                extra.append(Concat((limit, end)))
-            return self.b.terminal(ends, tuple(extra), hint="UNTIL")
+                more = (*more, Concat((limit, literal_node(follow))))
+            return self.b.terminal(ends, more, hint="UNTIL")
         body = text_without(excludes) if excludes else any_text()
         symbol = self._text_terminal(body, () if limit is None else (limit,))
         if follow is not None:  # a token end: text never reaches into a token's marker

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from structgen._lru import LRU
 from structgen.automata import CharClass, Node
-from structgen.automata.utf8 import encode_utf8
+from structgen.automata.utf8 import TOKEN_BASE, encode_utf8
 from structgen.grammar.ir import Grammar, TerminalDef
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ __all__ = [
     "NON_TEXT_BYTE",
     "TOKEN_BASE",
     "grammar_tokens",
+    "tag_token",
     "text_clashes",
     "token_id_at",
     "token_marker",
@@ -36,8 +37,7 @@ __all__ = [
     "token_terminal",
 ]
 
-#: code point of token id 0; ids up to `MAX_TOKEN_ID` fit below U+1FFFFF (4-byte UTF-8 form)
-TOKEN_BASE = 0x140000
+#: ids up to this fit below U+1FFFFF (the 4-byte UTF-8 form) from `TOKEN_BASE`
 MAX_TOKEN_ID = 0x1FFFFF - TOKEN_BASE
 #: the lowest byte valid UTF-8 never holds; markers start with one (F5, F6 or F7)
 NON_TEXT_BYTE = 0xF5
@@ -71,6 +71,13 @@ def token_id_at(data: bytes, pos: int) -> int | None:
         return None
     cp = (b0 & 0x07) << 18 | (b1 & 0x3F) << 12 | (b2 & 0x3F) << 6 | (b3 & 0x3F)
     return cp - TOKEN_BASE if cp >= TOKEN_BASE else None
+
+
+def tag_token(vocab: Vocabulary, text: str) -> int | None:
+    """The id of the special or added token spelled `text`, when a grammar may use it as a
+    token terminal (None: the vocabulary has none, or it is an EOS token: write the text)."""
+    token = vocab.token_id(text)
+    return None if token is None or token in vocab.eos_token_ids else token
 
 
 def token_terminal(token_id: int) -> TerminalDef:

@@ -32,10 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from structgen.api.tools.spec import Tool
 from structgen.api.tools.turn import ToolCall, ToolTurn, _call_key
-from structgen.automata import CharClass, Concat, Node, Repeat, literal_node
+from structgen.automata import CharClass, Concat, literal_node
 from structgen.automata import intervals as iv
 from structgen.errors import GenerationError, StructgenError
-from structgen.grammar.compose import NON_EMPTY, GrammarBuilder, text_ending_at, text_without
+from structgen.grammar.compose import (
+    NON_EMPTY,
+    GrammarBuilder,
+    any_text,
+    text_ending_at,
+    text_without,
+)
+from structgen.grammar.tokens import tag_token
 from structgen.vocab import Vocabulary
 
 if TYPE_CHECKING:
@@ -50,8 +57,6 @@ __all__ = [
     "resolve_tool_format",
     "tool_format",
 ]
-
-_ANY: Node = CharClass(((0, iv.MAX_CODE_POINT),))
 
 
 def render_tokens(vocab: Vocabulary, token_ids: Sequence[int]) -> str:
@@ -84,17 +89,13 @@ class ToolFormat:
 
     name = "base"
 
-    #: the tags this format writes, by role (strings; special tokens where the vocabulary has them)
     def _mark(self, b: GrammarBuilder, vocab: Vocabulary, text: str) -> str:
         """A tag: its token when the vocabulary has one of that text, else the literal."""
-        token = vocab.token_id(text)
-        if token is not None and token not in vocab.eos_token_ids:
-            return b.token(token)
-        return b.literal(text)
+        token = tag_token(vocab, text)
+        return b.literal(text) if token is None else b.token(token)
 
     def _is_token(self, vocab: Vocabulary, text: str) -> bool:
-        token = vocab.token_id(text)
-        return token is not None and token not in vocab.eos_token_ids
+        return tag_token(vocab, text) is not None
 
     def build(self, b: GrammarBuilder, vocab: Vocabulary, turn: _Turn, options: Any) -> str:
         raise NotImplementedError
@@ -140,9 +141,7 @@ class ToolFormat:
         if reasoning:
             framed = self.think(b, compiler.vocab, start)
             if framed is None:  # a <think> block around the whole turn
-                compiled = compiler.grammar_ir(b.grammar(start))
-                opened = compiler.vocab.token_id("<think>") is None
-                return compiler.reasoning(compiled, opened=opened)
+                return compiler.reasoning(compiler.grammar_ir(b.grammar(start)))
             start = framed
         return compiler.grammar_ir(b.grammar(start))
 
@@ -209,14 +208,6 @@ class ToolFormat:
         return ToolTurn(calls=tuple(calls), repeated=tuple(repeated))
 
 
-def _text_with_end(end: str, avoid: Sequence[str]) -> tuple[Node, tuple[Node, ...]]:
-    """Text ending with `end` that holds no string of `avoid` (nor `end` before its end)."""
-    ends, more = text_ending_at(end, [end])
-    if avoid:
-        more = (*more, Concat((text_without(avoid), literal_node(end))))
-    return ends, more
-
-
 class HermesFormat(ToolFormat):
     name = "hermes"
     begin, end = "<tool_call>", "</tool_call>"
@@ -240,7 +231,7 @@ class HermesFormat(ToolFormat):
                 b.add(start, calls)
                 if turn.text:  # text, a newline, then the calls (text cannot reach a token)
                     lead = b.terminal(
-                        Concat((Repeat(_ANY, 0, None), literal_node("\n"))), (free,), hint="TEXT"
+                        Concat((any_text(), literal_node("\n"))), (free,), hint="TEXT"
                     )
                     b.add(start, lead, calls)
             else:  # text tags: the text before a call ends with the tag, in one lexeme
@@ -249,7 +240,7 @@ class HermesFormat(ToolFormat):
                 tail = self._more(b, later, turn.max_calls)
                 b.add(start, b.literal(self.begin), rest, tail)
                 if turn.text:
-                    ends, extra = _text_with_end("\n" + self.begin, [self.begin])
+                    ends, extra = text_ending_at("\n" + self.begin, [], avoid=[self.begin])
                     b.add(start, b.terminal(ends, extra, hint="TEXT"), rest, tail)
         return start
 
@@ -267,8 +258,7 @@ class HermesFormat(ToolFormat):
             if not sep:
                 raise GenerationError(f"a {self.begin} without {self.end}: {part[:200]!r}")
             raw.append(_named_call(_loads(body.strip()), "arguments"))
-        answer = content.rstrip("\n") if raw else content
-        return self._finish(answer, raw, id_prefix, drop_repeats)
+        return self._finish(content, raw, id_prefix, drop_repeats)  # (content: the answer)
 
 
 class Llama3JsonFormat(ToolFormat):
@@ -279,7 +269,7 @@ class Llama3JsonFormat(ToolFormat):
         start = b.rule("turn")
         if turn.text:  # an answer: text that does not open a call
             head = CharClass(iv.complement(((ord("{"), ord("{")),)))
-            b.add(start, b.terminal(Concat((head, Repeat(_ANY, 0, None))), hint="TEXT"))
+            b.add(start, b.terminal(Concat((head, any_text())), hint="TEXT"))
         if turn.calls:
             obj = self._json(b, self._object_schema(turn.tools, "parameters"), options)
             calls = self._calls(b, obj, b.literal("; "), turn)
@@ -416,7 +406,7 @@ class HarmonyFormat(ToolFormat):
             self._mark(b, vocab, "<|channel|>"),
             b.literal("analysis"),
             self._mark(b, vocab, "<|message|>"),
-            b.optional(b.terminal(Repeat(_ANY, 1, None), hint="THINK")),
+            b.optional(b.terminal(NON_EMPTY, hint="THINK")),
             self._mark(b, vocab, "<|end|>"),
             self._mark(b, vocab, "<|start|>"),
             b.literal("assistant"),
@@ -427,7 +417,7 @@ class HarmonyFormat(ToolFormat):
         start = b.rule("turn")
         channel, message = (self._mark(b, vocab, t) for t in ("<|channel|>", "<|message|>"))
         if turn.text:
-            text = b.terminal(Repeat(_ANY, 1, None), hint="TEXT")
+            text = b.terminal(NON_EMPTY, hint="TEXT")
             b.add(start, channel, b.literal("final"), message, text)
         if turn.calls:
             for tool in turn.tools:

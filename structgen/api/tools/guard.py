@@ -394,30 +394,15 @@ def tool_call_grammar(
         max_calls_per_turn=max_calls_per_turn,
     )
     compiled = compiler.json_schema(schema, options=options or TURN_SCHEMA_OPTIONS)
-    if reasoning:  # the turn (and its guard) after a <think> block
-        opened = compiler.vocab.token_id("<think>") is None
-        inner = tool_call_grammar(
-            compiler,
-            tools,
-            tool_choice,
-            parallel_tool_calls=parallel_tool_calls,
-            max_answer_chars=max_answer_chars,
-            options=options,
-            max_calls_per_turn=max_calls_per_turn,
-            allow_repeated_calls=allow_repeated_calls,
-            earlier_calls=earlier_calls,
-            max_new_tokens=max_new_tokens,
-            tool_format="json",
-        )
-        return compiler.reasoning(inner, opened=opened)
     tool_list = as_tools(tools)
     seen: frozenset[Any] | None = None
     if not allow_repeated_calls and tool_list and _choice_name(tool_choice, tool_list) != "none":
         seen = frozenset(_call_key(*_name_and_arguments(c)) for c in earlier_calls)
-    if seen is None and max_new_tokens is None:
-        return compiled
     if max_new_tokens is not None and (
         isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
     ):
         raise StructgenError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
-    return _guarded_turn(compiled, seen, max_new_tokens)
+    if seen is not None or max_new_tokens is not None:
+        compiled = _guarded_turn(compiled, seen, max_new_tokens)
+    # the turn (and its guard) after a <think> block
+    return compiler.reasoning(compiled) if reasoning else compiled

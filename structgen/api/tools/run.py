@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from structgen.api.lm import split_think
 from structgen.api.tools import formats
 from structgen.api.tools.formats import resolve_tool_format
 from structgen.api.tools.guard import _ANSWER_RESERVE, tool_call_grammar
@@ -291,9 +292,7 @@ def run_tools(
         if native is not None:  # (special tokens carry its tags: read them from the ids)
             written = formats.render_tokens(lm.generator.vocab, result.token_ids)
             turn = native.parse(
-                written.partition("</think>")[2].removeprefix("\n\n")
-                if reasoning and "</think>" in written
-                else written,
+                split_think(written)[1] if reasoning else written,
                 id_prefix=f"call_{step}_",
                 drop_repeats=not allow_repeated_calls,
             )
