@@ -26,6 +26,33 @@ Item = tuple[int, int, "EarleySet"]  # (rule id, dot position, origin set)
 Prediction = tuple[dict[int, tuple[tuple[int, int], ...]], frozenset[int]]
 
 
+def _closure(rules: Sequence[tuple[int, tuple[int, ...]]], known: set[int]) -> set[int]:
+    """`known` plus every left-hand side with a rule whose symbols are all in the result (the
+    productive symbols from the terminals, the nullable ones from nothing), in time linear in
+    the grammar: each rule counts its symbols not yet known, and a symbol's rules are told once
+    when it becomes known."""
+    waiting = [0] * len(rules)
+    users: dict[int, list[int]] = {}
+    work = list(known)
+    for rid, (lhs, rhs) in enumerate(rules):
+        for sym in rhs:
+            if sym not in known:
+                waiting[rid] += 1
+                users.setdefault(sym, []).append(rid)
+        if not waiting[rid] and lhs not in known:
+            known.add(lhs)
+            work.append(lhs)
+    while work:
+        for rid in users.pop(work.pop(), ()):
+            waiting[rid] -= 1
+            if not waiting[rid]:
+                lhs = rules[rid][0]
+                if lhs not in known:
+                    known.add(lhs)
+                    work.append(lhs)
+    return known
+
+
 class EarleyGrammar:
     """The IR grammar with symbols numbered: terminals `0..T-1`, nonterminals `T..`.
 
@@ -62,14 +89,7 @@ class EarleyGrammar:
                 else:
                     raise GrammarError(f"rule {rule.lhs!r} uses {sym!r}, which is not defined")
             raw.append((nt_ids[rule.lhs], tuple(symbols)))
-        productive = {terminal_ids[n] for n in names if n in usable}
-        changed = True
-        while changed:
-            changed = False
-            for lhs, rhs in raw:
-                if lhs not in productive and all(s in productive for s in rhs):
-                    productive.add(lhs)
-                    changed = True
+        productive = _closure(raw, {terminal_ids[n] for n in names if n in usable})
         if nt_ids[start_name] not in productive:
             raise GrammarError(
                 f"the grammar's language is empty: rule {grammar.start!r} derives no finite text"
@@ -83,60 +103,61 @@ class EarleyGrammar:
         self.by_lhs: dict[int, list[int]] = {}
         for rid, (lhs, _) in enumerate(self.rules):
             self.by_lhs.setdefault(lhs, []).append(rid)
-        nullable: set[int] = set()
-        changed = True
-        while changed:
-            changed = False
-            for lhs, rhs in self.rules:
-                if lhs not in nullable and all(s in nullable for s in rhs):
-                    nullable.add(lhs)
-                    changed = True
-        self.nullable = frozenset(nullable)
-        # Prediction, precomputed. When a set expects nonterminal N it predicts every rule of
-        # every nonterminal in `predicts[N]` (N and, transitively, what stands first in their
-        # rules after a nullable prefix). `own_items[M]` are M's predicted items, each rule at
-        # dot 0 and, past nullable symbols, at the next dots too (Aycock & Horspool), as
-        # (next symbol, rule id, dot); `start_nullable`: the start rule completes in a set that
-        # predicts it. Predicted items that complete in their own set (nullable rules) need no
-        # completion step: the items waiting on their nullable left-hand side were advanced
-        # over it when it was predicted.
-        self.own_items: dict[int, tuple[tuple[int, int, int], ...]] = {}
-        first_nts: dict[int, set[int]] = {}
-        start_nullable = False
-        for nt, rids in self.by_lhs.items():
-            items: list[tuple[int, int, int]] = []
-            firsts: set[int] = set()
-            for rid in rids:
-                rhs = self.rules[rid][1]
-                for dot in range(len(rhs) + 1):
-                    if dot == len(rhs):
-                        if rid == self.start_rule:
-                            start_nullable = True
-                        break
-                    following = rhs[dot]
-                    items.append((following, rid, dot))
-                    if following >= self.num_terminals:
-                        firsts.add(following)
-                    if following not in nullable:
-                        break
-            self.own_items[nt] = tuple(items)
-            first_nts[nt] = firsts
-        self.predicts: dict[int, frozenset[int]] = {}
-        for nt in self.by_lhs:
-            closure = {nt}
-            stack = [nt]
-            while stack:
-                for nxt in first_nts[stack.pop()]:
-                    if nxt not in closure:
-                        closure.add(nxt)
-                        stack.append(nxt)
-            self.predicts[nt] = frozenset(closure)
-        self.start_nullable = start_nullable
+        self.nullable = frozenset(_closure(self.rules, set()))
+        # Prediction, on demand (a large schema's grammar has thousands of nonterminals; a
+        # generation predicts a few). When a set expects nonterminal N it predicts every rule
+        # of every nonterminal in `predicts_of(N)` (N and, transitively, what stands first in
+        # their rules after a nullable prefix). `own_items_of(M)` are M's predicted items, each
+        # rule at dot 0 and, past nullable symbols, at the next dots too (Aycock & Horspool),
+        # as (next symbol, rule id, dot); `start_nullable`: the start rule completes in a set
+        # that predicts it. Predicted items that complete in their own set (nullable rules)
+        # need no completion step: the items waiting on their nullable left-hand side were
+        # advanced over it when it was predicted.
+        self._own_items: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        self._first_nts: dict[int, frozenset[int]] = {}
+        self._predicts: dict[int, frozenset[int]] = {}
+        self.start_nullable = self.rules[self.start_rule][0] in self.nullable
         self._predictions: dict[frozenset[int], Prediction] = {}
         #: Earley sets by kernel (weak): structurally equal parse states are one object
         self.interned: weakref.WeakValueDictionary[frozenset[Item], EarleySet] = (
             weakref.WeakValueDictionary()
         )
+
+    def own_items_of(self, nt: int) -> tuple[tuple[int, int, int], ...]:
+        """`nt`'s predicted items as (next symbol, rule id, dot) (see `__init__`)."""
+        hit = self._own_items.get(nt)
+        if hit is None:
+            items: list[tuple[int, int, int]] = []
+            firsts: set[int] = set()
+            for rid in self.by_lhs.get(nt, ()):
+                rhs = self.rules[rid][1]
+                for dot, following in enumerate(rhs):
+                    items.append((following, rid, dot))
+                    if following >= self.num_terminals:
+                        firsts.add(following)
+                    if following not in self.nullable:
+                        break
+            hit = self._own_items[nt] = tuple(items)
+            self._first_nts[nt] = frozenset(firsts)
+        return hit
+
+    def predicts_of(self, nt: int) -> frozenset[int]:
+        """The nonterminals a set that expects `nt` predicts (`nt` included)."""
+        hit = self._predicts.get(nt)
+        if hit is None:
+            if nt not in self.by_lhs:
+                return frozenset()
+            closure = {nt}
+            stack = [nt]
+            while stack:
+                top = stack.pop()
+                self.own_items_of(top)
+                for nxt in self._first_nts[top]:
+                    if nxt not in closure:
+                        closure.add(nxt)
+                        stack.append(nxt)
+            hit = self._predicts[nt] = frozenset(closure)
+        return hit
 
     def prediction(self, nonterminals: frozenset[int]) -> Prediction:
         """The items a set predicts when it predicts `nonterminals` (closed under prediction):
@@ -146,7 +167,7 @@ class EarleyGrammar:
         if hit is None:
             grouped: dict[int, list[tuple[int, int]]] = {}
             for nt in nonterminals:
-                for sym, rid, dot in self.own_items[nt]:
+                for sym, rid, dot in self.own_items_of(nt):
                     grouped.setdefault(sym, []).append((rid, dot))
             by_symbol = {sym: tuple(pairs) for sym, pairs in grouped.items()}
             terminals = frozenset(sym for sym in by_symbol if sym < self.num_terminals)
@@ -193,7 +214,7 @@ class EarleySet:
         rules = grammar.rules
         nullable = grammar.nullable
         num_terminals = grammar.num_terminals
-        predicts = grammar.predicts
+        predicts_of = grammar.predicts_of
         by_next = self.by_next
         # Nonterminals predicted here. Their items all start here, so they are kept apart as
         # (rule id, dot) pairs shared by every set predicting the same ones (`prediction`):
@@ -203,7 +224,7 @@ class EarleySet:
         work: list[Item] = list(kernel)
         complete = seed and grammar.start_nullable  # the empty input is a sentence
         if seed:
-            predicted.update(predicts.get(rules[grammar.start_rule][0], ()))
+            predicted.update(predicts_of(rules[grammar.start_rule][0]))
         while work:
             item = work.pop()
             if item in seen:
@@ -219,7 +240,7 @@ class EarleySet:
                 else:
                     entry.append(item)
                 if sym >= num_terminals:
-                    predicted.update(predicts.get(sym, ()))
+                    predicted.update(predicts_of(sym))
                     if sym in nullable:
                         work.append((rid, dot + 1, origin))
             else:
