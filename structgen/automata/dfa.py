@@ -51,6 +51,16 @@ def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[n
     uniq = sorted(set(ranges))
     if not uniq:
         return np.zeros(256, dtype=np.uint8)
+    if len(uniq) <= 16:
+        # few ranges (the usual case): membership only changes where a range starts or ends,
+        # so number the runs between those points by the ranges that hold them
+        cuts = sorted({0, *(lo for lo, _ in uniq), *(hi + 1 for _, hi in uniq if hi < 255)})
+        ids: dict[int, int] = {}
+        run_ids = []
+        for start in cuts:
+            inside = sum(1 << i for i, (lo, hi) in enumerate(uniq) if lo <= start <= hi)
+            run_ids.append(ids.setdefault(inside, len(ids)))
+        return np.repeat(np.array(run_ids, dtype=np.uint8), np.diff([*cuts, 256]))
     lo = np.array([r[0] for r in uniq], dtype=np.int32)
     hi = np.array([r[1] for r in uniq], dtype=np.int32)
     b = np.arange(256, dtype=np.int32)[:, None]
@@ -64,11 +74,14 @@ def class_representatives(classes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int6
 
 
 def _number_rows(rows: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
+    """Number the distinct rows of `rows` (one per byte) in order of their first byte. Runs of
+    equal neighbouring rows are found at once; only the first row of each run is looked up."""
+    starts = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1
+    firsts = [0, *starts.tolist()]
     ids: dict[bytes, int] = {}
-    out = np.empty(256, dtype=np.uint8)
-    for byte in range(256):
-        out[byte] = ids.setdefault(rows[byte].tobytes(), len(ids))
-    return out
+    run_ids = [ids.setdefault(rows[b].tobytes(), len(ids)) for b in firsts]
+    lengths = np.diff([*firsts, 256])
+    return np.repeat(np.array(run_ids, dtype=np.uint8), lengths)
 
 
 class _Source(ABC):
