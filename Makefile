@@ -65,6 +65,7 @@ bench: fixtures
 	$(BIN)/python benchmarks/regexes.py
 	$(BIN)/python benchmarks/grammar.py
 	$(BIN)/python benchmarks/maskbench.py --limit 200 --sample --timeout 15
+	$(BIN)/python benchmarks/compile_cache.py --limit 200
 
 clean:
 	rm -rf $(VENV) $(ENGINES) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

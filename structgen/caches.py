@@ -69,6 +69,7 @@ def clear_caches() -> None:
         _compiler._CACHE.clear()
     for cache, lock in (
         (terminals._TERMINAL_DFAS, terminals._TERMINAL_LOCK),
+        (terminals._BY_FINGERPRINT, terminals._TERMINAL_LOCK),
         (engine._UNIONS, engine._UNION_LOCK),
         (_walker._FIRST_BYTE, _walker._FIRST_BYTE_LOCK),
         (_walker._NATIVE, _walker._NATIVE_LOCK),

@@ -24,6 +24,7 @@ from structgen import automata
 from structgen._args import describe, expect_bool, expect_int, expect_str
 from structgen._budget import compile_budget
 from structgen.automata import AutomataLimits
+from structgen.compile_cache import ENV_VAR, CompileCache, key_text
 from structgen.engines import Engine, GrammarEngine, RegexEngine
 from structgen.errors import ArgumentError
 from structgen.grammar.ir import Grammar
@@ -253,6 +254,22 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: what the persistent cache saves: grammars run by the grammar engine (a `uniqueItems` guard
+#: or a reasoning wrapper around one is compiled again)
+_PERSISTED = frozenset({"json_schema", "grammar", "ebnf", "structural_tag", "grammar_ir"})
+_DISKS: dict[str, CompileCache] = {}
+
+
+def _disk(directory: str | os.PathLike[str]) -> CompileCache:
+    """One `CompileCache` per directory in a process (its counters add up)."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(directory)))
+    with _CACHE_LOCK:
+        cache = _DISKS.get(path)
+        if cache is None:
+            cache = _DISKS[path] = CompileCache(path)
+        return cache
+
+
 _CACHE: OrderedDict[tuple[Any, ...], CompiledGrammar] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 128
@@ -313,7 +330,16 @@ def _trim_cache() -> None:
 class Compiler:
     """Compiles constraints against one vocabulary; results are cached and shareable."""
 
-    def __init__(self, vocab: Vocabulary, *, limits: CompileLimits | None = None) -> None:
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        *,
+        limits: CompileLimits | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """`cache_dir`: a directory where compiled grammars are saved and loaded from after a
+        restart (default: `$STRUCTGEN_COMPILE_CACHE`, unset: none); see
+        docs/guide/limits.md#the-persistent-compile-cache."""
         if not isinstance(vocab, Vocabulary):
             raise ArgumentError(
                 f"Compiler needs a structgen.Vocabulary, got {type(vocab).__name__}; "
@@ -323,6 +349,11 @@ class Compiler:
             raise ArgumentError(f"limits must be CompileLimits, got {describe(limits)}")
         self.vocab = vocab
         self.limits = limits or CompileLimits()
+        if cache_dir is None:
+            cache_dir = os.environ.get(ENV_VAR) or None
+        elif not isinstance(cache_dir, (str, os.PathLike)):
+            raise ArgumentError(f"cache_dir must be a path, got {describe(cache_dir)}")
+        self.disk_cache: CompileCache | None = None if cache_dir is None else _disk(cache_dir)
 
     def regex(
         self,
@@ -428,13 +459,13 @@ class Compiler:
     def json_schema(self, schema: Any, *, options: SchemaOptions | None = None) -> CompiledGrammar:
         """JSON text valid against `schema` (a dict, JSON text, or a Pydantic model class)."""
         from structgen.schema import SchemaOptions as _Options
-        from structgen.schema import compile_schema_guarded, schema_data, schema_fingerprint
+        from structgen.schema import compile_schema_guarded, data_fingerprint, schema_data
 
         if options is not None and not isinstance(options, _Options):
             raise ArgumentError(f"options must be SchemaOptions, got {describe(options)}")
         opts = options or _Options()
         data = schema_data(schema, max_nesting=opts.max_nesting)
-        key = ("json_schema", schema_fingerprint(data, max_nesting=opts.max_nesting), opts)
+        key = ("json_schema", data_fingerprint(data), opts)
         return self._cached(
             key,
             lambda: self._schema_engine(
@@ -598,10 +629,27 @@ class Compiler:
             if hit is not None:
                 _CACHE.move_to_end(full_key)
                 return hit
+        disk = self.disk_cache if recipe[0] in _PERSISTED else None
+        disk_key = None if disk is None else key_text(full_key)
+        loaded = None
+        if disk is not None and disk_key is not None:
+            with _no_gc():
+                loaded = disk.load(
+                    disk_key, self.vocab, self.limits.automata(), self.limits.max_cached_masks
+                )
         with _no_gc(), compile_budget(self.limits.max_compile_seconds):
             compiled = CompiledGrammar(
-                self.vocab, build(), kind=kind, source=source, recipe=(self.limits, *recipe)
+                self.vocab,
+                build() if loaded is None else loaded,
+                kind=kind,
+                source=source,
+                recipe=(self.limits, *recipe),
             )
+        saveable = loaded is None and type(compiled._engine) is GrammarEngine
+        if saveable and disk is not None and disk_key is not None:
+            # the first mask builds the rows a loaded copy needs first: save them too
+            compiled.token_mask(compiled.initial_state)
+            disk.save(disk_key, compiled._engine)
         with _CACHE_LOCK:
             compiled = _CACHE.setdefault(full_key, compiled)
             _CACHE.move_to_end(full_key)

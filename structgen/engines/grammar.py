@@ -19,7 +19,8 @@ import heapq
 import threading
 import weakref
 from collections import deque
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ from structgen.grammar.tokens import grammar_tokens
 from structgen.masks import Events, TokenMaskWalker, pack_bool_mask
 from structgen.vocab import Vocabulary
 
-__all__ = ["GrammarEngine", "ParseState"]
+__all__ = ["GrammarEngine", "ParseState", "RestoredParts"]
 
 ParseState = tuple[EarleySet, int, bool]
 
@@ -128,26 +129,57 @@ class _Lexer:
         self.accepted = union.accepted
 
 
+@dataclass(frozen=True, slots=True)
+class RestoredParts:
+    """What a compile-cache file gives a `GrammarEngine` in place of building it: an automaton
+    per terminal (restored snapshots or live shared ones), the grammar's fingerprint and token
+    ids, and the full grammar on demand (its terminal patterns are read only for `to_text`)."""
+
+    terminal_dfas: tuple[ByteDFA, ...]
+    fingerprint: str
+    token_ids: frozenset[int]
+    grammar: Callable[[], Grammar]
+    parser: EarleyGrammar
+    ignore: frozenset[int]  # the parser's ids of the `%ignore` terminals
+
+
 class GrammarEngine:
     """Runs an IR `Grammar` against a vocabulary (the engine behind `Compiler.grammar`)."""
 
     def __init__(
         self,
-        grammar: Grammar,
+        grammar: Grammar | None,
         vocab: Vocabulary,
         *,
         limits: AutomataLimits,
         max_cached_masks: int = 4096,
+        restored: RestoredParts | None = None,
     ) -> None:
+        """`restored`: what a compile-cache file holds (then `grammar` is not read: pass
+        None)."""
         self.vocab = vocab
-        self.grammar = grammar
         self.limits = limits
         self.max_cached_masks = max_cached_masks
-        self.terminal_dfas = [terminal_dfa(t, limits) for t in grammar.terminals]
-        usable = [t.name for t, d in zip(grammar.terminals, self.terminal_dfas) if not d.is_empty]
-        self.parser = EarleyGrammar(grammar, usable_terminals=usable)
-        names = self.parser.terminal_names
-        self.ignore = frozenset(names.index(n) for n in grammar.ignore if n in usable)
+        if restored is None:
+            assert grammar is not None
+            self._grammar: Grammar | None = grammar
+            self._full_grammar: Callable[[], Grammar] | None = None
+            self.terminal_dfas = [terminal_dfa(t, limits) for t in grammar.terminals]
+            self.fingerprint = grammar.fingerprint()
+            self.token_ids = grammar_tokens(grammar)  # token terminals (read by CompiledGrammar)
+            dfas = zip(grammar.terminals, self.terminal_dfas)
+            usable = [t.name for t, d in dfas if not d.is_empty]
+            self.parser = EarleyGrammar(grammar, usable_terminals=usable)
+            names = self.parser.terminal_names
+            self.ignore = frozenset(names.index(n) for n in grammar.ignore if n in usable)
+        else:
+            self._grammar = None
+            self._full_grammar = restored.grammar
+            self.terminal_dfas = list(restored.terminal_dfas)
+            self.fingerprint = restored.fingerprint
+            self.token_ids = restored.token_ids
+            self.parser = restored.parser
+            self.ignore = restored.ignore
         self._lexers: dict[frozenset[int], _Lexer] = {}
         self._union: _SharedUnion | None = None
         self._lock = threading.RLock()
@@ -160,9 +192,16 @@ class GrammarEngine:
         # Parse states are memoised weakly; the most recent ones are kept alive here so that the
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
-        self.fingerprint = f"{grammar.fingerprint()}"
-        self.token_ids = grammar_tokens(grammar)  # token terminals (read by CompiledGrammar)
         self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
+
+    @property
+    def grammar(self) -> Grammar:
+        """The IR grammar (a restored engine reads its terminal patterns on first use)."""
+        grammar = self._grammar
+        if grammar is None:
+            assert self._full_grammar is not None
+            grammar = self._grammar = self._full_grammar()
+        return grammar
 
     def to_text(self) -> str:
         return self.grammar.to_text()

@@ -99,11 +99,51 @@ class EarleyGrammar:
             for lhs, rhs in raw
             if lhs in productive and all(s in productive for s in rhs)
         ]
+        self._finish(frozenset(_closure(self.rules, set())))
+
+    def tables(self) -> dict[str, Any]:
+        """The numbered grammar as JSON data, for the compile cache (`from_tables`)."""
+        return {
+            "terminals": self.terminal_names,
+            "nonterminals": self.nonterminal_names,
+            "rules": [[lhs, *rhs] for lhs, rhs in self.rules],
+            "nullable": sorted(self.nullable),
+        }
+
+    @classmethod
+    def from_tables(cls, data: Any) -> EarleyGrammar:
+        """The grammar `tables()` wrote (`ValueError` if `data` is not such tables): no names
+        to look up, no productivity to work out again."""
+        self = cls.__new__(cls)
+        names, nonterminals = data["terminals"], data["nonterminals"]
+        if not all(isinstance(n, str) for n in (*names, *nonterminals)) or not nonterminals:
+            raise ValueError("symbol names are strings")
+        self.terminal_names = list(names)
+        self.nonterminal_names = list(nonterminals)
+        self.num_terminals = terminals = len(names)
+        symbols = terminals + len(nonterminals)
+        rules: list[tuple[int, tuple[int, ...]]] = []
+        for entry in data["rules"]:
+            lhs, *rhs = entry
+            if not all(type(x) is int and 0 <= x < symbols for x in entry) or lhs < terminals:
+                raise ValueError("a rule's symbols are out of range")
+            rules.append((lhs, tuple(rhs)))
+        if not rules or rules[0][0] != terminals:
+            raise ValueError("the first rule is the start rule")
+        self.rules = rules
+        nullable = data["nullable"]
+        if not all(type(x) is int and terminals <= x < symbols for x in nullable):
+            raise ValueError("a nullable symbol is out of range")
+        self._finish(frozenset(nullable))
+        return self
+
+    def _finish(self, nullable: frozenset[int]) -> None:
+        """What follows from the numbered rules (both constructors)."""
         self.start_rule = 0
         self.by_lhs: dict[int, list[int]] = {}
         for rid, (lhs, _) in enumerate(self.rules):
             self.by_lhs.setdefault(lhs, []).append(rid)
-        self.nullable = frozenset(_closure(self.rules, set()))
+        self.nullable = nullable
         # Prediction, on demand (a large schema's grammar has thousands of nonterminals; a
         # generation predicts a few). When a set expects nonterminal N it predicts every rule
         # of every nonterminal in `predicts_of(N)` (N and, transitively, what stands first in

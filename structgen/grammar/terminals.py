@@ -14,7 +14,7 @@ from structgen._lru import LRU
 from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
 from structgen.grammar.ir import TerminalDef, node_digest
 
-__all__ = ["terminal_dfa"]
+__all__ = ["adopt_terminal_dfa", "build_terminal_dfa", "live_terminal_dfa", "terminal_dfa"]
 
 #: this many terminal automata stay alive after the grammars that used them are gone
 RECENT_TERMINALS = 64
@@ -22,6 +22,11 @@ RECENT_TERMINALS = 64
 # Weak: an automaton lives while a grammar (cached or held by the user) uses it, and every
 # grammar alive shares it; the byte budget of the compiled-grammar cache bounds the total.
 _TERMINAL_DFAS: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA] = (
+    weakref.WeakValueDictionary()
+)
+# The same automata by fingerprint (a digest of the terminal's patterns): how grammars loaded
+# from the compile cache, which do not read their patterns, find the ones alive.
+_BY_FINGERPRINT: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA] = (
     weakref.WeakValueDictionary()
 )
 _TERMINAL_LOCK = threading.Lock()
@@ -46,6 +51,12 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
         keep_alive(hit)
         _RECENT.put(key, hit)
         return hit
+    dfa = build_terminal_dfa(terminal, limits)
+    return _share(key, dfa)
+
+
+def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
+    """A new lazy DFA of the terminal (not shared: `terminal_dfa` is the cached way)."""
     where = f"terminal {terminal.name}"
     memo: dict[int, bytes] = {}
     dfa = compile_ast(
@@ -59,8 +70,33 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
             extra, limits=limits, pattern=where, fingerprint=node_digest(extra, memo).hex()
         )
         dfa = intersect(dfa, other, limits=limits)
+    return dfa
+
+
+def live_terminal_dfa(fingerprint: str, limits: AutomataLimits) -> ByteDFA | None:
+    """The shared automaton with this fingerprint, if one is alive."""
+    with _TERMINAL_LOCK:
+        return _BY_FINGERPRINT.get((fingerprint, limits))
+
+
+def adopt_terminal_dfa(dfa: ByteDFA) -> ByteDFA:
+    """The live shared automaton with `dfa`'s fingerprint (the same language: it may have
+    more rows built), else `dfa` (restored from a compile-cache file), which becomes the shared
+    one for later loads."""
+    key = (dfa.fingerprint, dfa.limits)
+    with _TERMINAL_LOCK:
+        dfa = _BY_FINGERPRINT.setdefault(key, dfa)
+    keep_alive(dfa)
+    _RECENT.put(key, dfa)
+    forget_on_failure(_BY_FINGERPRINT, _TERMINAL_LOCK, key)
+    undo_on_failure(lambda: _RECENT.discard(key))
+    return dfa
+
+
+def _share(key: tuple[Any, ...], dfa: ByteDFA) -> ByteDFA:
     with _TERMINAL_LOCK:
         dfa = _TERMINAL_DFAS.setdefault(key, dfa)
+        _BY_FINGERPRINT.setdefault((dfa.fingerprint, dfa.limits), dfa)
     keep_alive(dfa)
     _RECENT.put(key, dfa)
     forget_on_failure(_TERMINAL_DFAS, _TERMINAL_LOCK, key)

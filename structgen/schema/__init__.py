@@ -30,6 +30,7 @@ __all__ = [
     "SchemaOptions",
     "compile_schema",
     "compile_schema_guarded",
+    "data_fingerprint",
     "schema_data",
     "schema_fingerprint",
 ]
@@ -200,7 +201,11 @@ def compile_schema_guarded(
 
 def schema_fingerprint(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> str:
     """A stable cache key: sha256 of the canonical JSON (a model class: its JSON schema)."""
-    data = _load(schema, max_nesting)
+    return data_fingerprint(_load(schema, max_nesting))
+
+
+def data_fingerprint(data: Any) -> str:
+    """`schema_fingerprint` of data `schema_data` returned (not copied or checked again)."""
     text = canonical_json(data)
     return hashlib.sha256(
         b"structgen-schema-1\0" + text.encode("utf-8", "surrogatepass")

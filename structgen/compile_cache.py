@@ -1,0 +1,359 @@
+"""The persistent compile cache: compiled grammars saved in a directory, loaded after a restart.
+
+Opt-in: `Compiler(vocab, cache_dir=...)`, or the `STRUCTGEN_COMPILE_CACHE` environment variable
+for every compiler made without one. A file holds what a compile built that is costly to build
+again and cheap to read: the grammar IR (so the frontend does not run) and the rows of every
+terminal automaton built so far (DFA snapshots, `automata/snapshot.py`). A loaded automaton
+rebuilds itself from its pattern only if generation leaves the saved rows.
+
+Files are keyed by (constraint, options, limits, vocabulary fingerprint, structgen's code) and
+hold their full key, a sha256 of their content and a format number. Nothing is unpickled: the
+header is JSON, the arrays raw numbers, and both are checked (types, shapes, every state id in
+range) before use. A file that fails any check — corrupt, truncated, foreign, from another
+version — is ignored, compiled again and overwritten. Writes go to a temporary file renamed into
+place, so readers never see half a file. See docs/design/compile-cache.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from structgen.automata.snapshot import (
+    DFASnapshot,
+    SnapshotBatch,
+    SnapshotError,
+    restore_dfa,
+    snapshot_dfa,
+)
+
+if TYPE_CHECKING:
+    from structgen.automata import AutomataLimits, ByteDFA
+    from structgen.engines import GrammarEngine
+    from structgen.grammar.ir import Grammar
+    from structgen.vocab import Vocabulary
+
+__all__ = ["ENV_VAR", "CompileCache", "key_text"]
+
+ENV_VAR = "STRUCTGEN_COMPILE_CACHE"
+FORMAT = 3
+MAGIC = b"structgen-compiled\n"
+SUFFIX = ".sgc"
+#: files larger than this are not written (a grammar whose automata grew huge)
+MAX_FILE_BYTES = 256 * 2**20
+_HEADER_LIMIT = 64 * 2**20
+
+_CODE: dict[str, str] = {}
+
+
+def code_fingerprint() -> str:
+    """sha256 of structgen's own source files: any change to the code makes new keys (a
+    development version number does not change with every commit)."""
+    hit = _CODE.get("digest")
+    if hit is None:
+        root = Path(__file__).resolve().parent
+        digest = hashlib.sha256(b"structgen-code\0")
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".c") and path.is_file():
+                digest.update(str(path.relative_to(root)).encode() + b"\0")
+                digest.update(path.read_bytes())
+        hit = _CODE["digest"] = digest.hexdigest()
+    return hit
+
+
+def _stable(value: Any) -> str:
+    """A text for `value` that is the same in every process (set order and hash seeds aside)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    if isinstance(value, bytes):
+        return f"b:{value.hex()}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(_stable(v) for v in value) + ")"
+    if isinstance(value, (frozenset, set)):
+        return "{" + ",".join(sorted(_stable(v) for v in value)) + "}"
+    if isinstance(value, dict):
+        items = sorted((_stable(k), _stable(v)) for k, v in value.items())
+        return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = (f"{f.name}={_stable(getattr(value, f.name))}" for f in dataclasses.fields(value))
+        return f"{type(value).__name__}(" + ",".join(fields) + ")"
+    raise TypeError(f"no stable text for a {type(value).__name__}")
+
+
+def key_text(full_key: tuple[Any, ...]) -> str | None:
+    """The file key of a compile-cache key (None: it holds something with no stable text)."""
+    try:
+        return f"structgen-compiled-{FORMAT}\0{code_fingerprint()}\0{_stable(full_key)}"
+    except TypeError:
+        return None
+
+
+class CompileCache:
+    """One cache directory (created with owner-only permissions when missing)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory).expanduser()
+        self._warned = False
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.rejected = 0  # files found but not trusted (ignored, then overwritten)
+
+    def path_for(self, key: str) -> Path:
+        name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return self.directory / f"{name}{SUFFIX}"
+
+    # ------------------------------------------------------------------------ load
+
+    def load(
+        self,
+        key: str,
+        vocab: Vocabulary,
+        limits: AutomataLimits,
+        max_cached_masks: int,
+    ) -> GrammarEngine | None:
+        """The engine saved under `key`, or None (no file, or one that fails a check)."""
+        from structgen._budget import compile_budget
+
+        path = self.path_for(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            self.misses += 1
+            return None
+        try:
+            with compile_budget(None):  # a failed load takes back the automata it shared
+                engine = _decode(data, key, vocab, limits, max_cached_masks)
+        except Exception:  # anything wrong with the file: compile again (and overwrite it)
+            self.rejected += 1
+            self.misses += 1
+            return None
+        self.hits += 1
+        return engine
+
+    # ------------------------------------------------------------------------ save
+
+    def save(self, key: str, engine: Any) -> bool:
+        """Write `engine` (a `GrammarEngine`) under `key`; False when it cannot be saved. An
+        unwritable directory warns once and is then skipped quietly."""
+        try:
+            blob = _encode(engine, key)
+        except (TypeError, ValueError):  # (a node kind with no data form)
+            return False
+        if len(blob) > MAX_FILE_BYTES:
+            return False
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=SUFFIX)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(blob)
+                os.replace(tmp, self.path_for(key))
+            except BaseException:
+                with _quiet():
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            with self._lock:
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(
+                        f"structgen: cannot write the compile cache in {self.directory} "
+                        f"({exc}); compiled grammars will not be saved",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+            return False
+        return True
+
+    def clear(self) -> int:
+        """Delete every cache file in the directory; return how many."""
+        count = 0
+        for path in self.directory.glob(f"*{SUFFIX}"):
+            with _quiet():
+                path.unlink()
+                count += 1
+        return count
+
+
+class _quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        return kind is not None and issubclass(kind, OSError)
+
+
+# ---------------------------------------------------------------------------- the file format
+#
+#   MAGIC | sha256 of the rest (32 bytes) | header length (8 bytes, little-endian) | header JSON
+#   | payload (the arrays, each at the offset the header gives)
+
+
+def _encode(engine: GrammarEngine, key: str) -> bytes:
+    from structgen.grammar.ir_codec import grammar_to_data
+
+    grammar_data = grammar_to_data(engine.grammar)
+    payload = bytearray()
+    # the IR is read only when an automaton is rebuilt or the grammar shown: JSON of its own
+    ir_text = json.dumps(grammar_data, separators=(",", ":")).encode()
+    payload.extend(ir_text)
+
+    def put(array: np.ndarray[Any, Any]) -> list[int]:
+        data = np.ascontiguousarray(array).tobytes()
+        offset = len(payload)
+        payload.extend(data)
+        return [offset, len(data)]
+
+    snapshots: list[DFASnapshot] = []
+    index: dict[int, int] = {}
+    terminal_dfa: list[int] = []
+    for dfa in engine.terminal_dfas:
+        at = index.get(id(dfa))
+        if at is None:
+            at = index[id(dfa)] = len(snapshots)
+            snapshots.append(snapshot_dfa(dfa))
+        terminal_dfa.append(at)
+    empty: np.ndarray[Any, Any] = np.zeros(0, dtype=np.uint8)
+    dfas = {
+        "states": [int(x.rows.shape[0]) for x in snapshots],
+        "classes": [int(x.rows.shape[1]) for x in snapshots],
+        "starts": [x.start for x in snapshots],
+        "empty": [x.empty for x in snapshots],
+        "alphabets": [format(x.alphabet, "x") for x in snapshots],
+        "fingerprints": [x.fingerprint for x in snapshots],
+        "rows": put(np.concatenate([x.rows.ravel() for x in snapshots] or [empty]).astype("<i4")),
+        "accepting": put(np.concatenate([x.accepting for x in snapshots] or [empty]).astype("u1")),
+        "byte_classes": put(np.concatenate([x.byte_classes for x in snapshots] or [empty])),
+    }
+    header = json.dumps(
+        {
+            "format": FORMAT,
+            "key": key,
+            "fingerprint": engine.fingerprint,
+            "token_ids": sorted(engine.token_ids),
+            "grammar": [0, len(ir_text)],
+            "parser": engine.parser.tables(),
+            "ignore": sorted(engine.ignore),
+            "dfas": dfas,
+            "terminal_dfa": terminal_dfa,
+            "payload": len(payload),
+        },
+        separators=(",", ":"),
+    ).encode()
+    rest = len(header).to_bytes(8, "little") + header + bytes(payload)
+    return MAGIC + hashlib.sha256(rest).digest() + rest
+
+
+def _decode(
+    data: bytes, key: str, vocab: Vocabulary, limits: AutomataLimits, max_cached_masks: int
+) -> GrammarEngine:
+    from structgen.engines import GrammarEngine
+    from structgen.engines.grammar import RestoredParts
+    from structgen.grammar.earley import EarleyGrammar
+    from structgen.grammar.ir_codec import grammar_from_data
+    from structgen.grammar.terminals import (
+        adopt_terminal_dfa,
+        build_terminal_dfa,
+        live_terminal_dfa,
+    )
+
+    if not data.startswith(MAGIC):
+        raise SnapshotError("not a structgen compile-cache file")
+    start = len(MAGIC)
+    digest, rest = data[start : start + 32], memoryview(data)[start + 32 :]
+    if hashlib.sha256(rest).digest() != digest:
+        raise SnapshotError("the file's checksum does not match (corrupt or truncated)")
+    size = int.from_bytes(rest[:8], "little")
+    if not 0 < size <= min(_HEADER_LIMIT, len(rest) - 8):
+        raise SnapshotError("bad header length")
+    header = json.loads(bytes(rest[8 : 8 + size]))
+    payload = rest[8 + size :]
+    if header.get("format") != FORMAT or header.get("key") != key:
+        raise SnapshotError("a file of another format or for another key")
+    if header.get("payload") != len(payload):
+        raise SnapshotError("the payload's length does not match")
+    parser = EarleyGrammar.from_tables(header["parser"])
+    ignore = header["ignore"]
+    if not all(type(i) is int and 0 <= i < parser.num_terminals for i in ignore):
+        raise SnapshotError("bad ignored terminals")
+    full: list[Grammar] = []
+    full_lock = threading.Lock()
+
+    def full_grammar() -> Grammar:
+        """The grammar with its patterns (read once, on the first need)."""
+        with full_lock:
+            if not full:
+                full.append(grammar_from_data(json.loads(ir_text)))
+            return full[0]
+
+    def array(where: Any, dtype: str, count: int) -> np.ndarray[Any, Any]:
+        offset, length = where
+        item = np.dtype(dtype).itemsize
+        if not (isinstance(offset, int) and isinstance(length, int)) or length != count * item:
+            raise SnapshotError("an array has the wrong size")
+        if offset < 0 or offset + length > len(payload):
+            raise SnapshotError("an array lies outside the file")
+        return np.frombuffer(payload, dtype=dtype, count=count, offset=offset)
+
+    ir_at = header["grammar"]
+    ir_text = bytes(array(ir_at, "u1", ir_at[1]))
+
+    entries = header["dfas"]
+    states = [int(n) for n in entries["states"]]
+    total_rows = sum(n * int(k) for n, k in zip(states, entries["classes"]))
+    classes = array(entries["byte_classes"], "u1", 256 * len(states)).reshape(-1, 256).copy()
+    classes.flags.writeable = False  # (each automaton's row is a read-only view of it)
+    batch = SnapshotBatch(
+        rows=array(entries["rows"], "<i4", total_rows).astype(np.int32),
+        accepting=array(entries["accepting"], "u1", sum(states)).astype(np.bool_),
+        byte_classes=classes,
+        states=states,
+        classes=[int(k) for k in entries["classes"]],
+        starts=[int(x) for x in entries["starts"]],
+        empty=[bool(x) for x in entries["empty"]],
+        alphabets=[int(x, 16) for x in entries["alphabets"]],
+        fingerprints=[str(x) for x in entries["fingerprints"]],
+    )
+    batch.check()
+
+    which = header["terminal_dfa"]
+    if not isinstance(which, list) or len(which) != parser.num_terminals:
+        raise SnapshotError("one automaton per terminal")
+    restored: dict[int, ByteDFA] = {}
+    dfas = []
+    for position, at in enumerate(which):
+        if not isinstance(at, int) or not 0 <= at < len(states):
+            raise SnapshotError("a terminal names no automaton")
+        dfa = restored.get(at) or live_terminal_dfa(batch.fingerprints[at], limits)
+        if dfa is None:
+
+            def rebuild(position: int = position) -> ByteDFA:
+                return build_terminal_dfa(full_grammar().terminals[position], limits)
+
+            dfa = restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
+        restored[at] = dfa = adopt_terminal_dfa(dfa)
+        dfas.append(dfa)
+    fingerprint = header["fingerprint"]
+    token_ids = header["token_ids"]
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise SnapshotError("no fingerprint")
+    if not isinstance(token_ids, list) or not all(
+        isinstance(t, int) and 0 <= t < vocab.size for t in token_ids
+    ):
+        raise SnapshotError("bad token ids")
+    parts = RestoredParts(
+        tuple(dfas), fingerprint, frozenset(token_ids), full_grammar, parser, frozenset(ignore)
+    )
+    return GrammarEngine(
+        None, vocab, limits=limits, max_cached_masks=max_cached_masks, restored=parts
+    )

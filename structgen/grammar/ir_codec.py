@@ -1,0 +1,164 @@
+"""The grammar IR as JSON data and back, for the persistent compile cache.
+
+Terminal ASTs share sub-trees heavily, so nodes are written once each into a table (children
+before parents, referred to by index) and terminals point into it. Reading checks every field
+and raises `IRDataError` on anything that is not such a table: cache files are data from disk,
+never trusted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from structgen.automata import Alternation, CharClass, Concat, Empty, Node, Repeat, String
+from structgen.grammar.ir import Grammar, Rule, TerminalDef
+
+__all__ = ["IRDataError", "grammar_from_data", "grammar_to_data"]
+
+#: above the highest code point structgen's automata use (token and boundary markers included)
+_MAX_POINT = 2**31 - 1
+
+
+class IRDataError(ValueError):
+    """The data is not a grammar written by `grammar_to_data`."""
+
+
+def grammar_to_data(grammar: Grammar) -> dict[str, Any]:
+    """`grammar` as JSON-serialisable data (lists, strings, ints)."""
+    nodes: list[list[Any]] = []
+    index: dict[int, int] = {}  # by object
+    equal: dict[Node, int] = {}  # by structure (nodes cache their hashes)
+    keep: list[Node] = []  # (ids of nodes stay unique while the walk runs)
+
+    def visit(node: Node) -> int:
+        hit = index.get(id(node))
+        if hit is None:
+            hit = equal.get(node)
+        if hit is not None:
+            index[id(node)] = hit
+            keep.append(node)
+            return hit
+        entry: list[Any]
+        if isinstance(node, Concat):
+            entry = ["cat", [visit(c) for c in node.items]]
+        elif isinstance(node, Alternation):
+            entry = ["alt", [visit(c) for c in node.items]]
+        elif isinstance(node, Repeat):
+            entry = ["rep", visit(node.item), node.min, node.max]
+        elif isinstance(node, String):
+            entry = ["str", node.text]
+        elif isinstance(node, CharClass):
+            entry = ["cls", [bound for pair in node.ranges for bound in pair]]
+        elif isinstance(node, Empty):
+            entry = ["nil"]
+        else:
+            raise IRDataError(f"no data form for a {type(node).__name__} node")
+        keep.append(node)
+        hit = index[id(node)] = equal[node] = len(nodes)
+        nodes.append(entry)
+        return hit
+
+    terminals = [
+        [t.name, visit(t.pattern), [visit(extra) for extra in t.intersect]]
+        for t in grammar.terminals
+    ]
+    return {
+        "start": grammar.start,
+        "rules": [[r.lhs, list(r.rhs)] for r in grammar.rules],
+        "nodes": nodes,
+        "terminals": terminals,
+        "ignore": list(grammar.ignore),
+    }
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise IRDataError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise IRDataError(f"expected an integer in {low}..{high}, got {value!r}")
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise IRDataError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _node(entry: Any, built: list[Node]) -> Node:
+    entry = _list(entry)
+    if not entry:
+        raise IRDataError("an empty node entry")
+    kind, args = entry[0], entry[1:]
+    below = len(built) - 1  # children come before their parents: no cycle can be written
+
+    def child(value: Any) -> Node:
+        return built[_int(value, 0, below)]
+
+    if kind == "cat" and len(args) == 1:
+        return Concat(tuple(child(c) for c in _list(args[0])))
+    if kind == "alt" and len(args) == 1:
+        return Alternation(tuple(child(c) for c in _list(args[0])))
+    if kind == "rep" and len(args) == 3:
+        low = _int(args[1], 0, _MAX_POINT)
+        high = None if args[2] is None else _int(args[2], low, _MAX_POINT)
+        return Repeat(child(args[0]), low, high)
+    if kind == "str" and len(args) == 1:
+        text = _str(args[0])
+        if not text:
+            raise IRDataError("an empty String node")
+        return String(text)
+    if kind == "cls" and len(args) == 1:
+        bounds = _list(args[0])
+        if len(bounds) % 2:
+            raise IRDataError("a class's bounds come in pairs")
+        ranges = []
+        last = -1
+        for i in range(0, len(bounds), 2):
+            lo = _int(bounds[i], last + 1, _MAX_POINT)  # sorted and disjoint
+            last = _int(bounds[i + 1], lo, _MAX_POINT)
+            ranges.append((lo, last))
+        return CharClass(tuple(ranges))
+    if kind == "nil" and not args:
+        return Empty()
+    raise IRDataError(f"an unknown node entry {kind!r}")
+
+
+def grammar_from_data(data: Any) -> Grammar:
+    """The `Grammar` `data` describes (`IRDataError` if it does not describe one)."""
+    if not isinstance(data, dict):
+        raise IRDataError("a grammar is a JSON object")
+    built: list[Node] = []
+    try:
+        for entry in _list(data["nodes"]):
+            built.append(_node(entry, built))
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, IRDataError):
+            raise
+        raise IRDataError(f"not a grammar: {exc}") from None
+    try:
+        top = len(built) - 1
+        terminals = []
+        for entry in _list(data["terminals"]):
+            name, pattern, extras = _list(entry)
+            terminals.append(
+                TerminalDef(
+                    _str(name),
+                    built[_int(pattern, 0, top)],
+                    tuple(built[_int(e, 0, top)] for e in _list(extras)),
+                )
+            )
+        rules = []
+        for entry in _list(data["rules"]):
+            lhs, rhs = _list(entry)
+            rules.append(Rule(_str(lhs), tuple(_str(s) for s in _list(rhs))))
+        ignore = tuple(_str(s) for s in _list(data["ignore"]))
+        return Grammar(_str(data["start"]), tuple(rules), tuple(terminals), ignore)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, IRDataError):
+            raise
+        raise IRDataError(f"not a grammar: {exc}") from None

@@ -1,0 +1,485 @@
+"""The persistent compile cache: grammars saved in a directory come back after a restart with
+the same masks, and a file that is corrupt, truncated, foreign or tampered with is never
+trusted (it is compiled again and overwritten)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import structgen
+from structgen import CompiledGrammar, Compiler, Matcher, SchemaOptions, allocate_bitmask
+from structgen.automata import AutomataLimits, compile_regex
+from structgen.automata.snapshot import (
+    DFASnapshot,
+    SnapshotError,
+    SnapshotSource,
+    restore_dfa,
+    snapshot_dfa,
+)
+from structgen.compile_cache import MAGIC, CompileCache, key_text
+from structgen.grammar.earley import EarleyGrammar
+from structgen.grammar.ir_codec import IRDataError, grammar_from_data, grammar_to_data
+from structgen.grammar.lark_frontend import load_builtin
+from structgen.schema import SchemaOptions as _Options
+from structgen.schema import compile_schema
+from structgen.vocab import Vocabulary
+from tests.conftest import load_vocab
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 130},
+        "email": {"type": "string", "format": "email"},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3,5}$"},
+        "tags": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}},
+    },
+    "required": ["name", "code"],
+}
+PERSON_TEXT = (
+    '{"name": "Ada Lovelace", "age": 36, "email": "ada@example.org", "code": "EN-18150",'
+    ' "tags": ["bb", "a"]}'
+)
+
+
+def _walk(grammar: CompiledGrammar, tokens: list[int]) -> list[bytes]:
+    """The mask before each token of `tokens` (and after the last), as bytes."""
+    matcher = Matcher(grammar)
+    bitmask = allocate_bitmask(1, grammar.vocab.size, backend="numpy")
+    out = []
+    for token in [*tokens, None]:
+        matcher.fill_bitmask(bitmask)
+        out.append(bitmask.tobytes() + bytes([matcher.can_terminate()]))
+        if token is None:
+            break
+        assert matcher.accept_token(token), token
+    return out
+
+
+def _random_tokens(grammar: CompiledGrammar, seed: int, steps: int = 40) -> list[int]:
+    rng = random.Random(seed)
+    matcher = Matcher(grammar)
+    bitmask = allocate_bitmask(1, grammar.vocab.size, backend="numpy")
+    tokens: list[int] = []
+    for _ in range(steps):
+        matcher.fill_bitmask(bitmask)
+        bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")
+        allowed = np.flatnonzero(bits[: grammar.vocab.size])
+        if not len(allowed):
+            break
+        token = int(rng.choice(allowed))
+        tokens.append(token)
+        matcher.accept_token(token)
+        if matcher.is_terminated():
+            break
+    return tokens
+
+
+def _loaded(compile_once: Any, cache: Path) -> CompiledGrammar:
+    """Compile with the cache (saving), forget everything in memory, compile again (loading)."""
+    compile_once(Compiler(_vocab_of(compile_once), cache_dir=cache))
+    structgen.clear_caches()
+    grammar: CompiledGrammar = compile_once(Compiler(_vocab_of(compile_once), cache_dir=cache))
+    return grammar
+
+
+def _vocab_of(compile_once: Any) -> Vocabulary:
+    vocab: Vocabulary = compile_once.vocab
+    return vocab
+
+
+class _Case:
+    """A compile call, with the vocabulary it runs against."""
+
+    def __init__(self, vocab: Vocabulary, call: Any) -> None:
+        self.vocab = vocab
+        self.call = call
+
+    def __call__(self, compiler: Compiler) -> CompiledGrammar:
+        grammar: CompiledGrammar = self.call(compiler)
+        return grammar
+
+
+def _cases(vocab: Vocabulary) -> dict[str, _Case]:
+    return {
+        "schema-generate": _Case(vocab, lambda c: c.json_schema(PERSON)),
+        "schema-accept": _Case(
+            vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept"))
+        ),
+        "json": _Case(vocab, lambda c: c.json()),
+        "lark": _Case(vocab, lambda c: c.grammar(load_builtin("json"))),
+        "ebnf": _Case(vocab, lambda c: c.ebnf('root ::= "[" num ("," num)* "]"\nnum ::= [0-9]+')),
+        "structural-tag": _Case(
+            vocab,
+            lambda c: c.structural_tag(
+                {
+                    "type": "structural_tag",
+                    "format": {
+                        "type": "triggered_tags",
+                        "triggers": ["<f"],
+                        "tags": [
+                            {
+                                "begin": "<f>",
+                                "content": {"type": "json_schema", "json_schema": PERSON},
+                                "end": "</f>",
+                            }
+                        ],
+                    },
+                }
+            ),
+        ),
+    }
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Any:
+    structgen.clear_caches()
+    yield
+    structgen.clear_caches()
+
+
+class TestRoundTrip:
+    @pytest.mark.parametrize(
+        "kind", ["schema-generate", "schema-accept", "json", "lark", "ebnf", "structural-tag"]
+    )
+    def test_loaded_grammar_gives_the_compiled_masks(self, kind: str, tmp_path: Path) -> None:
+        vocab = load_vocab("gpt2")
+        case = _cases(vocab)[kind]
+        fresh = case(Compiler(vocab))
+        walks = [_random_tokens(fresh, seed) for seed in range(3)]
+        expected = [_walk(fresh, tokens) for tokens in walks]
+        structgen.clear_caches()
+        loaded = _loaded(case, tmp_path)
+        disk = Compiler(vocab, cache_dir=tmp_path).disk_cache
+        assert disk is not None and disk.hits >= 1
+        assert loaded.fingerprint == fresh.fingerprint
+        assert loaded.to_text() == fresh.to_text()
+        for tokens, masks in zip(walks, expected):
+            assert _walk(loaded, tokens) == masks
+
+    def test_a_sample_text_is_accepted_to_its_end(self, tmp_path: Path) -> None:
+        vocab = load_vocab("llama3_1")
+        case = _Case(vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept")))
+        fresh = case(Compiler(vocab))
+        tokens = load_vocab_tokens("llama3_1", PERSON_TEXT)
+        expected = _walk(fresh, tokens)
+        structgen.clear_caches()
+        loaded = _loaded(case, tmp_path)
+        assert _walk(loaded, tokens) == expected
+        assert expected[-1][-1] == 1  # the engine may stop at the end
+
+    def test_leaving_the_saved_rows_rebuilds_the_automaton(self, tmp_path: Path) -> None:
+        vocab = load_vocab("gpt2")
+        schema = {"type": "string", "pattern": "^([a-c]{2}[0-9]){2,6}x$"}
+        case = _Case(vocab, lambda c: c.json_schema(schema))
+        fresh = case(Compiler(vocab))
+        text = '"ab1ca2bb3cc4aa5x"'
+        tokens = [t for t in vocab_encode(vocab, text)]
+        expected = _walk(fresh, tokens)
+        structgen.clear_caches()
+        loaded = _loaded(case, tmp_path)
+        assert _walk(loaded, tokens) == expected
+        sources = [dfa._source for dfa in loaded._engine.terminal_dfas]
+        assert any(isinstance(s, SnapshotSource) and s.rebuilt for s in sources)
+
+    def test_a_restart_loads_the_file(self, tmp_path: Path) -> None:
+        """In a fresh process: the file written here is found, trusted and gives the same
+        first mask."""
+        script = f"""
+import json, sys
+from structgen import Compiler, Matcher, allocate_bitmask
+from structgen.vocab import Vocabulary
+tokens = [bytes([b]) for b in range(32, 127)] + [b'{{"', b'":', b'", "', b'"}}', None]
+vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+compiler = Compiler(vocab, cache_dir={str(tmp_path)!r})
+grammar = compiler.json_schema({json.dumps(PERSON)!r})
+mask = allocate_bitmask(1, vocab.size, backend="numpy")
+Matcher(grammar).fill_bitmask(mask)
+print(compiler.disk_cache.hits, mask.tobytes().hex())
+"""
+        env = {**os.environ, "PYTHONHASHSEED": "random"}
+        first = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+        ).stdout.split()
+        second = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+        ).stdout.split()
+        assert first[0] == "0" and second[0] == "1"
+        assert first[1] == second[1]
+
+
+def load_vocab_tokens(name: str, text: str) -> list[int]:
+    from tests.conftest import load_tokenizer
+
+    ids: list[int] = load_tokenizer(name).encode(text, add_special_tokens=False)
+    return ids
+
+
+def vocab_encode(vocab: Vocabulary, text: str) -> list[int]:
+    """Greedy longest-match tokens of `text` in `vocab` (any split is fine for a walk)."""
+    table = {vocab.token_bytes(i): i for i in range(vocab.size) if vocab.token_bytes(i)}
+    data = text.encode()
+    out = []
+    at = 0
+    while at < len(data):
+        for end in range(len(data), at, -1):
+            token = table.get(data[at:end])
+            if token is not None:
+                out.append(token)
+                at = end
+                break
+        else:
+            raise AssertionError(f"no token for {data[at:]!r}")
+    return out
+
+
+def _small_vocab() -> Vocabulary:
+    tokens: list[bytes | None] = [bytes([b]) for b in range(32, 127)]
+    tokens += [b'{"', b'":', b'", "', b'"}', None]
+    return Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+
+
+def _only_file(cache: Path) -> Path:
+    files = list(cache.glob("*.sgc"))
+    assert len(files) == 1
+    return files[0]
+
+
+def _rewrite(path: Path, edit: Any) -> None:
+    """Change the header through `edit(header)` and write a file with a valid checksum: a
+    tampered file that only the checks on its content can catch."""
+    data = path.read_bytes()
+    rest = data[len(MAGIC) + 32 :]
+    size = int.from_bytes(rest[:8], "little")
+    header = json.loads(rest[8 : 8 + size])
+    payload = bytearray(rest[8 + size :])
+    edit(header, payload)
+    text = json.dumps(header).encode()
+    body = len(text).to_bytes(8, "little") + text + bytes(payload)
+    path.write_bytes(MAGIC + hashlib.sha256(body).digest() + body)
+
+
+class TestUntrustedFiles:
+    def _compile(self, cache: Path) -> tuple[CompiledGrammar, CompileCache]:
+        compiler = Compiler(_small_vocab(), cache_dir=cache)
+        grammar = compiler.json_schema(PERSON)
+        assert compiler.disk_cache is not None
+        return grammar, compiler.disk_cache
+
+    def _reload(self, cache: Path) -> tuple[CompiledGrammar, CompileCache]:
+        structgen.clear_caches()
+        return self._compile(cache)
+
+    def _assert_rejected_then_rebuilt(self, cache: Path, expected: CompiledGrammar) -> None:
+        grammar, disk = self._reload(cache)
+        assert disk.rejected >= 1 and grammar == expected
+        assert _walk(grammar, []) == _walk(expected, [])
+        # ... and the file was written again: the next start trusts it
+        rejected = disk.rejected
+        self._reload(cache)
+        assert disk.rejected == rejected and disk.hits >= 1
+
+    @pytest.mark.parametrize(
+        "damage",
+        [
+            pytest.param(lambda b: b[: len(b) // 2], id="truncated"),
+            pytest.param(lambda b: b[:-1] + bytes([b[-1] ^ 1]), id="bit-flip"),
+            pytest.param(lambda b: b"", id="empty"),
+            pytest.param(lambda b: b"\x80\x04not a cache file", id="pickle-like"),
+            pytest.param(lambda b: MAGIC + b"\0" * 40, id="zeros"),
+        ],
+    )
+    def test_damaged_files_are_compiled_again(self, tmp_path: Path, damage: Any) -> None:
+        grammar, _ = self._compile(tmp_path)
+        path = _only_file(tmp_path)
+        path.write_bytes(damage(path.read_bytes()))
+        self._assert_rejected_then_rebuilt(tmp_path, grammar)
+
+    def test_a_file_for_another_key_is_not_used(self, tmp_path: Path) -> None:
+        compiler = Compiler(_small_vocab(), cache_dir=tmp_path)
+        other = compiler.json_schema({"type": "integer"})
+        other_file = _only_file(tmp_path)
+        moved = tmp_path / "other.bin"
+        other_file.rename(moved)
+        grammar = compiler.json_schema(PERSON)
+        moved.replace(_only_file(tmp_path))  # the integer grammar's file under PERSON's name
+        self._assert_rejected_then_rebuilt(tmp_path, grammar)
+        assert grammar != other
+
+    @pytest.mark.parametrize(
+        "edit",
+        [
+            pytest.param(lambda h, p: h["dfas"]["states"].__setitem__(0, 10**9), id="states"),
+            pytest.param(lambda h, p: h["dfas"]["starts"].__setitem__(0, 99), id="start"),
+            pytest.param(lambda h, p: h["parser"]["rules"].append([0, 99999]), id="rule"),
+            pytest.param(lambda h, p: h.__setitem__("terminal_dfa", [0]), id="terminals"),
+            pytest.param(lambda h, p: h.__setitem__("format", 0), id="format"),
+            pytest.param(lambda h, p: h["dfas"].__setitem__("rows", [10**9, 4]), id="offset"),
+        ],
+    )
+    def test_tampered_files_with_a_valid_checksum_are_refused(
+        self, tmp_path: Path, edit: Any
+    ) -> None:
+        grammar, _ = self._compile(tmp_path)
+        _rewrite(_only_file(tmp_path), edit)
+        self._assert_rejected_then_rebuilt(tmp_path, grammar)
+
+    def test_a_transition_out_of_range_is_refused(self, tmp_path: Path) -> None:
+        """The C walk reads the tables through raw pointers: no state id out of range may
+        reach it."""
+        grammar, _ = self._compile(tmp_path)
+
+        def edit(header: dict[str, Any], payload: bytearray) -> None:
+            offset, _ = header["dfas"]["rows"]
+            payload[offset : offset + 4] = (10**6).to_bytes(4, "little")
+
+        _rewrite(_only_file(tmp_path), edit)
+        self._assert_rejected_then_rebuilt(tmp_path, grammar)
+
+
+class TestWhatIsSaved:
+    def test_keys_differ_by_options_limits_and_vocabulary(self, tmp_path: Path) -> None:
+        vocab = _small_vocab()
+        Compiler(vocab, cache_dir=tmp_path).json_schema(PERSON)
+        Compiler(vocab, cache_dir=tmp_path).json_schema(
+            PERSON, options=SchemaOptions(mode="accept")
+        )
+        limits = structgen.CompileLimits(max_dfa_states=40_000)
+        Compiler(vocab, cache_dir=tmp_path, limits=limits).json_schema(PERSON)
+        other = Vocabulary.from_tokens([b"a", b"{", b"}", None], eos_token_ids=[3])
+        Compiler(other, cache_dir=tmp_path).json_schema(PERSON)
+        assert len(list(tmp_path.glob("*.sgc"))) == 4
+
+    def test_the_key_holds_the_code_version(self) -> None:
+        from structgen.compile_cache import code_fingerprint
+
+        key = key_text(("json_schema", "x", frozenset({"b", "a"})))
+        assert key is not None and code_fingerprint() in key
+        assert key == key_text(("json_schema", "x", frozenset({"a", "b"})))
+
+    def test_unique_items_and_regexes_are_compiled_every_time(self, tmp_path: Path) -> None:
+        compiler = Compiler(_small_vocab(), cache_dir=tmp_path)
+        compiler.json_schema({"type": "array", "items": {"type": "integer"}, "uniqueItems": True})
+        compiler.regex(r"\d+")
+        assert not list(tmp_path.glob("*.sgc"))
+
+    def test_the_environment_variable_turns_it_on(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("STRUCTGEN_COMPILE_CACHE", str(tmp_path / "env"))
+        Compiler(_small_vocab()).json_schema(PERSON)
+        assert len(list((tmp_path / "env").glob("*.sgc"))) == 1
+        monkeypatch.delenv("STRUCTGEN_COMPILE_CACHE")
+        assert Compiler(_small_vocab()).disk_cache is None
+
+    def test_an_unwritable_directory_warns_once(self, tmp_path: Path) -> None:
+        blocker = tmp_path / "file"
+        blocker.write_text("not a directory")
+        compiler = Compiler(_small_vocab(), cache_dir=blocker / "cache")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiler.json_schema(PERSON)
+            compiler.json_schema({"type": "integer"})
+        assert len([w for w in caught if "compile cache" in str(w.message)]) == 1
+
+    def test_threads_compiling_at_once_agree(self, tmp_path: Path) -> None:
+        vocab = _small_vocab()
+        schemas = [{**PERSON, "title": f"t{i}"} for i in range(4)]
+        results: list[Any] = []
+
+        def work() -> None:
+            compiler = Compiler(vocab, cache_dir=tmp_path)
+            results.append([_walk(compiler.json_schema(s), []) for s in schemas])
+
+        for _ in range(2):  # the second round loads what the first saved
+            structgen.clear_caches()
+            threads = [threading.Thread(target=work) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert all(r == results[0] for r in results)
+        assert not list(tmp_path.glob(".tmp-*"))
+
+    def test_clear_deletes_the_files(self, tmp_path: Path) -> None:
+        compiler = Compiler(_small_vocab(), cache_dir=tmp_path)
+        compiler.json_schema(PERSON)
+        assert compiler.disk_cache is not None and compiler.disk_cache.clear() == 1
+        assert not list(tmp_path.glob("*.sgc"))
+
+
+class TestPieces:
+    def test_the_ir_round_trips(self) -> None:
+        for schema in (PERSON, {"type": "array", "items": {"type": "number"}}, True):
+            for mode in ("generate", "accept"):
+                grammar = compile_schema(schema, options=_Options(mode=mode))
+                data = json.loads(json.dumps(grammar_to_data(grammar)))
+                assert grammar_from_data(data).fingerprint() == grammar.fingerprint()
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            {"nodes": [["cat", [0]]], "terminals": [], "rules": [], "ignore": [], "start": "s"},
+            {"nodes": [["cls", [5, 3]]], "terminals": [], "rules": [], "ignore": [], "start": "s"},
+            {"nodes": [["str", ""]], "terminals": [], "rules": [], "ignore": [], "start": "s"},
+            {"nodes": [["nil"]], "terminals": [["t", 3, []]], "rules": [], "ignore": []},
+            {"nodes": [["zzz"]], "terminals": [], "rules": [], "ignore": [], "start": "s"},
+            [1, 2],
+        ],
+    )
+    def test_bad_ir_data_is_refused(self, bad: Any) -> None:
+        with pytest.raises(IRDataError):
+            grammar_from_data(bad)
+
+    def test_parser_tables_round_trip(self) -> None:
+        grammar = compile_schema(PERSON, options=_Options())
+        parser = EarleyGrammar(grammar)
+        again = EarleyGrammar.from_tables(json.loads(json.dumps(parser.tables())))
+        assert again.rules == parser.rules and again.nullable == parser.nullable
+        assert again.start_nullable == parser.start_nullable
+        for nt in range(parser.num_terminals, parser.num_terminals + 5):
+            assert again.predicts_of(nt) == parser.predicts_of(nt)
+
+    def test_a_restored_dfa_matches_as_the_original(self) -> None:
+        import re
+
+        limits = AutomataLimits()
+        pattern = r"(ab|c[0-9]{2,4})+z?"
+        original = compile_regex(pattern)
+        original.accepts(b"ab")  # a few rows built, most not
+        restored = restore_dfa(snapshot_dfa(original), lambda: compile_regex(pattern), limits)
+        rng = random.Random(3)
+        for _ in range(400):
+            text = "".join(rng.choice("abc0123z") for _ in range(rng.randrange(9)))
+            expected = re.fullmatch(pattern, text) is not None
+            assert restored.accepts(text.encode()) == expected, text
+        assert isinstance(restored._source, SnapshotSource) and restored._source.rebuilt
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            lambda s: {"rows": s.rows + 100},
+            lambda s: {"start": 7},
+            lambda s: {"accepting": s.accepting[:-1]},
+            lambda s: {"byte_classes": np.zeros(256, dtype=np.uint8)},
+            lambda s: {"rows": s.rows.astype(np.int64)},
+        ],
+    )
+    def test_inconsistent_snapshots_are_refused(self, change: Any) -> None:
+        snap = snapshot_dfa(compile_regex("[a-c]+x"))
+        fields = {f: getattr(snap, f) for f in DFASnapshot.__slots__}
+        bad = DFASnapshot(**{**fields, **change(snap)})
+        with pytest.raises(SnapshotError):
+            restore_dfa(bad, lambda: compile_regex("[a-c]+x"), AutomataLimits())
