@@ -61,11 +61,16 @@ def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[n
             inside = sum(1 << i for i, (lo, hi) in enumerate(uniq) if lo <= start <= hi)
             run_ids.append(ids.setdefault(inside, len(ids)))
         return np.repeat(np.array(run_ids, dtype=np.uint8), np.diff([*cuts, 256]))
+    # many ranges: the same runs, their membership as one table row each
     lo = np.array([r[0] for r in uniq], dtype=np.int32)
     hi = np.array([r[1] for r in uniq], dtype=np.int32)
-    b = np.arange(256, dtype=np.int32)[:, None]
-    member = np.packbits((b >= lo[None, :]) & (b <= hi[None, :]), axis=1)
-    return _number_rows(member)
+    starts = np.unique(np.concatenate(([0], lo, hi[hi < 255] + 1)))
+    member = np.packbits(
+        (starts[:, None] >= lo[None, :]) & (starts[:, None] <= hi[None, :]), axis=1
+    )
+    rows: dict[bytes, int] = {}
+    numbered = [rows.setdefault(row.tobytes(), len(rows)) for row in member]
+    return np.repeat(np.array(numbered, dtype=np.uint8), np.diff(starts, append=256))
 
 
 def class_representatives(classes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
