@@ -83,6 +83,7 @@ def generate_object(
     schema_options: SchemaOptions | None = None,
     results: list[GenerationResult] | None = None,
     reasoning: bool = False,
+    max_think_tokens: int | None = None,
     **sampling: Any,
 ) -> ModelT:
     """An instance of `cls` (a Pydantic model) answering `prompt`, valid and checked.
@@ -94,14 +95,19 @@ def generate_object(
     Schema to the prompt (small models follow it better). `sampling`: `SamplingParams` fields.
     `results`: a list that receives each attempt's `GenerationResult` (tokens, metrics).
     `reasoning`: the model thinks freely in a `<think>` block before the object (see
-    `LM.run`); the block is in each result's `reasoning`.
+    `LM.run`), of at most `max_think_tokens` tokens when given; the block is in each result's
+    `reasoning`.
     """
     asker = _Asker(
         lm, cls, prompt, validators, max_retries, instructions, system, schema_options, sampling
     )
     while True:
         text, chat = asker.model_input()
-        grammar = lm.reasoning_grammar(asker.grammar) if reasoning else asker.grammar
+        grammar = (
+            lm.reasoning_grammar(asker.grammar, max_think_tokens=max_think_tokens)
+            if reasoning
+            else asker.grammar
+        )
         result = lm.generator.generate(text, asker.params, grammar=grammar, chat=chat)
         if reasoning:
             result = lm.split_reasoning(result)

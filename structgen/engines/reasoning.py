@@ -7,7 +7,8 @@ the model emits that token, as vLLM's and SGLang's reasoning parsers read it), t
 With `opened`, the prompt already holds the opening tag (DeepSeek-R1's template appends it).
 
 States: `("s",)` before the opening tag, `("t", k, n)` thinking (`k` bytes of a text closing
-tag matched, `n` tokens of the block so far, for `max_think_tokens`), `("e", j)` after the
+tag matched, `n` tokens of the block so far, for `max_think_tokens`: once it is reached, only
+the closing tag may follow, byte for byte), `("e", j)` after the
 closing tag (`j` bytes of the optional separator), `("a", inner)` answering. The think block has
 no constraint; budget-aware closing sees its shortest completion (the closing tag, then the
 inner grammar's shortest text), so a budget closes the block in time to leave room for the
@@ -82,19 +83,19 @@ class ReasoningEngine:
 
     def _think(self, k: int, data: bytes, count: int) -> Any:
         """Read `data` (one token, from the Matcher) in the think block: `k` bytes of the
-        closing tag matched, `count` tokens of the block so far. A token that stays in the block
-        counts unless it ends inside a text closing tag; past `max_think_tokens`, only tokens
-        that close the block (or go on with a text closing tag) are taken."""
+        closing tag matched, `count` tokens of the block so far. Every token counts; once
+        `max_think_tokens` are in, only tokens that go on with the closing tag byte for byte
+        (and may close it) are taken: the block holds at most that many tokens, then the tag."""
         end = self._end
+        full = self._max_think is not None and count >= self._max_think
         for i, byte in enumerate(data):
-            k = _step(end, k, byte)
+            after = _step(end, k, byte)
+            if full and after != k + 1:
+                return None  # text (or a tag begun again) in a full block
+            k = after
             if k == len(end):
                 return self._gap(0, data[i + 1 :])
-        if data and k == 0:
-            count += 1
-            if self._max_think is not None and count > self._max_think:
-                return None
-        return ("t", k, count)
+        return ("t", k, count + 1 if data else count)
 
     def _gap(self, j: int, data: bytes) -> Any:
         """After the closing tag: `j` bytes of the optional separator ("\n\n") read."""
@@ -166,7 +167,7 @@ class ReasoningEngine:
     def _think_mask(self, k: int, full: bool) -> npt.NDArray[np.int32]:
         """Every text token, less those that close a text tag into an answer refused after it;
         once the block is `full` (max_think_tokens), only the tokens that close it or go on
-        with a text closing tag."""
+        with a text closing tag byte for byte."""
         hit = self._think_masks.get((k, full))
         if hit is not None:
             return hit

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import jsonschema
 import numpy as np
@@ -251,3 +252,94 @@ class TestMaxThinkTokens:
         )
         jsonschema.validate(json.loads(result.text), SCHEMA)
         assert result.reasoning is not None
+
+    def test_generate_object_and_run_tools_bound_the_block(self) -> None:
+        from pydantic import BaseModel
+
+        import structgen as sg
+        from structgen.api import LM
+        from structgen.api.structured import generate_object
+
+        lm = LM.default()  # (a text closing tag: at most 3 tokens in the block, then the tag)
+
+        class Answer(BaseModel):
+            answer: int
+
+        results: list[sg.GenerationResult] = []
+        value = generate_object(
+            lm, Answer, "6 times 7?", reasoning=True, max_think_tokens=3, max_new_tokens=40,
+            results=results,
+        )  # fmt: skip
+        assert isinstance(value, Answer)
+        tag = b"</think>"
+        for result in results:
+            pieces = [lm.generator.vocab.token_bytes(t) for t in result.token_ids]
+            text = b"".join(pieces)
+            assert tag in text
+            # at most 3 tokens, then only tokens of the closing tag (byte for byte)
+            at, taken = 0, 0
+            while at < text.index(tag):
+                at += len(pieces[taken])
+                taken += 1
+            block_tokens = [p for p in pieces[:taken]]
+            assert len(block_tokens) <= 3 + len(tag)
+            tail = b"".join(block_tokens[3:])
+            assert tag.startswith(tail) or tail.startswith(tag), tail
+
+        @sg.tool
+        def get_weather(city: str) -> str:
+            """The weather in a city."""
+            return f"Sunny in {city}"
+
+        run = sg.run_tools(
+            lm, "Weather in Lyon?", [get_weather], tool_choice="required", reasoning=True,
+            max_think_tokens=2, max_new_tokens=60,
+        )  # fmt: skip
+        assert run.calls and run.answer is not None
+
+
+class TestMaxThinkTokensInToolFormats:
+    def test_a_think_block_format_takes_the_bound(self) -> None:
+        from structgen.api.tools.formats import tool_format
+
+        vocab = load_vocab("qwen3")
+        grammar = tool_format("hermes").grammar(
+            Compiler(vocab), [_weather_tool()], "required", None, reasoning=True,
+            max_think_tokens=2,
+        )  # fmt: skip
+        m = Matcher(grammar)
+        assert m.accept_token(vocab.token_id("<think>"))
+        assert m.accept_bytes(b"one") and m.accept_bytes(b" two")
+        assert allowed(m) == {vocab.token_id("</think>")}
+
+    def test_harmony_refuses_a_bound_it_cannot_keep(self) -> None:
+        from structgen.api.tools.formats import tool_format
+        from structgen.errors import StructgenError
+
+        with pytest.raises(StructgenError, match="max_think_tokens"):
+            tool_format("harmony").grammar(
+                Compiler(load_vocab("gptoss")), [_weather_tool()], "required", None,
+                reasoning=True, max_think_tokens=5,
+            )  # fmt: skip
+
+    def test_tool_call_grammar_passes_it_on(self) -> None:
+        from structgen.api.tools.guard import tool_call_grammar
+
+        vocab = load_vocab("qwen3")
+        grammar = tool_call_grammar(
+            Compiler(vocab), [_weather_tool()], "required", tool_format="json",
+            reasoning=True, max_think_tokens=1,
+        )  # fmt: skip
+        m = Matcher(grammar)
+        assert m.accept_token(vocab.token_id("<think>")) and m.accept_bytes(b"hm")
+        assert allowed(m) == {vocab.token_id("</think>")}
+
+
+def _weather_tool() -> Any:
+    from structgen.api import Tool
+
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return city
+
+    return Tool.from_function(get_weather)

@@ -124,9 +124,11 @@ class ToolFormat:
         options: SchemaOptions | None = None,
         *,
         reasoning: bool = False,
+        max_think_tokens: int | None = None,
     ) -> CompiledGrammar:
         """The compiled grammar of one turn (`choice`: "auto", "required", "none" or a name);
-        `reasoning`: a free think block first, in the family's own form (`think`)."""
+        `reasoning`: a free think block first, in the family's own form (`think`), of at most
+        `max_think_tokens` tokens where it is a `<think>` block."""
         if choice not in ("auto", "required", "none"):
             tools = [t for t in tools if t.name == choice]
         calls = choice != "none" and bool(tools)
@@ -141,7 +143,15 @@ class ToolFormat:
         if reasoning:
             framed = self.think(b, compiler.vocab, start)
             if framed is None:  # a <think> block around the whole turn
-                return compiler.reasoning(compiler.grammar_ir(b.grammar(start)))
+                return compiler.reasoning(
+                    compiler.grammar_ir(b.grammar(start)), max_think_tokens=max_think_tokens
+                )
+            if max_think_tokens is not None:
+                raise StructgenError(
+                    f"max_think_tokens bounds a <think> block; the {self.name!r} format's "
+                    "reasoning is a message of its own, which a token count cannot bound here "
+                    "(leave max_think_tokens out, or bound the turn with max_new_tokens)"
+                )
             start = framed
         return compiler.grammar_ir(b.grammar(start))
 

@@ -350,6 +350,7 @@ def tool_call_grammar(
     max_new_tokens: int | None = None,
     tool_format: str = "auto",
     reasoning: bool = False,
+    max_think_tokens: int | None = None,
 ) -> CompiledGrammar:
     """The compiled constraint of one turn, for your own loop or a `LogitsProcessor`.
 
@@ -360,7 +361,8 @@ def tool_call_grammar(
     limit exact in the grammar; repeated calls are dropped when the turn is parsed
     (`ToolFormat.parse`), and `max_answer_chars` / `max_new_tokens` apply to the JSON turn only.
     `reasoning`: a free think block first — the family's own (Harmony's analysis message) or
-    `<think>…</think>` (`Compiler.reasoning`).
+    `<think>…</think>` (`Compiler.reasoning`); `max_think_tokens` bounds a `<think>` block
+    (Harmony's analysis message has no such bound: `StructgenError`).
 
     The turn schema is compiled through the compiler's cache, so each (tool set, choice) is
     compiled once. `options` defaults to `TURN_SCHEMA_OPTIONS` (compact JSON: no whitespace
@@ -385,6 +387,7 @@ def tool_call_grammar(
             _max_calls(parallel_tool_calls, max_calls_per_turn),
             options,
             reasoning=reasoning,
+            max_think_tokens=max_think_tokens,
         )
     schema = turn_schema(
         tools,
@@ -405,4 +408,6 @@ def tool_call_grammar(
     if seen is not None or max_new_tokens is not None:
         compiled = _guarded_turn(compiled, seen, max_new_tokens)
     # the turn (and its guard) after a <think> block
-    return compiler.reasoning(compiled) if reasoning else compiled
+    if not reasoning:
+        return compiled
+    return compiler.reasoning(compiled, max_think_tokens=max_think_tokens)

@@ -199,6 +199,7 @@ def run_tools(
     allow_repeated_calls: bool = False,
     tool_format: str = "auto",
     reasoning: bool = False,
+    max_think_tokens: int | None = None,
     **sampling: Any,
 ) -> ToolRun:
     """Let the model call `tools` until it answers; returns the answer, the calls, the chat.
@@ -217,7 +218,8 @@ def run_tools(
     `max_new_tokens`, or bound the calls with `max_calls_per_turn`). `tool_format`: the calls
     as the model's family writes them, detected from its chat template by default ("auto";
     see `tool_call_grammar`); results go back through the template as `tool` messages.
-    `reasoning`: each turn may start with a free `<think>` block (see `LM.run`).
+    `reasoning`: each turn may start with a free `<think>` block (see `LM.run`), of at most
+    `max_think_tokens` tokens when given (see `tool_call_grammar`).
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise GenerationError(f"max_steps must be an integer >= 1, got {max_steps!r}")
@@ -269,6 +271,7 @@ def run_tools(
             earlier_calls=records,
             tool_format=chosen_format,
             reasoning=reasoning,
+            max_think_tokens=max_think_tokens,
         )  # (no max_new_tokens: the loop's budget-aware closing ends the turn in time)
         text = tool_prompt(
             lm,
