@@ -521,6 +521,7 @@ class Compiler:
         separator: str = "\n\n",
         opened: bool | None = None,
         max_think_tokens: int | None = None,
+        style: str = "think",
     ) -> CompiledGrammar:
         """`grammar` after a free think block (`begin` text `end`, then an optional
         `separator`): reasoning models think unconstrained, then answer under the constraint.
@@ -528,11 +529,22 @@ class Compiler:
         otherwise; `opened`: the prompt already ends with `begin` (None: when the vocabulary
         has no token for it, since a text opening tag is not matched). The block may be left
         out (the answer straight away). `max_think_tokens`: at most that many tokens in the
-        block, then only its closing tag. See docs/design/reasoning.md."""
+        block, then only its closing tag. `style="harmony"`: gpt-oss's form instead — an
+        optional analysis message, then the answer in the final channel (the tags are not
+        used; `max_think_tokens` is refused). See docs/design/reasoning.md."""
         from structgen.engines.reasoning import ReasoningEngine
 
         if not isinstance(grammar, CompiledGrammar) or grammar.vocab != self.vocab:
             raise ArgumentError("reasoning() wraps a CompiledGrammar of this compiler's vocabulary")
+        if style == "harmony":
+            if max_think_tokens is not None:
+                raise ArgumentError(
+                    "max_think_tokens bounds a <think> block; Harmony's analysis message has "
+                    "no token bound here (leave it out, or bound the output with max_new_tokens)"
+                )
+            return self._harmony_reasoning(grammar)
+        if style != "think":
+            raise ArgumentError(f"style must be 'think' or 'harmony', got {style!r}")
         for name, value in (("begin", begin), ("end", end), ("separator", separator)):
             expect_str(value, name)
         if not end:
@@ -575,6 +587,52 @@ class Compiler:
                     "max_think_tokens": max_think_tokens,
                 },
             ),
+        )
+
+    def _harmony_reasoning(self, grammar: CompiledGrammar) -> CompiledGrammar:
+        """`grammar` in gpt-oss's final channel, after an optional analysis message:
+        `[<|channel|>analysis<|message|>…<|end|><|start|>assistant]<|channel|>final<|message|>`
+        then the answer (Harmony; the tags are the vocabulary's special tokens)."""
+        from structgen.automata import Concat, Repeat, String
+        from structgen.engines.framed import FramedEngine
+        from structgen.grammar.compose import ANY_CHAR
+        from structgen.grammar.tokens import tag_token, token_node
+
+        names = ("<|channel|>", "<|message|>", "<|end|>", "<|start|>")
+        ids = [tag_token(self.vocab, name) for name in names]
+        if None in ids:
+            missing = [n for n, i in zip(names, ids) if i is None]
+            raise ArgumentError(
+                f"style='harmony' needs the special tokens {missing}, which this vocabulary "
+                "does not have (gpt-oss's tokenizer has them)"
+            )
+        channel, message, end, start = (token_node(i) for i in ids if i is not None)
+        analysis = Concat(
+            (
+                channel,
+                String("analysis"),
+                message,
+                Repeat(ANY_CHAR, 0, None),
+                end,
+                start,
+                String("assistant"),
+            )
+        )
+        frame = Concat((Repeat(analysis, 0, 1), channel, String("final"), message))
+        key = ("reasoning-harmony", grammar.fingerprint)
+        tokens = frozenset(i for i in ids if i is not None)
+        return self._cached(
+            key,
+            lambda: FramedEngine(
+                self._dfa_engine(
+                    automata.compile_ast(frame, limits=self.limits.automata(), pattern="Harmony")
+                ),
+                grammar._engine,
+                frame_tokens=tokens,
+            ),
+            kind=grammar.kind,
+            source=grammar.source,
+            recipe=("reasoning", (grammar,), {"style": "harmony"}),
         )
 
     def grammar_ir(self, grammar: Grammar) -> CompiledGrammar:

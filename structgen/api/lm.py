@@ -41,6 +41,22 @@ def split_think(text: str) -> tuple[str, str]:
     return thought.removeprefix("<think>").strip("\n"), answer.removeprefix("\n\n")
 
 
+_ANALYSIS = "<|channel|>analysis<|message|>"
+_FINAL = "<|channel|>final<|message|>"
+
+
+def split_harmony(text: str) -> tuple[str, str]:
+    """(the analysis message, the rest) of a gpt-oss output in Harmony's form (special tokens
+    written as their names): the answer is what follows `<|channel|>final<|message|>`, or the
+    message after the analysis (a tool call) when there is no final one."""
+    thought = ""
+    rest = text
+    if text.startswith(_ANALYSIS):
+        thought, _, rest = text[len(_ANALYSIS) :].partition("<|end|>")
+        rest = rest.removeprefix("<|start|>assistant")
+    return thought, rest.removeprefix(_FINAL)
+
+
 class LM:
     """A `transformers` causal LM and its tokenizer, ready for constrained generation.
 
@@ -157,8 +173,9 @@ class LM:
         (`max_new_tokens` or the context ran out), so callers never get a partial value.
         `reasoning`: the model thinks freely in a `<think>…</think>` block first
         (`Compiler.reasoning`; the block opens by itself when the vocabulary has no `<think>`
-        token), and budget-aware closing ends it in time for the answer; `text` is then the
-        answer and `GenerationResult.reasoning` the block; `max_think_tokens` bounds the block.
+        token; gpt-oss: an analysis message, then the answer in the final channel), and
+        budget-aware closing ends it in time for the answer; `text` is then the answer and
+        `GenerationResult.reasoning` the block; `max_think_tokens` bounds a `<think>` block.
         `regex`, `choice`, `grammar` and `json` take both too.
         """
         expect_bool(reasoning, "reasoning")
@@ -178,17 +195,33 @@ class LM:
             result = self.split_reasoning(result)
         return result
 
+    @property
+    def reasoning_style(self) -> str:
+        """How this model thinks: "harmony" (gpt-oss: an analysis message, then the answer in
+        the final channel) where its tokenizer is Harmony's, else "think" (`<think>…</think>`)."""
+        from structgen.api.tools.formats import resolve_tool_format
+
+        return "harmony" if resolve_tool_format(self, "auto") == "harmony" else "think"
+
     def reasoning_grammar(
         self, grammar: CompiledGrammar, *, max_think_tokens: int | None = None
     ) -> CompiledGrammar:
-        """`grammar` after a free `<think>` block (`Compiler.reasoning`), open from the start
-        when the vocabulary has no `<think>` token."""
-        return self.compiler.reasoning(grammar, max_think_tokens=max_think_tokens)
+        """`grammar` after a free think block (`Compiler.reasoning`) in the model's own style:
+        `<think>…</think>` (open from the start when the vocabulary has no `<think>` token), or
+        for gpt-oss an optional analysis message and the final channel."""
+        return self.compiler.reasoning(
+            grammar, max_think_tokens=max_think_tokens, style=self.reasoning_style
+        )
 
-    @staticmethod
-    def split_reasoning(result: GenerationResult) -> GenerationResult:
+    def split_reasoning(self, result: GenerationResult) -> GenerationResult:
         """`result` with `text` the answer and `reasoning` the think block before it."""
-        thought, answer = split_think(result.text)
+        if self.reasoning_style == "harmony":
+            from structgen.api.tools.formats import render_tokens
+
+            written = render_tokens(self.generator.vocab, result.token_ids)
+            thought, answer = split_harmony(written)
+        else:
+            thought, answer = split_think(result.text)
         return replace(result, text=answer, reasoning=thought)
 
     def model_input(

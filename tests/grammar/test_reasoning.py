@@ -343,3 +343,83 @@ def _weather_tool() -> Any:
         return city
 
     return Tool.from_function(get_weather)
+
+
+class TestHarmonyStyle:
+    """gpt-oss: an optional analysis message, then the answer in the final channel."""
+
+    THOUGHT = "<|channel|>analysis<|message|>Six times seven.<|end|><|start|>assistant"
+    FINAL = "<|channel|>final<|message|>"
+
+    def grammar(self) -> Any:
+        c = Compiler(load_vocab("gptoss"))
+        return c.reasoning(c.json_schema(SCHEMA), style="harmony")
+
+    def accepts(self, text: str) -> bool:
+        tok = load_tokenizer("gptoss")
+        m = Matcher(self.grammar())
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        return all(m.accept_token(i) for i in ids) and m.can_terminate()
+
+    def test_the_documented_messages_are_accepted(self) -> None:
+        answer = '{"answer": 42}'
+        assert self.accepts(self.THOUGHT + self.FINAL + answer)
+        assert self.accepts(self.FINAL + answer)  # (thinking is optional)
+        assert not self.accepts(answer)  # the answer is in the final channel
+        assert not self.accepts(self.THOUGHT + self.FINAL + "forty-two")
+        assert not self.accepts(self.THOUGHT + answer)
+
+    def test_tags_are_tokens_and_masks_match_brute_force(self) -> None:
+        vocab = load_vocab("gptoss")
+        channel, message = vocab.token_id("<|channel|>"), vocab.token_id("<|message|>")
+        m = Matcher(self.grammar())
+        assert allowed(m) == {channel}  # (no text spells a tag)
+        assert m.accept_token(channel) and m.accept_bytes(b"analysis")
+        assert m.accept_token(message) and m.accept_bytes(b"Let me think <|end|> about it")
+        inside = allowed(m)
+        assert vocab.token_id("<|end|>") in inside and channel not in inside
+        assert inside == {t for t in range(vocab.size) if m.is_allowed(t)}
+
+    def test_random_walks_end_in_a_valid_answer(self) -> None:
+        from structgen.api.lm import split_harmony
+        from structgen.api.tools.formats import render_tokens
+
+        vocab = load_vocab("gptoss")
+        g = self.grammar()
+        rng = random.Random(5)
+        for _ in range(4):
+            m = Matcher(g)
+            out: list[int] = []
+            for step in range(60):
+                if m.can_terminate():
+                    break
+                plan = m.completion_tokens() or []
+                if step > 12 and plan:
+                    token = plan[0]
+                else:
+                    token = rng.choice(
+                        sorted(t for t in allowed(m) if t not in vocab.eos_token_ids)
+                    )
+                assert m.accept_token(token)
+                out.append(token)
+            assert m.can_terminate()
+            _, answer = split_harmony(render_tokens(vocab, out))
+            jsonschema.validate(json.loads(answer), SCHEMA)
+
+    def test_a_think_tag_vocabulary_refuses_the_style(self) -> None:
+        from structgen.errors import ArgumentError
+
+        c = Compiler(load_vocab("qwen3"))
+        with pytest.raises(ArgumentError, match="special tokens"):
+            c.reasoning(c.json_schema(SCHEMA), style="harmony")
+        gptoss = Compiler(load_vocab("gptoss"))
+        with pytest.raises(ArgumentError, match="max_think_tokens"):
+            gptoss.reasoning(gptoss.json_schema(SCHEMA), style="harmony", max_think_tokens=3)
+
+    def test_the_split_reads_the_analysis_and_the_final_answer(self) -> None:
+        from structgen.api.lm import split_harmony
+
+        assert split_harmony(self.THOUGHT + self.FINAL + "42") == ("Six times seven.", "42")
+        assert split_harmony(self.FINAL + "42") == ("", "42")
+        call = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>"
+        assert split_harmony(self.THOUGHT + call) == ("Six times seven.", call)

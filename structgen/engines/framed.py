@@ -1,0 +1,85 @@
+"""`FramedEngine`: a regular *frame* the output opens with, then any constraint.
+
+gpt-oss writes its reasoning as a message of its own and its answer in a channel of its own
+(OpenAI's Harmony format): `<|channel|>analysis<|message|>…<|end|><|start|>assistant`, optional,
+then `<|channel|>final<|message|>` and the answer. The frame is a regular language over bytes in
+which special tokens are token terminals (markers no text holds, grammar/tokens.py); it must end
+with a token terminal, so that no token runs from the frame into the answer: the answer begins
+exactly at a token boundary, and the text tokens allowed inside the frame are those that keep
+its DFA alive (the DFA's token walker). States: `("f", dfa state)` in the frame, `("a", inner)`
+answering. See docs/design/reasoning.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from structgen.engines.regex import RegexEngine
+
+__all__ = ["FramedEngine"]
+
+
+class FramedEngine:
+    """`inner` after the frame `prefix` (a `RegexEngine` whose language ends with a token
+    terminal and is prefix-free: once it is complete, nothing of it can follow)."""
+
+    def __init__(self, prefix: RegexEngine, inner: Any, *, frame_tokens: frozenset[int]) -> None:
+        self.prefix = prefix
+        self.inner = inner
+        self.token_ids = frame_tokens | getattr(inner, "token_ids", frozenset())
+        self.fingerprint = f"framed:{prefix.fingerprint}:{getattr(inner, 'fingerprint', '')}"
+
+    @property
+    def initial_state(self) -> Any:
+        return ("f", self.prefix.initial_state)
+
+    def advance(self, state: Any, data: bytes) -> Any:
+        if state[0] == "a":
+            nxt = self.inner.advance(state[1], data)
+            return None if nxt is None else ("a", nxt)
+        at = self.prefix.advance(state[1], data)
+        if at is None:
+            return None
+        if self.prefix.is_accepting(at):  # the frame is complete (it ends with a token)
+            return ("a", self.inner.initial_state)
+        return ("f", at)
+
+    def is_accepting(self, state: Any) -> bool:
+        return state[0] == "a" and bool(self.inner.is_accepting(state[1]))
+
+    def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
+        """In the frame: the text tokens that keep it alive (its token terminals' bits are set
+        by `CompiledGrammar`, which asks `advance`); then the answer's mask."""
+        mask: npt.NDArray[np.int32]
+        if state[0] == "a":
+            mask = self.inner.token_mask(state[1])
+        else:
+            mask = self.prefix.token_mask(state[1])
+        return mask
+
+    def forced_bytes(self, state: Any, limit: int = 4096) -> bytes:
+        if state[0] == "a":
+            forced: bytes = self.inner.forced_bytes(state[1], limit)
+            return forced
+        return b""
+
+    def shortest_completion(self, state: Any, *, spaced: bool = False) -> bytes | None:
+        finder = getattr(self.inner, "shortest_completion", None)
+        if state[0] == "a":
+            return None if finder is None else finder(state[1], spaced=spaced)
+        frame = self.prefix.shortest_completion(state[1])
+        rest = None if finder is None else finder(self.inner.initial_state, spaced=spaced)
+        return None if frame is None or rest is None else frame + rest
+
+    def memory_parts(self) -> dict[int, int]:
+        parts: dict[int, int] = dict(self.inner.memory_parts())
+        parts.update(self.prefix.memory_parts())
+        return parts
+
+    def to_text(self) -> str:
+        writer = getattr(self.inner, "to_text", None)
+        inner = writer() if writer is not None else "<constraint>"
+        return f"framed ::= FRAME answer\nanswer: {inner}"
