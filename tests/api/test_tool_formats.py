@@ -371,3 +371,50 @@ class TestReasoning:
         call = FORMATS["hermes"].render(CALLS[:1])
         assert accepts_tokens(grammar, tok, "<think>\nweather first\n</think>\n\n" + call)
         assert not accepts_tokens(grammar, tok, "<think>\nweather first\n</think>\n\nhello")
+
+
+class TestTagsAddedAsSpecialTokens:
+    """Llama 3.1's `<|python_tag|>` and Mistral v3's `[TOOL_CALLS]` are special tokens in the
+    models that use them; the fixtures' vocabularies predate them, so they are added the way a
+    tokenizer gets special tokens (`add_special_tokens`): the tag is then matched as that token."""
+
+    def _with(self, name: str, tag: str) -> tuple[Any, Any]:
+        import copy
+
+        from structgen.vocab import Vocabulary
+
+        tokenizer = copy.deepcopy(load_tokenizer(name))
+        tokenizer.add_special_tokens({"additional_special_tokens": [tag]})
+        return tokenizer, Vocabulary.from_hf(tokenizer)
+
+    def test_llama_python_tag(self) -> None:
+        tokenizer, vocab = self._with("llama3_1", "<|python_tag|>")
+        tag = vocab.token_id("<|python_tag|>")
+        assert tag is not None
+        grammar = FORMATS["llama3_json"].grammar(Compiler(vocab), TOOLS, "required", None)
+        call = DOCUMENTED[("llama3_json", "llama3_1")]
+        assert accepts_tokens(grammar, tokenizer, "<|python_tag|>" + call)
+        assert accepts_tokens(grammar, tokenizer, call)  # (the tag is optional)
+        m = Matcher(grammar)
+        assert tag in allowed_ids(m)
+        assert not m.accept_bytes(b"<|python_tag|>")  # the text is not the token
+        turn = FORMATS["llama3_json"].parse("<|python_tag|>" + call)
+        assert [(c.name, c.arguments) for c in turn.calls] == CALLS
+
+    def test_mistral_tool_calls_token(self) -> None:
+        _, vocab = self._with("mistral", "[TOOL_CALLS]")
+        tag = vocab.token_id("[TOOL_CALLS]")
+        assert tag is not None
+        grammar = FORMATS["mistral"].grammar(Compiler(vocab), TOOLS, "required", None)
+        m = Matcher(grammar)
+        assert allowed_ids(m) == {tag}  # the call list opens with the token only
+        assert m.accept_token(tag)
+        body = DOCUMENTED[("mistral", "mistral")].removeprefix("[TOOL_CALLS]")
+        assert m.accept_bytes(body.encode()) and m.can_terminate()
+
+
+def allowed_ids(m: Matcher) -> set[int]:
+    from structgen.masks import unpack_bitmask
+
+    mask = unpack_bitmask(m.allowed_mask(), m.grammar.vocab.size)
+    return set(np.flatnonzero(mask).tolist())
