@@ -152,7 +152,7 @@ def main() -> None:
         "compile / load: "
         + ", ".join(f"{k.split('_')[0]} {v:.1f}x" for k, v in ratio.items())
         + f"; loaded from a file {loaded.get('hits', 0)} of {len(common)}"
-        f" (the others compiled: uniqueItems guard); first masks identical {same} of"
+        f" (the rest compiled again: not saved); first masks identical {same} of"
         f" {len(common)}; files {len(sizes)}, median {sizes[len(sizes) // 2] / 1024:.0f} KiB,"
         f" total {sum(sizes) / 2**20:.1f} MiB"
     )

@@ -16,6 +16,7 @@ place, so readers never see half a file. See docs/design/compile-cache.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -159,7 +160,7 @@ class CompileCache:
                     out.write(blob)
                 os.replace(tmp, self.path_for(key))
             except BaseException:
-                with _quiet():
+                with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
         except OSError as exc:
@@ -179,18 +180,10 @@ class CompileCache:
         """Delete every cache file in the directory; return how many."""
         count = 0
         for path in self.directory.glob(f"*{SUFFIX}"):
-            with _quiet():
+            with contextlib.suppress(OSError):
                 path.unlink()
                 count += 1
         return count
-
-
-class _quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        return kind is not None and issubclass(kind, OSError)
 
 
 # ---------------------------------------------------------------------------- the file format
@@ -202,7 +195,7 @@ class _quiet:
 def _encode(engine: GrammarEngine, key: str) -> bytes:
     from structgen.grammar.ir_codec import grammar_to_data
 
-    grammar_data = grammar_to_data(engine.grammar)
+    grammar_data = grammar_to_data(engine.grammar, rules=False)  # (the parser's tables have them)
     payload = bytearray()
     # the IR is read only when an automaton is rebuilt or the grammar shown: JSON of its own
     ir_text = json.dumps(grammar_data, separators=(",", ":")).encode()
@@ -293,7 +286,7 @@ def _decode(
         """The grammar with its patterns (read once, on the first need)."""
         with full_lock:
             if not full:
-                full.append(grammar_from_data(json.loads(ir_text)))
+                full.append(grammar_from_data(json.loads(ir_text), parser.ir_rules()))
             return full[0]
 
     def array(where: Any, dtype: str, count: int) -> np.ndarray[Any, Any]:

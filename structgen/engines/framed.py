@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from structgen.engines._before import BeforeInner
 from structgen.engines.regex import RegexEngine
 
 __all__ = ["FramedEngine"]
 
 
-class FramedEngine:
+class FramedEngine(BeforeInner):
     """`inner` after the frame `prefix` (a `RegexEngine` whose language ends with a token
     terminal and is prefix-free: once it is complete, nothing of it can follow)."""
 
@@ -47,9 +48,6 @@ class FramedEngine:
             return ("a", self.inner.initial_state)
         return ("f", at)
 
-    def is_accepting(self, state: Any) -> bool:
-        return state[0] == "a" and bool(self.inner.is_accepting(state[1]))
-
     def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
         """In the frame: the text tokens that keep it alive (its token terminals' bits are set
         by `CompiledGrammar`, which asks `advance`); then the answer's mask."""
@@ -60,18 +58,11 @@ class FramedEngine:
             mask = self.prefix.token_mask(state[1])
         return mask
 
-    def forced_bytes(self, state: Any, limit: int = 4096) -> bytes:
-        if state[0] == "a":
-            forced: bytes = self.inner.forced_bytes(state[1], limit)
-            return forced
-        return b""
-
     def shortest_completion(self, state: Any, *, spaced: bool = False) -> bytes | None:
-        finder = getattr(self.inner, "shortest_completion", None)
         if state[0] == "a":
-            return None if finder is None else finder(state[1], spaced=spaced)
+            return self.inner_completion(state[1], spaced=spaced)
         frame = self.prefix.shortest_completion(state[1])
-        rest = None if finder is None else finder(self.inner.initial_state, spaced=spaced)
+        rest = self.inner_completion(None, spaced=spaced)
         return None if frame is None or rest is None else frame + rest
 
     def memory_parts(self) -> dict[int, int]:

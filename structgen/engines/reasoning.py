@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from structgen.engines._before import BeforeInner
 from structgen.grammar.tokens import token_marker
 from structgen.masks import pack_bool_mask
 from structgen.vocab import Vocabulary
@@ -29,7 +30,7 @@ from structgen.vocab import Vocabulary
 __all__ = ["ReasoningEngine"]
 
 
-class ReasoningEngine:
+class ReasoningEngine(BeforeInner):
     """`inner` after a think block; `begin`/`end` are token ids or texts."""
 
     def __init__(
@@ -124,9 +125,6 @@ class ReasoningEngine:
             return self._think(0, data[len(begin) :], 0)
         return self._answer(data)  # no think block: the answer straight away
 
-    def is_accepting(self, state: Any) -> bool:
-        return state[0] == "a" and bool(self.inner.is_accepting(state[1]))
-
     def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
         phase = state[0]
         if phase == "a":
@@ -191,17 +189,10 @@ class ReasoningEngine:
         self._think_masks[(k, full)] = mask
         return mask
 
-    def forced_bytes(self, state: Any, limit: int = 4096) -> bytes:
-        if state[0] == "a":
-            forced: bytes = self.inner.forced_bytes(state[1], limit)
-            return forced
-        return b""
-
     def shortest_completion(self, state: Any, *, spaced: bool = False) -> bytes | None:
-        finder = getattr(self.inner, "shortest_completion", None)
         if state[0] == "a":
-            return None if finder is None else finder(state[1], spaced=spaced)
-        rest = b"" if finder is None else finder(self.inner.initial_state, spaced=spaced)
+            return self.inner_completion(state[1], spaced=spaced)
+        rest = self.inner_completion(None, spaced=spaced)
         if rest is None:
             return None
         if state[0] == "s":

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from structgen.errors import GrammarError
-from structgen.grammar.ir import Grammar
+from structgen.grammar.ir import Grammar, Rule
 
 __all__ = ["EarleyGrammar", "EarleySet"]
 
@@ -94,11 +94,12 @@ class EarleyGrammar:
             raise GrammarError(
                 f"the grammar's language is empty: rule {grammar.start!r} derives no finite text"
             )
-        self.rules: list[tuple[int, tuple[int, ...]]] = [
-            (lhs, rhs)
-            for lhs, rhs in raw
-            if lhs in productive and all(s in productive for s in rhs)
-        ]
+        #: every rule as numbered, the start rule first (what `tables` writes), and the
+        #: indices of those left out (unproductive)
+        self.all_rules = raw
+        keep = [lhs in productive and all(s in productive for s in rhs) for lhs, rhs in raw]
+        self.unproductive = [i for i, kept in enumerate(keep) if not kept]
+        self.rules: list[tuple[int, tuple[int, ...]]] = [r for r, k in zip(raw, keep) if k]
         self._finish(frozenset(_closure(self.rules, set())))
 
     def tables(self) -> dict[str, Any]:
@@ -106,9 +107,19 @@ class EarleyGrammar:
         return {
             "terminals": self.terminal_names,
             "nonterminals": self.nonterminal_names,
-            "rules": [[lhs, *rhs] for lhs, rhs in self.rules],
+            "rules": [[lhs, *rhs] for lhs, rhs in self.all_rules],
+            "unproductive": self.unproductive,
             "nullable": sorted(self.nullable),
         }
+
+    def ir_rules(self) -> tuple[str, tuple[Rule, ...]]:
+        """The IR grammar's start and rules, named again (the rules `tables` keeps them all)."""
+        names = [*self.terminal_names, *self.nonterminal_names]
+        start_rule = self.all_rules[0]
+        rules = tuple(
+            Rule(names[lhs], tuple(names[s] for s in rhs)) for lhs, rhs in self.all_rules[1:]
+        )
+        return names[start_rule[1][0]], rules
 
     @classmethod
     def from_tables(cls, data: Any) -> EarleyGrammar:
@@ -128,9 +139,14 @@ class EarleyGrammar:
             if not all(type(x) is int and 0 <= x < symbols for x in entry) or lhs < terminals:
                 raise ValueError("a rule's symbols are out of range")
             rules.append((lhs, tuple(rhs)))
-        if not rules or rules[0][0] != terminals:
+        if not rules or rules[0][0] != terminals or len(rules[0][1]) != 1:
             raise ValueError("the first rule is the start rule")
-        self.rules = rules
+        dropped = set(data["unproductive"])
+        if 0 in dropped or not all(type(i) is int and 0 <= i < len(rules) for i in dropped):
+            raise ValueError("bad unproductive rules")
+        self.all_rules = rules
+        self.unproductive = sorted(dropped)
+        self.rules = [rule for i, rule in enumerate(rules) if i not in dropped]
         nullable = data["nullable"]
         if not all(type(x) is int and terminals <= x < symbols for x in nullable):
             raise ValueError("a nullable symbol is out of range")

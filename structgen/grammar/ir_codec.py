@@ -23,8 +23,9 @@ class IRDataError(ValueError):
     """The data is not a grammar written by `grammar_to_data`."""
 
 
-def grammar_to_data(grammar: Grammar) -> dict[str, Any]:
-    """`grammar` as JSON-serialisable data (lists, strings, ints)."""
+def grammar_to_data(grammar: Grammar, *, rules: bool = True) -> dict[str, Any]:
+    """`grammar` as JSON-serialisable data (lists, strings, ints); `rules=False` leaves the
+    rules out (the compile cache keeps them numbered in the parser's tables)."""
     nodes: list[list[Any]] = []
     index: dict[int, int] = {}  # by object
     equal: dict[Node, int] = {}  # by structure (nodes cache their hashes)
@@ -64,7 +65,7 @@ def grammar_to_data(grammar: Grammar) -> dict[str, Any]:
     ]
     return {
         "start": grammar.start,
-        "rules": [[r.lhs, list(r.rhs)] for r in grammar.rules],
+        "rules": [[r.lhs, list(r.rhs)] for r in grammar.rules] if rules else None,
         "nodes": nodes,
         "terminals": terminals,
         "ignore": list(grammar.ignore),
@@ -128,8 +129,9 @@ def _node(entry: Any, built: list[Node]) -> Node:
     raise IRDataError(f"an unknown node entry {kind!r}")
 
 
-def grammar_from_data(data: Any) -> Grammar:
-    """The `Grammar` `data` describes (`IRDataError` if it does not describe one)."""
+def grammar_from_data(data: Any, rules: tuple[str, tuple[Rule, ...]] | None = None) -> Grammar:
+    """The `Grammar` `data` describes (`IRDataError` if it does not describe one); `rules`:
+    the start and rules, for data written without them."""
     if not isinstance(data, dict):
         raise IRDataError("a grammar is a JSON object")
     built: list[Node] = []
@@ -152,12 +154,14 @@ def grammar_from_data(data: Any) -> Grammar:
                     tuple(built[_int(e, 0, top)] for e in _list(extras)),
                 )
             )
-        rules = []
-        for entry in _list(data["rules"]):
-            lhs, rhs = _list(entry)
-            rules.append(Rule(_str(lhs), tuple(_str(s) for s in _list(rhs))))
+        if rules is None:
+            written = []
+            for entry in _list(data["rules"]):
+                lhs, rhs = _list(entry)
+                written.append(Rule(_str(lhs), tuple(_str(s) for s in _list(rhs))))
+            rules = (_str(data["start"]), tuple(written))
         ignore = tuple(_str(s) for s in _list(data["ignore"]))
-        return Grammar(_str(data["start"]), tuple(rules), tuple(terminals), ignore)
+        return Grammar(rules[0], rules[1], tuple(terminals), ignore)
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, IRDataError):
             raise
