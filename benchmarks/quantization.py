@@ -1,12 +1,12 @@
-"""Quantized weights in the own loop, and the int8 copy of the target as a speculative draft.
+"""Quantized weights in the own loop, and quantized copies of the target as speculative drafts.
 
 Side by side in one run on one model (the default SmolLM2-135M-Instruct): weight bytes, time to
-first token and time per output token (medians over rounds, greedy) for fp32 and int8 weights,
-KV-cache bytes and TPOT at ~1,000 tokens for the fp32 and the int8 cache, how many
-greedy outputs of the prompts int8 leaves unchanged, the perplexity of a fixed text, and
-speculative decoding with the int8 draft (acceptance rate, speed-up over plain decoding) on an
-extraction prompt (constrained) and a free-text one. `structgen bench generate` prints this
-table too; alone: `python benchmarks/quantization.py [--rounds 3] [--tokens 48]`.
+first token and time per output token (medians over rounds, greedy) for fp32, int8 and int4
+weights, KV-cache bytes and TPOT at ~1,000 tokens for the fp32 and the int8 cache, how many
+greedy outputs of the prompts each leaves unchanged, the perplexity of a fixed text, and
+speculative decoding with the int8 and int4 drafts (acceptance rate, speed-up over plain
+decoding) on an extraction prompt (constrained) and a free-text one. `structgen bench generate`
+prints this table too; alone: `python benchmarks/quantization.py [--rounds 3] [--tokens 48]`.
 """
 
 from __future__ import annotations
@@ -145,11 +145,16 @@ def _cells(row: dict[str, Any]) -> list[Any]:
 
 def quantization(model: Any, tokenizer: Any, rounds: int = 3, tokens: int = 48) -> dict[str, Any]:
     """The whole comparison; prints its tables and returns the figures."""
+    from structgen.generate.quantize import int4_available
+
     fp32 = Generator(model, tokenizer, prefix_cache=0)
-    int8 = Generator(copy.deepcopy(model), tokenizer, prefix_cache=0, quantize="int8")
+    runs = [("fp32", fp32)]
+    for mode in ("int8", "int4") if int4_available() else ("int8",):
+        quantized = Generator(copy.deepcopy(model), tokenizer, prefix_cache=0, quantize=mode)
+        runs.append((mode, quantized))
     rows = []
     greedy: dict[str, list[tuple[int, ...]]] = {}
-    for name, gen in (("fp32", fp32), ("int8", int8)):
+    for name, gen in runs:
         gen.generate("Hi", SamplingParams(max_new_tokens=2))  # warm up
         row: dict[str, Any] = {"weights": name, "weight_MB": weight_bytes(gen.model) / 2**20}
         row.update(timings(gen, rounds, tokens))
@@ -157,22 +162,27 @@ def quantization(model: Any, tokenizer: Any, rounds: int = 3, tokens: int = 48) 
         rows.append(row)
         params = SamplingParams(max_new_tokens=tokens)
         greedy[name] = [gen.generate(p, params, chat=True).token_ids for p in PROMPTS]
-    unchanged = sum(a == b for a, b in zip(greedy["fp32"], greedy["int8"]))
+    unchanged = {
+        name: sum(a == b for a, b in zip(greedy["fp32"], greedy[name])) for name, _ in runs[1:]
+    }
     base = rows[0]
     for row in rows:
         row["bytes_vs_fp32"] = row["weight_MB"] / base["weight_MB"]
         row["tpot_vs_fp32"] = row["tpot_ms"] / base["tpot_ms"]
         row["perplexity_vs_fp32_pct"] = 100 * (row["perplexity"] / base["perplexity"] - 1)
     print_table(list(rows[0]), [_cells(r) for r in rows])
-    print(f"greedy outputs ({tokens} tokens) int8 leaves unchanged: {unchanged}/{len(PROMPTS)}")
+    for name, count in unchanged.items():
+        print(f"greedy outputs ({tokens} tokens) {name} leaves unchanged: {count}/{len(PROMPTS)}")
     print("\nKV cache (fp32 weights, a ~1,000-token prompt):")
     kv = kv_cache_rows(model, tokenizer, rounds, tokens)
     print_table(list(kv[0]), [_cells(r) for r in kv])
-    print("\nSpeculative decoding, int8 copy of the target as the draft (k=4, greedy):")
-    spec = speculative(fp32, "int8", rounds, tokens)
-    print_table(list(spec[0]), [_cells(r) for r in spec])
-    return {"weights": rows, "greedy_unchanged": unchanged, "prompts": len(PROMPTS),
-            "kv_cache": kv, "speculative_int8": spec}  # fmt: skip
+    out = {"weights": rows, "greedy_unchanged": unchanged, "prompts": len(PROMPTS), "kv_cache": kv}
+    for mode, _ in runs[1:]:
+        print(f"\nSpeculative decoding, {mode} copy of the target as the draft (k=4, greedy):")
+        spec = speculative(fp32, mode, rounds, tokens)
+        print_table(list(spec[0]), [_cells(r) for r in spec])
+        out[f"speculative_{mode}"] = spec
+    return out
 
 
 def main() -> None:

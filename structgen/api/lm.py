@@ -61,8 +61,8 @@ class LM:
     """A `transformers` causal LM and its tokenizer, ready for constrained generation.
 
     `system`: a system prompt put before every conversation this object starts (None: none).
-    `quantize`: "int8" quantizes the model's weights in place; `kv_cache`: "int8" stores the
-    KV cache as int8 (see `Generator`).
+    `quantize`: "int8" (or "int4") quantizes the model's weights in place; `kv_cache`: "int8"
+    stores the KV cache as int8 (see `Generator`).
     Prompts are text (one user message) or a list of chat messages; they go through the
     tokenizer's chat template when it has one, else the text is used as is.
     Sampling options are `SamplingParams` fields given as keywords (`temperature=0.7`,

@@ -1,4 +1,4 @@
-"""Weight-only int8 quantization of a `transformers` model for the own loop (CPU).
+"""Weight-only int8 (and int4) quantization of a `transformers` model for the own loop (CPU).
 
 Decoding reads every weight once per token, so it is bound by memory bandwidth: a quarter of
 the bytes per weight is faster as well as smaller. Each `nn.Linear` (and the input embedding,
@@ -7,7 +7,10 @@ row (symmetric, per channel); activations stay in floating point. The matrix pro
 `_weight_int8pack_mm` (bf16 activations, int8 weights), the kernel torch ships for weight-only
 int8 on the CPU; no extra package is needed.
 
-Activation quantization (torch's `quantize_dynamic`) is not used: on SmolLM2 it raises the
+`quantize="int4"` puts the linear layers in 4 bits instead — groups of 32 inputs, each with
+a scale and an offset, multiplied by torch's CPU int4 kernel (`_weight_int4pack_mm_for_cpu`) —
+and keeps the embedding and the tied head int8 (a lookup table, and on small models most of the
+weights). Activation quantization (torch's `quantize_dynamic`) is not used: on SmolLM2 it raises the
 perplexity of a fixed text by 240-390%; weight-only int8 changes it by under 1%. On a GPU the
 kernel is not there: `quantize_weights` refuses CUDA models with a clear error (see
 docs/guide/quantization.md).
@@ -24,16 +27,20 @@ from structgen.errors import GenerationError
 __all__ = [
     "KV_CACHE_MODES",
     "QUANTIZE_MODES",
+    "Int4Linear",
     "Int8Embedding",
     "Int8Linear",
     "cache_bytes",
+    "int4_available",
     "int8_cache_layer_class",
     "quantize_cache",
     "quantize_weights",
     "weight_bytes",
 ]
 
-QUANTIZE_MODES = ("int8",)
+QUANTIZE_MODES = ("int8", "int4")
+#: weights per int4 group (one scale and offset each)
+INT4_GROUP = 32
 
 
 def _int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,6 +80,61 @@ class Int8Linear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
+def _int4_groups(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit codes of `weight` [N, K] in groups of `group` along K (as int32 in
+    0..15, what torch's packing takes) and each group's (scale, zero) as torch's CPU int4 kernel
+    reads them: [K / group, N, 2], the weight being `(code - 8) * scale + zero`."""
+    w = weight.detach().float()
+    n, k = w.shape
+    groups = w.reshape(n, k // group, group)
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    scale = ((high - low) / 15).clamp(min=1e-8)
+    codes = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15)
+    zero = low + 8 * scale
+    scales_and_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous()
+    return codes.to(torch.int32).reshape(n, k), scales_and_zeros.to(torch.bfloat16)
+
+
+def int4_available() -> bool:
+    """Whether this torch has the CPU int4 weight kernel (`_weight_int4pack_mm_for_cpu`)."""
+    aten = torch.ops.aten
+    return hasattr(aten, "_weight_int4pack_mm_for_cpu") and hasattr(
+        aten, "_convert_weight_to_int4pack_for_cpu"
+    )
+
+
+class Int4Linear(torch.nn.Module):
+    """`nn.Linear` with 4-bit weights in groups of `INT4_GROUP` inputs (a scale and an offset
+    per group), multiplied by torch's CPU int4 kernel; same inputs and outputs."""
+
+    weight_int4: torch.Tensor
+    scales_and_zeros: torch.Tensor
+
+    def __init__(self, linear: torch.nn.Linear, group: int = INT4_GROUP) -> None:
+        super().__init__()
+        codes, scales_and_zeros = _int4_groups(linear.weight, group)
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.group = group
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+        self.register_buffer("weight_int4", packed)
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
+        self.bias = (
+            None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        y: torch.Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            rows, self.weight_int4, self.group, self.scales_and_zeros
+        )
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4"
+
+
 class Int8Embedding(torch.nn.Module):
     """`nn.Embedding` with int8 rows: a lookup reads int8 and scales the rows it returns."""
 
@@ -107,11 +169,13 @@ def weight_bytes(model: Any) -> int:
 
 
 def quantize_weights(model: Any, mode: str) -> Any:
-    """Quantize `model`'s weights in place (`mode`: "int8") and return it.
+    """Quantize `model`'s weights in place (`mode`: "int8" or "int4") and return it.
 
-    Every `nn.Linear` becomes an `Int8Linear`; the input embedding becomes an `Int8Embedding`,
-    and an output head tied to it shares its int8 rows. Raises `GenerationError` for an unknown
-    mode, a model not on the CPU, or a torch without the int8 kernel.
+    Every `nn.Linear` becomes an `Int8Linear` ("int4": an `Int4Linear`, where its inputs come
+    in whole groups); the input embedding becomes an `Int8Embedding`, and an output head tied
+    to it shares its int8 rows (in both modes: a lookup table and the head it is tied to stay
+    int8). Raises `GenerationError` for an unknown mode, a model not on the CPU, or a torch
+    without the kernel.
     """
     if mode not in QUANTIZE_MODES:
         raise GenerationError(
@@ -123,12 +187,17 @@ def quantize_weights(model: Any, mode: str) -> Any:
         raise GenerationError("quantize: the model has no parameters") from None
     if device.type != "cpu":
         raise GenerationError(
-            f"quantize='int8' runs on the CPU (torch's weight-only int8 kernel); this model is on"
+            f"quantize={mode!r} runs on the CPU (torch's weight-only kernels); this model is on"
             f" {device}. On a GPU, load the model quantized (for example with torchao) and pass"
             " it without quantize="
         )
     if not hasattr(torch, "_weight_int8pack_mm"):
         raise GenerationError("quantize='int8' needs torch >= 2.3 (torch._weight_int8pack_mm)")
+    if mode == "int4" and not int4_available():
+        raise GenerationError(
+            "quantize='int4' needs torch's CPU int4 kernel (torch >= 2.6: "
+            "aten._weight_int4pack_mm_for_cpu); use quantize='int8'"
+        )
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     tied = (
@@ -148,7 +217,9 @@ def quantize_weights(model: Any, mode: str) -> Any:
         for name, child in list(parent.named_children()):
             new = replaced.get(id(child))
             if new is None and isinstance(child, torch.nn.Linear):
-                new = replaced[id(child)] = Int8Linear(child)
+                whole = child.in_features % INT4_GROUP == 0 and child.out_features % 8 == 0
+                layer = Int4Linear(child) if mode == "int4" and whole else Int8Linear(child)
+                new = replaced[id(child)] = layer
             if new is not None:
                 setattr(parent, name, new)
     if tied and hasattr(model, "config"):

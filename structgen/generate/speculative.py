@@ -712,8 +712,9 @@ class SpeculativeGenerator:
     `transformers` causal LM, then with its `tokenizer`. `draft` is any causal LM with the same
     tokenizer (same vocabulary size; give `draft_tokenizer` to have its tokens compared too), or
     a `PromptLookupDraft` (``"ngram"`` for the default one): no model, the tokens that followed
-    the text's last n-gram earlier in the prompt or output, or ``"int8"``: a weight-quantized
-    copy of the target (`quantized_draft`), which agrees with it most of the time.
+    the text's last n-gram earlier in the prompt or output, or ``"int8"`` / ``"int4"``: a
+    weight-quantized copy of the target (`quantized_draft`), which agrees with it most of the
+    time.
     One request at a time (batch 1); no repetition/frequency/presence penalties.
     `sparse_draft_head`: under a narrow mask the draft computes logits for the allowed ids
     only (its output head is much of a small draft's cost); the output does not depend on it.
