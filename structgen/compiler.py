@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -521,7 +521,7 @@ class Compiler:
         separator: str = "\n\n",
         opened: bool | None = None,
         max_think_tokens: int | None = None,
-        style: str = "think",
+        style: Literal["think", "harmony"] = "think",
     ) -> CompiledGrammar:
         """`grammar` after a free think block (`begin` text `end`, then an optional
         `separator`): reasoning models think unconstrained, then answer under the constraint.

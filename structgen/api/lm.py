@@ -13,7 +13,7 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from structgen._args import describe, expect_bool, expect_str
 from structgen.compiler import CompiledGrammar, Compiler
@@ -196,7 +196,7 @@ class LM:
         return result
 
     @property
-    def reasoning_style(self) -> str:
+    def reasoning_style(self) -> Literal["think", "harmony"]:
         """How this model thinks: "harmony" (gpt-oss: an analysis message, then the answer in
         the final channel) where its tokenizer is Harmony's, else "think" (`<think>…</think>`)."""
         from structgen.api.tools.formats import resolve_tool_format

@@ -410,5 +410,8 @@ def tool_call_grammar(
     # the turn (and its guard) after a <think> block
     if not reasoning:
         return compiled
-    style = "think" if isinstance(lm_or_compiler, Compiler) else lm_or_compiler.reasoning_style
-    return compiler.reasoning(compiled, max_think_tokens=max_think_tokens, style=style)
+    if isinstance(lm_or_compiler, Compiler):
+        return compiler.reasoning(compiled, max_think_tokens=max_think_tokens)
+    return compiler.reasoning(
+        compiled, max_think_tokens=max_think_tokens, style=lm_or_compiler.reasoning_style
+    )
