@@ -52,7 +52,7 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
         _RECENT.put(key, hit)
         return hit
     dfa = build_terminal_dfa(terminal, limits)
-    return _share(key, dfa)
+    return _share(_TERMINAL_DFAS, key, dfa)
 
 
 def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
@@ -83,22 +83,21 @@ def adopt_terminal_dfa(dfa: ByteDFA) -> ByteDFA:
     """The live shared automaton with `dfa`'s fingerprint (the same language: it may have
     more rows built), else `dfa` (restored from a compile-cache file), which becomes the shared
     one for later loads."""
-    key = (dfa.fingerprint, dfa.limits)
-    with _TERMINAL_LOCK:
-        dfa = _BY_FINGERPRINT.setdefault(key, dfa)
-    keep_alive(dfa)
-    _RECENT.put(key, dfa)
-    forget_on_failure(_BY_FINGERPRINT, _TERMINAL_LOCK, key)
-    undo_on_failure(lambda: _RECENT.discard(key))
-    return dfa
+    return _share(_BY_FINGERPRINT, (dfa.fingerprint, dfa.limits), dfa)
 
 
-def _share(key: tuple[Any, ...], dfa: ByteDFA) -> ByteDFA:
+def _share(
+    cache: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA],
+    key: tuple[Any, ...],
+    dfa: ByteDFA,
+) -> ByteDFA:
+    """The automaton `cache` holds under `key`, else `dfa` put there (and by fingerprint),
+    kept alive through the compile and among the recent ones; taken out if it fails."""
     with _TERMINAL_LOCK:
-        dfa = _TERMINAL_DFAS.setdefault(key, dfa)
+        dfa = cache.setdefault(key, dfa)
         _BY_FINGERPRINT.setdefault((dfa.fingerprint, dfa.limits), dfa)
     keep_alive(dfa)
     _RECENT.put(key, dfa)
-    forget_on_failure(_TERMINAL_DFAS, _TERMINAL_LOCK, key)
+    forget_on_failure(cache, _TERMINAL_LOCK, key)
     undo_on_failure(lambda: _RECENT.discard(key))
     return dfa

@@ -66,14 +66,20 @@ def test_int8_holds_a_quarter_of_the_weight_bytes_and_keeps_the_perplexity() -> 
     assert abs(quantized / base - 1) < 0.02, (base, quantized)
 
 
-def test_constrained_outputs_stay_valid() -> None:
-    gen = int8_generator()
+def assert_sampled_people_are_valid(gen: Generator, *, seeds: int) -> Any:
+    """Sampled constrained outputs end and are valid (they are by construction); returns the
+    grammar."""
     grammar = Compiler(gen.vocab).json_schema(PERSON)
-    for seed in range(3):
+    for seed in range(seeds):
         params = SamplingParams(max_new_tokens=60, temperature=0.9, seed=seed)
         result = gen.generate("A person as JSON.", params, grammar=grammar, chat=True)
         assert result.finish_reason == "eos", result.text
         jsonschema.validate(json.loads(result.text), PERSON)
+    return grammar
+
+
+def test_constrained_outputs_stay_valid() -> None:
+    assert_sampled_people_are_valid(int8_generator(), seeds=3)
 
 
 def test_the_int8_draft_keeps_the_target_distribution() -> None:
@@ -168,13 +174,7 @@ def test_int4_holds_under_a_fifth_of_the_weight_bytes_and_keeps_the_perplexity()
 
 @needs_int4
 def test_int4_outputs_stay_valid_and_its_draft_is_exact() -> None:
-    gen = int4_generator()
-    grammar = Compiler(gen.vocab).json_schema(PERSON)
-    for seed in range(2):
-        params = SamplingParams(max_new_tokens=60, temperature=0.9, seed=seed)
-        result = gen.generate("A person as JSON.", params, grammar=grammar, chat=True)
-        assert result.finish_reason == "eos", result.text
-        jsonschema.validate(json.loads(result.text), PERSON)
+    grammar = assert_sampled_people_are_valid(int4_generator(), seeds=2)
     model, tokenizer = _model_and_tokenizer()
     target = Generator(model, tokenizer, prefix_cache=None)
     params = SamplingParams(max_new_tokens=40)

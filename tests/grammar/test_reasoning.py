@@ -33,6 +33,25 @@ def allowed(m: Matcher) -> set[int]:
     return set(np.flatnonzero(unpack_bitmask(m.allowed_mask(), vocab.size)).tolist())
 
 
+def walk_to_an_end(g: Any, vocab: Vocabulary, rng: random.Random, *, plan_after: int) -> list[int]:
+    """Random allowed tokens (no EOS), then after `plan_after` steps the completion plan's,
+    until the output may end; the tokens taken."""
+    m = Matcher(g)
+    out: list[int] = []
+    for step in range(60):
+        if m.can_terminate():
+            break
+        plan = m.completion_tokens() or []
+        if step > plan_after and plan:
+            token = plan[0]
+        else:
+            token = rng.choice(sorted(t for t in allowed(m) if t not in vocab.eos_token_ids))
+        assert m.accept_token(token)
+        out.append(token)
+    assert m.can_terminate()
+    return out
+
+
 def think_grammar(vocab: Vocabulary, **kw: object) -> object:
     c = Compiler(vocab)
     return c.reasoning(c.json_schema(SCHEMA), **kw)  # type: ignore[arg-type]
@@ -87,21 +106,7 @@ class TestQwen3:
         end = qwen3.token_id("</think>")
         rng = random.Random(0)
         for _ in range(4):
-            m = Matcher(g)
-            out: list[int] = []
-            for step in range(60):
-                if m.can_terminate():
-                    break
-                plan = m.completion_tokens() or []
-                if step > 20 and plan:
-                    token = plan[0]
-                else:
-                    token = rng.choice(
-                        sorted(t for t in allowed(m) if t not in qwen3.eos_token_ids)
-                    )
-                assert m.accept_token(token)
-                out.append(token)
-            assert m.can_terminate()
+            out = walk_to_an_end(g, qwen3, rng, plan_after=20)
             answer = out[out.index(end) + 1 :] if end in out else out
             text = b"".join(qwen3.token_bytes(t) for t in answer).decode()
             jsonschema.validate(json.loads(text), SCHEMA)
@@ -388,21 +393,7 @@ class TestHarmonyStyle:
         g = self.grammar()
         rng = random.Random(5)
         for _ in range(4):
-            m = Matcher(g)
-            out: list[int] = []
-            for step in range(60):
-                if m.can_terminate():
-                    break
-                plan = m.completion_tokens() or []
-                if step > 12 and plan:
-                    token = plan[0]
-                else:
-                    token = rng.choice(
-                        sorted(t for t in allowed(m) if t not in vocab.eos_token_ids)
-                    )
-                assert m.accept_token(token)
-                out.append(token)
-            assert m.can_terminate()
+            out = walk_to_an_end(g, vocab, rng, plan_after=12)
             _, answer = split_harmony(render_tokens(vocab, out))
             jsonschema.validate(json.loads(answer), SCHEMA)
 
