@@ -17,6 +17,7 @@ every non-empty set of NFA states the DFA builds can still reach acceptance.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from structgen._budget import check_budget
+from structgen._lru import LRU
 from structgen.automata import intervals as iv
 from structgen.automata.regex_syntax import (
     Alternation,
@@ -324,49 +326,80 @@ def _thompson() -> Any:
     return lib if lib is not None and hasattr(lib, "sg_nfa_build") else None
 
 
-def _flatten(root: Node, b: _Builder) -> tuple[int, list[int], list[int], list[int], list[int]]:
-    """The AST as a program for C: one entry per distinct node (type, a, b, children), leaves
-    given their pool DAG roots by `b` (so the pool is Python's, built once per leaf)."""
-    index: dict[Node, int] = {}  # equal subtrees become one entry (the same states, built once)
-    typ: list[int] = []
-    arg_a: list[int] = []
-    arg_b: list[int] = []
-    kids: list[list[int]] = []
+class Program:
+    """A regex AST as a flat program: one entry per distinct node (type, a, b, children), in
+    post-order, equal subtrees one entry (the same states, built once). Leaves (type 1) keep
+    their text or code point ranges in `leaves`, in entry order; the builder gives them pool
+    roots. The program is the AST's stable digest too (`digest`), so one walk serves both the
+    fingerprint and the NFA."""
 
-    def visit(n: Node) -> int:
-        found = index.get(n)
-        if found is not None:
-            return found
-        a = b_ = 0
-        children: list[int] = []
-        if isinstance(n, Empty):
-            t = 0
-        elif isinstance(n, String):
-            t, a = 1, b.string_root(n.text)
-        elif isinstance(n, CharClass):
-            t, a = 1, b.dag_root(n.ranges)
-        elif isinstance(n, Concat):
-            t, children = 2, [visit(x) for x in n.items]
-        elif isinstance(n, Alternation):
-            t, children = 3, [visit(x) for x in n.items]
-        elif isinstance(n, Repeat):
-            t, children = 4, [visit(n.item)]
-            a, b_ = n.min, -1 if n.max is None else n.max
-        else:
-            raise TypeError(f"not a regex AST node: {n!r}")
-        i = len(typ)
-        typ.append(t)
-        arg_a.append(a)
-        arg_b.append(b_)
-        kids.append(children)
-        index[n] = i
-        return i
+    __slots__ = ("arg_a", "arg_b", "children", "digest", "leaf_at", "leaves", "offsets", "top",
+                 "typ")  # fmt: skip
 
-    top = visit(root)
-    offsets = [0]
-    for c in kids:
-        offsets.append(offsets[-1] + len(c))
-    return top, typ, arg_a, arg_b, [offsets, [x for c in kids for x in c]]  # type: ignore[list-item]
+    def __init__(self, root: Node) -> None:
+        index: dict[Node, int] = {}
+        typ: list[int] = []
+        arg_a: list[int] = []
+        arg_b: list[int] = []
+        kids: list[list[int] | tuple[int, ...]] = []
+        leaves: list[str | iv.Ranges] = []
+        leaf_at: list[int] = []
+        none: tuple[int, ...] = ()
+
+        def visit(n: Node) -> int:
+            found = index.get(n)
+            if found is not None:
+                return found
+            kind = type(n)
+            if kind is Concat or kind is Alternation:
+                children = [visit(x) for x in n.items]  # type: ignore[union-attr]
+                typ.append(2 if kind is Concat else 3)
+                arg_a.append(0)
+                arg_b.append(0)
+                kids.append(children)
+            elif kind is CharClass or kind is String:
+                leaf_at.append(len(typ))
+                leaves.append(n.ranges if kind is CharClass else n.text)  # type: ignore[union-attr]
+                typ.append(1)
+                arg_a.append(0)
+                arg_b.append(0)
+                kids.append(none)
+            elif kind is Repeat:
+                child = visit(n.item)  # type: ignore[union-attr]
+                typ.append(4)
+                arg_a.append(n.min)  # type: ignore[union-attr]
+                arg_b.append(-1 if n.max is None else n.max)  # type: ignore[union-attr]
+                kids.append((child,))
+            elif kind is Empty:
+                typ.append(0)
+                arg_a.append(0)
+                arg_b.append(0)
+                kids.append(none)
+            else:
+                raise TypeError(f"not a regex AST node: {n!r}")
+            i = len(typ) - 1
+            index[n] = i
+            return i
+
+        self.top = visit(root)
+        offsets = [0]
+        for c in kids:
+            offsets.append(offsets[-1] + len(c))
+        self.typ, self.arg_a, self.arg_b, self.offsets = typ, arg_a, arg_b, offsets
+        self.children = [x for c in kids for x in c]
+        self.leaves, self.leaf_at = leaves, leaf_at
+        text = repr((self.top, typ, arg_a, arg_b, offsets, self.children, leaves))
+        self.digest = hashlib.blake2b(
+            text.encode("utf-8", "surrogatepass"), digest_size=16, person=b"sg-regex-ast"
+        ).digest()
+
+
+def node_program(node: Node) -> Program:
+    """The node's `Program`, kept for recent nodes (a terminal's digest, then its NFA)."""
+    return _PROGRAMS.get_or_make(node, lambda: Program(node))
+
+
+_PROGRAMS: LRU[Node, Program] = LRU(256)
 
 
 def _build_native(
@@ -375,14 +408,18 @@ def _build_native(
     """`build_nfa` with the `states` states (match included) built and trimmed in C
     (`_thompson.c`): the same NFA."""
     check_budget()
-    top, typ, arg_a, arg_b, (offsets, children) = _flatten(node, b)
+    flat = node_program(node)
+    arg_a = list(flat.arg_a)
+    for at, leaf in zip(flat.leaf_at, flat.leaves, strict=True):  # pool roots, in entry order
+        arg_a[at] = b.string_root(leaf) if isinstance(leaf, str) else b.dag_root(leaf)
+    top = flat.top
     _check_total(states, len(b.pool), max_states, pattern)  # (`states`: what C will build)
     program = (
-        np.array(typ, dtype=np.int8),
+        np.array(flat.typ, dtype=np.int8),
         np.array(arg_a, dtype=np.int64),
-        np.array(arg_b, dtype=np.int64),
-        np.array(offsets, dtype=np.int32),
-        np.array(children or [0], dtype=np.int32),
+        np.array(flat.arg_b, dtype=np.int64),
+        np.array(flat.offsets, dtype=np.int32),
+        np.array(flat.children or [0], dtype=np.int32),
     )
     nonempty = np.fromiter((bool(x) for x in b.pool), np.uint8, len(b.pool))
     if not len(nonempty):

@@ -11,7 +11,8 @@ import hashlib
 from dataclasses import dataclass
 
 from structgen._lru import LRU
-from structgen.automata import CharClass, Node, Repeat, String
+from structgen.automata import Node
+from structgen.automata.nfa import node_program
 from structgen.automata.regex_text import regex_text
 
 __all__ = ["Grammar", "Rule", "TerminalDef", "node_digest"]
@@ -73,49 +74,25 @@ class Grammar:
     def fingerprint(self) -> str:
         """Stable sha256 of the whole grammar (cache key).
 
-        Terminal ASTs share sub-trees heavily (every JSON string repeats one character node), so
-        each distinct node object is serialised once and then referred to by its digest.
+        Each terminal's AST is digested through its flat program (`node_digest`), in which
+        equal sub-trees appear once.
         """
         digest = hashlib.sha256(b"structgen-grammar-2\0")
         digest.update(repr((self.start, self.rules, self.ignore)).encode())
-        memo: dict[int, bytes] = {}
         for terminal in self.terminals:
             digest.update(terminal.name.encode() + b"\0")
-            digest.update(node_digest(terminal.pattern, memo))
+            digest.update(node_digest(terminal.pattern))
             for extra in terminal.intersect:
-                digest.update(b"&" + node_digest(extra, memo))
+                digest.update(b"&" + node_digest(extra))
         return digest.hexdigest()
 
 
-def node_digest(node: Node, memo: dict[int, bytes] | None = None) -> bytes:
-    """A 16-byte digest of a regex AST (stable across processes)."""
-    return _DIGESTS.get_or_make(node, lambda: _node_digest(node, {} if memo is None else memo))
+def node_digest(node: Node) -> bytes:
+    """A 16-byte digest of a regex AST (stable across processes): its NFA program's, so the
+    walk that fingerprints a terminal also serves its NFA."""
+    return _DIGESTS.get_or_make(node, lambda: node_program(node).digest)
 
 
 # Digests of recent terminal patterns, keyed by structure (nodes cache their hash): the same
 # big pattern (a number range, a format) recurs across schemas and need not be walked again.
 _DIGESTS: LRU[Node, bytes] = LRU(4096)
-
-
-def _node_digest(node: Node, memo: dict[int, bytes]) -> bytes:
-    """A 16-byte digest of a regex AST, memoised per node object."""
-    key = id(node)
-    hit = memo.get(key)
-    if hit is not None:
-        return hit
-    h = hashlib.blake2b(type(node).__name__.encode(), digest_size=16)
-    items = getattr(node, "items", None)
-    if items is not None:  # Concat, Alternation
-        for child in items:
-            h.update(_node_digest(child, memo))
-    elif isinstance(node, Repeat):
-        h.update(f"{node.min},{node.max}".encode())
-        h.update(_node_digest(node.item, memo))
-    elif isinstance(node, String):
-        h.update(node.text.encode("utf-8", "surrogatepass"))
-    elif isinstance(node, CharClass):
-        h.update(repr(node.ranges).encode())
-    # Empty: the type name says it all
-    out = h.digest()
-    memo[key] = out
-    return out

@@ -58,16 +58,15 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
 def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     """A new lazy DFA of the terminal (not shared: `terminal_dfa` is the cached way)."""
     where = f"terminal {terminal.name}"
-    memo: dict[int, bytes] = {}
     dfa = compile_ast(
         terminal.pattern,
         limits=limits,
         pattern=where,
-        fingerprint=node_digest(terminal.pattern, memo).hex(),
+        fingerprint=node_digest(terminal.pattern).hex(),
     )
     for extra in terminal.intersect:
         other = compile_ast(
-            extra, limits=limits, pattern=where, fingerprint=node_digest(extra, memo).hex()
+            extra, limits=limits, pattern=where, fingerprint=node_digest(extra).hex()
         )
         dfa = intersect(dfa, other, limits=limits)
     return dfa
