@@ -21,6 +21,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from structgen._json_spelling import MANY_LITERALS, MAX_TRIE_WORD, SHORT_ESCAPES, canonical_text
+from structgen._lru import LRU
 from structgen.automata import (
     Alternation,
     CharClass,
@@ -371,11 +372,20 @@ def not_in_set(words: Iterable[str], *, canonical: bool = False) -> Node:
     Only raw characters and short escapes are used (no `\\uXXXX`), which keeps the automaton
     linear in the words' length; leaving the trie at any node, or ending before a word's end,
     yields a string that is not a word. With `canonical`, only json.dumps' spellings (its short
-    escapes, no `\\/`), and the other control characters are left out.
+    escapes, no `\\/`), and the other control characters are left out. Recent sets are kept
+    (an object's declared keys come back for each of its `additionalProperties` positions).
     """
+    key = (frozenset(words), canonical)
+    return _NOT_IN_SET.get_or_make(key, lambda: _not_in_set(key[0], canonical))
+
+
+_NOT_IN_SET: LRU[tuple[frozenset[str], bool], Node] = LRU(256)
+
+
+def _not_in_set(words: frozenset[str], canonical: bool) -> Node:
     trie: dict[str, Any] = {}
     ends = ""
-    for word in set(words):
+    for word in words:
         node = trie
         for ch in word:
             node = node.setdefault(ch, {})
@@ -385,27 +395,40 @@ def not_in_set(words: Iterable[str], *, canonical: bool = False) -> Node:
     raw_ok = _CANONICAL_RAW if canonical else _RAW_OK
     tail = Repeat(unit, 0, None)
     short_of = {chr(cp): esc for cp, esc in escapes.items()}
+    firsts: dict[str, Node | None] = {}
+    # The ways to leave the trie at a node depend only on its children's characters (most
+    # nodes have one), so each set of them is built once.
+    leaving: dict[tuple[str, ...], list[Node]] = {}
 
-    def build(node: dict[str, Any]) -> Node:
-        children = [k for k in node if k != ends]
-        parts: list[Node] = []
-        if ends not in node:
-            parts.append(Empty())
+    def leave(children: tuple[str, ...]) -> list[Node]:
+        out: list[Node] = []
         raw = iv.difference(raw_ok, iv.from_points(ord(c) for c in children))
         if raw:
-            parts.append(Concat((CharClass(raw), tail)))
-        shorts = sorted(e for c, e in short_of.items() if c not in node)
+            out.append(Concat((CharClass(raw), tail)))
+        shorts = sorted(e for c, e in short_of.items() if c not in children)
         if shorts:
             letters = CharClass(iv.from_points(ord(e) for e in shorts))
-            parts.append(Concat((String("\\"), letters, tail)))
-        for ch in sorted(children):
-            if iv.contains(raw_ok, ord(ch)):
-                first: Node = String(ch)
-            elif ch in short_of:
-                first = String("\\" + short_of[ch])
-            else:
-                continue  # no raw or short form: strings through it are left out
-            parts.append(Concat((first, build(node[ch]))))
+            out.append(Concat((String("\\"), letters, tail)))
+        return out
+
+    def first(ch: str) -> Node | None:
+        if iv.contains(raw_ok, ord(ch)):
+            return String(ch)
+        if ch in short_of:
+            return String("\\" + short_of[ch])
+        return None  # no raw or short form: strings through it are left out
+
+    def build(node: dict[str, Any]) -> Node:
+        children = tuple(sorted(k for k in node if k != ends))
+        parts: list[Node] = [] if ends in node else [Empty()]
+        out = leaving.get(children)
+        if out is None:
+            out = leaving[children] = leave(children)
+        parts += out
+        for ch in children:
+            head = firsts[ch] if ch in firsts else firsts.setdefault(ch, first(ch))
+            if head is not None:
+                parts.append(Concat((head, build(node[ch]))))
         return Alternation(tuple(parts)) if len(parts) > 1 else parts[0]
 
     return build(trie)
