@@ -90,10 +90,12 @@ class CountedSource(_Source):
             q = self.unit.start
         unit = self.unit
         done = k + 1 if self.hi is not None else min(k + 1, self.lo)
+        seen: dict[int, int] = {-1: -1}  # many classes lead to one unit state
         for c, t in enumerate(unit.row(q)[self.reps].tolist()):
-            if t < 0:
-                continue
-            out[c] = intern((done, -1) if unit.is_accepting(t) else (k, t))
+            target = seen.get(t)
+            if target is None:
+                target = seen[t] = intern((done, -1) if unit.is_accepting(t) else (k, t))
+            out[c] = target
         return out
 
 
@@ -143,12 +145,18 @@ class SequenceSource(_Source):
     def expand(
         self, key: frozenset[tuple[int, int]], intern: Callable[[Hashable], int]
     ) -> list[int]:
-        targets: list[set[tuple[int, int]]] = [set() for _ in range(self.num_classes)]
-        for i, s in key:
-            for c, t in enumerate(self.parts[i].row(s)[self.reps].tolist()):
-                if t >= 0:
-                    targets[c].add((i, t))
-        return [intern(self._close(t)) if t else -1 for t in targets]
+        positions = list(key)
+        rows = [self.parts[i].row(s)[self.reps].tolist() for i, s in positions]
+        # Classes are many, distinct targets few: close and intern each combination once.
+        seen: dict[tuple[int, ...], int] = {}
+        out: list[int] = []
+        for combo in zip(*rows, strict=True):
+            target = seen.get(combo)
+            if target is None:
+                moved = {(i, t) for (i, _), t in zip(positions, combo, strict=True) if t >= 0}
+                target = seen[combo] = intern(self._close(moved)) if moved else -1
+            out.append(target)
+        return out
 
 
 def compile_counted(
