@@ -57,6 +57,8 @@ class CountedSource(_Source):
     finish its unit.
     """
 
+    counts = True
+
     def __init__(self, unit: ByteDFA, lo: int, hi: int | None) -> None:
         self.unit = unit
         self.lo = lo
@@ -80,6 +82,14 @@ class CountedSource(_Source):
     def is_accepting(self, key: tuple[int, int]) -> bool:
         k, q = key
         return q < 0 and k >= self.lo and (self.hi is None or k <= self.hi)
+
+    def bounded_key(self, key: tuple[int, int], depth: int) -> Hashable:
+        """Units complete at most one per byte, so on the next `depth` bytes the count matters
+        only through how far it is from `lo` and from `hi`, each capped past `depth`."""
+        k, q = key
+        cap = depth + 1
+        to_hi = None if self.hi is None else min(self.hi - k, cap)
+        return (max(0, min(self.lo - k, cap)), to_hi, q)
 
     def expand(self, key: tuple[int, int], intern: Callable[[Hashable], int]) -> list[int]:
         k, q = key
@@ -105,6 +115,7 @@ class SequenceSource(_Source):
 
     def __init__(self, parts: Sequence[ByteDFA]) -> None:
         self.parts = list(parts)
+        self.counts = any(p._source.counts for p in self.parts)
         stacked = np.stack([p.byte_classes for p in self.parts], axis=1)
         self.byte_classes = _number_rows(stacked)
         self.reps = class_representatives(self.byte_classes)
@@ -118,6 +129,9 @@ class SequenceSource(_Source):
 
     def memory_bytes(self) -> int:
         return sum(p.memory_bytes() for p in self.parts)
+
+    def bounded_key(self, key: frozenset[tuple[int, int]], depth: int) -> Hashable:
+        return frozenset((i, self.parts[i].bounded_class(s, depth)) for i, s in key)
 
     def _close(self, positions: set[tuple[int, int]]) -> frozenset[tuple[int, int]]:
         parts = self.parts

@@ -94,6 +94,7 @@ class _Source(ABC):
 
     byte_classes: npt.NDArray[np.uint8]
     is_union = False  # a `UnionSource` (see `ByteDFA.parts_of`)
+    counts = False  # keys hold a count (see `bounded_key`)
 
     @abstractmethod
     def start_key(self) -> Hashable: ...
@@ -111,6 +112,13 @@ class _Source(ABC):
     def make_native(self, max_states: int) -> _NativeStates | None:
         """A C context that builds this source's rows (None: Python builds them)."""
         return None
+
+    def bounded_key(self, key: Any, depth: int) -> Hashable:
+        """A key equal for every two keys that behave alike on the next `depth` bytes (same
+        transitions alive, same acceptance), for sources that count (`counts`): the key
+        itself otherwise."""
+        same: Hashable = key
+        return same
 
     def memory_bytes(self) -> int:
         """An estimate of what the source holds beyond the DFA's own tables."""
@@ -236,6 +244,16 @@ class ByteDFA:
         with self._lock:
             native = self._native
             return self._keys[state] if native is None else native.key(state)
+
+    def bounded_class(self, state: int, depth: int) -> Hashable:
+        """`state`, or for an automaton that counts (a long counted repetition) a class of
+        states that behave alike on the next `depth` bytes: far from its bounds a count no
+        longer matters, so what was proved for one count holds for the others (token slices:
+        structgen/masks/_kernel.py)."""
+        source = self._source
+        if not source.counts:
+            return state
+        return ("bounded", source.bounded_key(self.key_of(state), depth))
 
     @property
     def alphabet(self) -> int:

@@ -12,7 +12,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -618,21 +618,23 @@ class NativeWalk:
         for part, s in parts:
             # Kept on the terminal DFA, per vocabulary layout (a weak-keyed table here cost a
             # weak reference per lookup, dozens per lexer state).
-            memos: dict[int, dict[int, int]] | None = getattr(part, "_slice_memos", None)
+            memos: dict[int, dict[Hashable, int]] | None = getattr(part, "_slice_memos", None)
             if memos is None:
                 memos = part._slice_memos = {}
             known = memos.get(token)
             if known is None:
                 known = memos[token] = {}
-            hit = known.get(s)
+            # (a counted repetition's states far from its bounds share one answer)
+            cls = part.bounded_class(s, self.max_depth)
+            hit = known.get(cls)
             if hit is None or hit < 0:
                 # A check that gave up is tried again a few times (negative: tries left), each
                 # time with more of the DFA built, then its partial answer stands.
                 result = self._contained(part, s)
                 if result & _GAVE_UP and (hit is None or hit < -1):
-                    known[s] = -_SLICE_RETRIES if hit is None else hit + 1
+                    known[cls] = -_SLICE_RETRIES if hit is None else hit + 1
                 else:
-                    known[s] = result & ~_GAVE_UP
+                    known[cls] = result & ~_GAVE_UP
                 hit = result & ~_GAVE_UP
             found |= hit
             if found == everything:

@@ -291,3 +291,39 @@ def test_property_sliced_masks_equal_plain_masks(
         state = dfa.next_state(state, byte)
         if state < 0:
             break
+
+
+def test_counted_strings_share_proofs_far_from_their_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long string (`minLength`/`maxLength` counted, not expanded): the slice proofs of states
+    far from both bounds are shared (one class), and every mask along a string that crosses
+    both bounds' neighbourhoods equals the mask without slices."""
+    from structgen.automata.counted import CountedSource
+
+    vocab = load_vocab("llama3_1")
+    schema = {"type": "string", "minLength": 250, "maxLength": 1400}
+    text = ("lorem ipsum dolor sit amet, " * 60)[:1390]
+    ids = load_tokenizer("llama3_1").encode(f'"{text}"', add_special_tokens=False)
+    runs = []
+    for walk in (NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)):
+        compiler._CACHE.clear()
+        engine._UNIONS.clear()
+        terminals._TERMINAL_DFAS.clear()
+        monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, walk)
+        compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
+        runs.append(masks_along(compiled, ids, vocab.size))
+    compiler._CACHE.clear()
+    engine._UNIONS.clear()
+    sliced, plain = runs
+    assert len(sliced) == len(plain) == len(ids)
+    for k, (a, b) in enumerate(zip(sliced, plain, strict=True)):
+        assert np.array_equal(a, b), k
+    source = CountedSource(Compiler(vocab).regex("[a-z]")._engine._dfa, 250, 1400)  # type: ignore[attr-defined]
+    depth = 128
+    far = {source.bounded_key((k, -1), depth) for k in range(400, 1200)}
+    assert len(far) == 1
+    near = {source.bounded_key((k, -1), depth) for k in range(1200, 1401)}
+    assert len(near) == depth + 2  # hi - k from 0 to depth + 1 (capped)
+    low = {source.bounded_key((k, -1), depth) for k in range(0, 250)}
+    assert len(low) == depth + 1  # lo - k from 1 to depth + 1 (capped)
