@@ -244,6 +244,11 @@ def _no_gc() -> Iterator[None]:
     Compiling allocates many small objects, which triggers full collections; in a process that
     also holds a tokenizer and a model those scan millions of objects and can cost more than the
     compile itself. Nothing compiled is garbage, so collecting can wait.
+
+    What a compile leaves is long-lived (automata, tables, caches): it is moved straight to the
+    oldest generation (`gc.freeze()` then `gc.unfreeze()`), where the young collections that
+    would otherwise scan all of it once or twice right after the compile do not look. Skipped
+    when the process has frozen objects itself (unfreezing would undo that).
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -251,6 +256,9 @@ def _no_gc() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen._budget import check_budget
+from structgen._lru import LRU
 from structgen.automata import _native_subset
 from structgen.automata._native_subset import _NativeStates
 from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
@@ -71,6 +72,20 @@ def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[n
     rows: dict[bytes, int] = {}
     numbered = [rows.setdefault(row.tobytes(), len(rows)) for row in member]
     return np.repeat(np.array(numbered, dtype=np.uint8), np.diff(starts, append=256))
+
+
+def _classes_of_ranges(ranges: frozenset[tuple[int, int]]) -> npt.NDArray[np.uint8]:
+    """`byte_classes_from_ranges`, read-only and kept for recent sets: most terminals read
+    one of a few sets of byte ranges (JSON string characters, digits, a key's letters)."""
+    hit = _CLASSES.get(ranges)
+    if hit is None:
+        hit = byte_classes_from_ranges(ranges)
+        hit.setflags(write=False)
+        hit = _CLASSES.put(ranges, hit)
+    return hit
+
+
+_CLASSES: LRU[frozenset[tuple[int, int]], npt.NDArray[np.uint8]] = LRU(1024)
 
 
 def class_representatives(classes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
@@ -582,7 +597,7 @@ class NFASource(_Source):
     def __init__(self, nfa: ByteNFA) -> None:
         self.nfa = nfa
         self.p = max(len(nfa.pool), 1)
-        self.byte_classes = byte_classes_from_ranges(nfa.byte_ranges())
+        self.byte_classes = _classes_of_ranges(nfa.byte_ranges())
         self.classes_of: dict[tuple[int, int], tuple[int, ...]] = {}
         # per pool node: ((class ids, child), ...), computed on first use
         self.moves: list[tuple[tuple[tuple[int, ...], int], ...] | None] = [None] * len(nfa.pool)
