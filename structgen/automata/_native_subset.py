@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen.automata.nfa import ByteNFA
+from structgen.automata.nfa import ByteNFA, Pool
 
 __all__ = [
     "BUDGET",
@@ -191,12 +191,16 @@ class NativeSubset(_NativeStates):
         assert _LIB is not None
         n = len(nfa.kind)
         pool = nfa.pool
-        moves = np.zeros(max(len(pool), 1) + 1, dtype=np.int32)
-        if pool:
-            np.cumsum(np.fromiter(map(len, pool), np.int32, count=len(pool)), out=moves[1:])
+        if isinstance(pool, Pool):  # (its pieces' arrays, joined)
+            moves, lo, hi, child = pool.arrays()
+        else:
+            moves = np.zeros(max(len(pool), 1) + 1, dtype=np.int32)
+            if pool:
+                np.cumsum(np.fromiter(map(len, pool), np.int32, count=len(pool)), out=moves[1:])
+            count = int(moves[-1])
+            flat = np.fromiter(chain.from_iterable(chain.from_iterable(pool)), np.int32, 3 * count)
+            lo, hi, child = (np.ascontiguousarray(flat[k::3]) for k in range(3))
         total = int(moves[-1])
-        flat = np.fromiter(chain.from_iterable(chain.from_iterable(pool)), np.int32, 3 * total)
-        flat = flat.reshape(total, 3)
         if nfa.arrays is not None:  # built in C: the arrays are there already
             kind, live, node, nxt, eps_off, eps = nfa.arrays
         else:
@@ -216,9 +220,9 @@ class NativeSubset(_NativeStates):
             eps_off,
             eps if len(eps) else np.zeros(1, dtype=np.int32),
             moves,
-            np.ascontiguousarray(flat[:, 0]) if total else np.zeros(1, dtype=np.int32),
-            np.ascontiguousarray(flat[:, 1]) if total else np.zeros(1, dtype=np.int32),
-            np.ascontiguousarray(flat[:, 2]) if total else np.zeros(1, dtype=np.int32),
+            lo if total else np.zeros(1, dtype=np.int32),
+            hi if total else np.zeros(1, dtype=np.int32),
+            child if total else np.zeros(1, dtype=np.int32),
             np.ascontiguousarray(byte_classes, dtype=np.uint8),
         )
         a = [x.ctypes.data for x in self._arrays]

@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from structgen._budget import check_budget
 from structgen._lru import LRU
@@ -82,7 +83,7 @@ class ByteNFA:
         eps: Sequence[tuple[int, ...]] | list[list[int]],
         node: list[int],
         nxt: list[int],
-        pool: list[tuple[tuple[int, int, int], ...]],
+        pool: Sequence[tuple[tuple[int, int, int], ...]],
         start: int,
         match: int,
         ranges: frozenset[tuple[int, int]],
@@ -161,6 +162,98 @@ def nfa_size(node: Node) -> int:
     raise TypeError(f"not a regex AST node: {node!r}")
 
 
+class _Piece:
+    """A byte DAG (a code point set's, or a string's chain of bytes) with child ids relative to
+    its first node, as tuples and as arrays: an NFA's pool is made of pieces, placed at
+    offsets, and the same piece serves every NFA that reads the same set."""
+
+    __slots__ = ("child", "counts", "hi", "lo", "nodes")
+
+    def __init__(self, nodes: tuple[tuple[tuple[int, int, int], ...], ...]) -> None:
+        self.nodes = nodes
+        self.counts = np.fromiter(map(len, nodes), np.int32, len(nodes))
+        flat = [x for moves in nodes for move in moves for x in move]
+        table = np.array(flat, dtype=np.int32).reshape(-1, 3)
+        self.lo, self.hi, self.child = (np.ascontiguousarray(table[:, k]) for k in range(3))
+
+    def placed(self, base: int) -> list[tuple[tuple[int, int, int], ...]]:
+        """The nodes with child ids moved by `base` (-1, a complete character, stays)."""
+        return [tuple((lo, hi, c + base if c >= 0 else -1) for lo, hi, c in m) for m in self.nodes]
+
+
+@lru_cache(maxsize=4096)
+def _dag_piece(ranges: iv.Ranges) -> _Piece:
+    return _Piece(byte_dag(ranges).nodes)
+
+
+@lru_cache(maxsize=4096)
+def _string_piece(text: str) -> _Piece:
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a surrogate: no UTF-8 string can match
+        return _Piece(((),))
+    nodes = [((b, b, k),) for k, b in enumerate(data, 1)]
+    nodes[-1] = ((data[-1], data[-1], -1),)
+    return _Piece(tuple(nodes))
+
+
+class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
+    """An NFA's DAG nodes: pieces placed one after another. C reads it as arrays (`arrays`),
+    joined from the pieces' own; the nodes as tuples are made only when Python asks."""
+
+    __slots__ = ("_nodes", "bases", "pieces", "size")
+
+    def __init__(self) -> None:
+        self.pieces: list[_Piece] = []
+        self.bases: list[int] = []
+        self.size = 0
+        self._nodes: list[tuple[tuple[int, int, int], ...]] | None = None
+
+    def add(self, piece: _Piece) -> int:
+        """Place `piece` at the end; its first node's id."""
+        base = self.size
+        self.pieces.append(piece)
+        self.bases.append(base)
+        self.size += len(piece.nodes)
+        self._nodes = None
+        return base
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: Any) -> Any:
+        nodes = self._nodes
+        if nodes is None:
+            nodes = []
+            for piece, base in zip(self.pieces, self.bases, strict=True):
+                nodes.extend(piece.placed(base))
+            self._nodes = nodes
+        return nodes[index]
+
+    def nonempty(self) -> npt.NDArray[np.uint8]:
+        """Per node: whether it has a transition."""
+        if not self.pieces:
+            return np.zeros(0, dtype=np.uint8)
+        return (np.concatenate([p.counts for p in self.pieces]) > 0).view(np.uint8)
+
+    def arrays(self) -> tuple[npt.NDArray[np.int32], ...]:
+        """(moves offsets per node, then lo, hi, child per move), child ids placed: a few
+        joins whatever the number of pieces."""
+        offsets = np.zeros(max(self.size, 1) + 1, dtype=np.int32)
+        if not self.pieces:
+            empty = np.zeros(0, dtype=np.int32)
+            return offsets, empty, empty, empty
+        pieces = self.pieces
+        np.cumsum(np.concatenate([p.counts for p in pieces]), out=offsets[1 : self.size + 1])
+        lo = np.concatenate([p.lo for p in pieces])
+        hi = np.concatenate([p.hi for p in pieces])
+        child = np.concatenate([p.child for p in pieces])
+        moves = np.fromiter((len(p.lo) for p in pieces), np.int64, len(pieces))
+        base = np.repeat(np.array(self.bases, dtype=np.int32), moves)
+        np.add(child, base, out=child, where=child >= 0)
+        return offsets, lo, hi, child
+
+
 class _Builder:
     def __init__(self, max_states: int | None = None, pattern: str = "") -> None:
         self.max_states = max_states
@@ -169,7 +262,7 @@ class _Builder:
         self.eps: list[list[int]] = []
         self.node: list[int] = []
         self.next: list[int] = []
-        self.pool: list[tuple[tuple[int, int, int], ...]] = []
+        self.pool = Pool()
         self.roots: dict[iv.Ranges, int] = {}
         self.string_roots: dict[str, int] = {}
         self.ranges: set[tuple[int, int]] = set()
@@ -198,12 +291,7 @@ class _Builder:
     def dag_root(self, ranges: iv.Ranges) -> int:
         root = self.roots.get(ranges)
         if root is None:
-            dag = byte_dag(ranges)
-            root = len(self.pool)
-            self.pool.extend(
-                tuple((lo, hi, -1 if c < 0 else c + root) for lo, hi, c in moves)
-                for moves in dag.nodes
-            )
+            root = self.pool.add(_dag_piece(ranges))
             self.roots[ranges] = root
             self.ranges.update(_dag_ranges(ranges))
         return root
@@ -212,16 +300,9 @@ class _Builder:
         """A chain of single-byte nodes spelling ``text`` in UTF-8 (no node if unencodable)."""
         root = self.string_roots.get(text)
         if root is None:
-            root = len(self.pool)
-            try:
-                data = text.encode("utf-8")
-            except UnicodeEncodeError:  # a surrogate: no UTF-8 string can match
-                self.pool.append(())
-            else:
-                self.string_bytes.update(data)
-                nodes = [((b, b, k),) for k, b in enumerate(data, root + 1)]
-                nodes[-1] = ((data[-1], data[-1], -1),)
-                self.pool.extend(nodes)
+            piece = _string_piece(text)
+            root = self.pool.add(piece)
+            self.string_bytes.update(piece.lo.tolist())
             self.string_roots[text] = root
         return root
 
@@ -421,7 +502,7 @@ def _build_native(
         np.array(flat.offsets, dtype=np.int32),
         np.array(flat.children or [0], dtype=np.int32),
     )
-    nonempty = np.fromiter((bool(x) for x in b.pool), np.uint8, len(b.pool))
+    nonempty = b.pool.nonempty()
     if not len(nonempty):
         nonempty = np.zeros(1, dtype=np.uint8)
     out = np.zeros(3, dtype=np.int64)

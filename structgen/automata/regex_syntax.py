@@ -87,6 +87,18 @@ class CharClass:
     """Matches one code point from ``ranges`` (normal-form inclusive ranges; may be empty)."""
 
     ranges: Ranges
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Cached: a class's ranges are a tuple of pairs, hashed afresh on every dict lookup.
+        h = self._hash
+        if not h:
+            h = hash(("CharClass", self.ranges)) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self) -> tuple[type[CharClass], tuple[Any, ...]]:
+        return (CharClass, (self.ranges,))  # no cached hash: it differs per process
 
 
 @dataclass(frozen=True, slots=True)
