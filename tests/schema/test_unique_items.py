@@ -278,3 +278,29 @@ def test_unique_grammars_pickle_by_recipe() -> None:
     clone = pickle.loads(pickle.dumps(grammar))
     assert clone == grammar
     assert not run(clone, '{"tags": ["a", "a"]}')
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mistral"])
+def test_token_groups_match_their_definitions_token_by_token(name: str) -> None:
+    """The guard's per-vocabulary token groups (computed over the concatenated bytes) equal
+    their definitions applied to each token's bytes."""
+    import re
+
+    from structgen.engines.unique_items import _NUMBER_BYTES, _TokenGroups
+    from structgen.masks._bitmask import pack_bool_mask
+
+    vocab = load_vocab(name)
+    groups = _TokenGroups(vocab)
+    finishes = re.compile(rb"[0-9].*[^0-9+\-.eE]", re.DOTALL)
+    number = bytes(sorted(_NUMBER_BYTES))
+    texts = [vocab.token_bytes(t) for t in range(vocab.size)]
+    quote = np.array([d.count(b'"') > 0 for d in texts])
+    item_start = np.array(
+        [d.count(b'"') > 1 or finishes.search(d) is not None for d in texts], dtype=bool
+    )
+    ends_number = np.array([bool(d.translate(None, number)) for d in texts])
+    zero = np.array([b"0" in d for d in texts])
+    assert np.array_equal(groups.quote, pack_bool_mask(quote))
+    assert np.array_equal(groups.item_start, pack_bool_mask(item_start))
+    assert np.array_equal(groups.ends_number, pack_bool_mask(ends_number))
+    assert np.array_equal(groups.zero, pack_bool_mask(zero))
