@@ -14,10 +14,11 @@ union keys) stay valid, new states get new ids. See docs/design/compile-cache.md
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,14 @@ class SnapshotBatch:
     empty: list[bool]
     alphabets: list[int]
     fingerprints: list[str]
+    #: where each automaton's rows and states begin (computed once: `snapshot` is per terminal)
+    _row_at: list[int] = field(init=False, repr=False, compare=False)
+    _state_at: list[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        sizes = [n * k for n, k in zip(self.states, self.classes)]
+        object.__setattr__(self, "_row_at", [0, *itertools.accumulate(sizes)])
+        object.__setattr__(self, "_state_at", [0, *itertools.accumulate(self.states)])
 
     def check(self) -> None:
         """Raise `SnapshotError` unless every automaton is consistent (as `DFASnapshot.check`)."""
@@ -131,10 +140,8 @@ class SnapshotBatch:
 
     def snapshot(self, i: int) -> DFASnapshot:
         """Automaton `i` (checked with the batch: `restore_dfa(..., checked=True)`)."""
-        states, classes = self.states, self.classes
-        row_at = sum(n * k for n, k in zip(states[:i], classes[:i]))
-        state_at = sum(states[:i])
-        n, k = states[i], classes[i]
+        row_at, state_at = self._row_at[i], self._state_at[i]
+        n, k = self.states[i], self.classes[i]
         return DFASnapshot(
             rows=self.rows[row_at : row_at + n * k].reshape(n, k),
             accepting=self.accepting[state_at : state_at + n],

@@ -133,12 +133,17 @@ class EarleyGrammar:
         self.nonterminal_names = list(nonterminals)
         self.num_terminals = terminals = len(names)
         symbols = terminals + len(nonterminals)
-        rules: list[tuple[int, tuple[int, ...]]] = []
-        for entry in data["rules"]:
-            lhs, *rhs = entry
-            if not all(type(x) is int and 0 <= x < symbols for x in entry) or lhs < terminals:
-                raise ValueError("a rule's symbols are out of range")
-            rules.append((lhs, tuple(rhs)))
+        entries = data["rules"]
+        if not isinstance(entries, list) or not entries:
+            raise ValueError("the first rule is the start rule")
+        if not all(type(e) is list and e for e in entries):
+            raise ValueError("a rule is a non-empty list of symbols")
+        flat = [x for entry in entries for x in entry]  # (checked in C-level passes)
+        if set(map(type, flat)) != {int} or min(flat) < 0 or max(flat) >= symbols:
+            raise ValueError("a rule's symbols are out of range")
+        if min(entry[0] for entry in entries) < terminals:
+            raise ValueError("a rule's left-hand side is a terminal")
+        rules = [(entry[0], tuple(entry[1:])) for entry in entries]
         if not rules or rules[0][0] != terminals or len(rules[0][1]) != 1:
             raise ValueError("the first rule is the start rule")
         dropped = set(data["unproductive"])
