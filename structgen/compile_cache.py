@@ -327,14 +327,16 @@ def _decode(
     for position, at in enumerate(which):
         if not isinstance(at, int) or not 0 <= at < len(states):
             raise SnapshotError("a terminal names no automaton")
-        dfa = restored.get(at) or live_terminal_dfa(batch.fingerprints[at], limits)
-        if dfa is None:
+        dfa = restored.get(at)
+        if dfa is None:  # (terminals that share an automaton adopt it once)
+            dfa = live_terminal_dfa(batch.fingerprints[at], limits)
+            if dfa is None:
 
-            def rebuild(position: int = position) -> ByteDFA:
-                return build_terminal_dfa(full_grammar().terminals[position], limits)
+                def rebuild(position: int = position) -> ByteDFA:
+                    return build_terminal_dfa(full_grammar().terminals[position], limits)
 
-            dfa = restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
-        restored[at] = dfa = adopt_terminal_dfa(dfa)
+                dfa = restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
+            restored[at] = dfa = adopt_terminal_dfa(dfa)
         dfas.append(dfa)
     fingerprint = header["fingerprint"]
     token_ids = header["token_ids"]

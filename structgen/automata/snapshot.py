@@ -297,7 +297,7 @@ def restore_dfa(
             "_keys": keys,
             "_table": table,
             "_accepting": accepting,
-            "_built": bytes(v != UNBUILT for v in rows[:, 0].tolist()),
+            "_built": (rows[:, 0] != UNBUILT).tobytes(),
             "start": snapshot.start,
             "_empty": snapshot.empty,
             "_alphabet": snapshot.alphabet,
