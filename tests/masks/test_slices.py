@@ -179,18 +179,25 @@ INSTANCE = (
 def test_grammar_masks_with_and_without_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     """A JSON Schema's lexer states (unions of terminals, proved per terminal): every mask along
     an instance is the same with the sliced vocabulary as with the plain one."""
+    # (accept mode: the instance has an unlisted key)
+    _assert_sliced_masks_equal_plain(SCHEMA, INSTANCE, monkeypatch)
+
+
+def _assert_sliced_masks_equal_plain(
+    schema: dict[str, object], text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every mask along `text` (Llama-3.1, accept mode) is the same with the sliced vocabulary
+    as with the plain one, each run from fresh lexers and terminal automata."""
     vocab = load_vocab("llama3_1")
-    ids = load_tokenizer("llama3_1").encode(INSTANCE, add_special_tokens=False)
+    ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
     runs = []
     for walk in (NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)):
         compiler._CACHE.clear()
         engine._UNIONS.clear()  # the shared lexers keep their walk results: start afresh
         terminals._TERMINAL_DFAS.clear()
         monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, walk)
-        accept = SchemaOptions(mode="accept")  # the instance has an unlisted key
-        runs.append(
-            masks_along(Compiler(vocab).json_schema(SCHEMA, options=accept), ids, vocab.size)
-        )
+        compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
+        runs.append(masks_along(compiled, ids, vocab.size))
     compiler._CACHE.clear()
     engine._UNIONS.clear()
     sliced, plain = runs
@@ -301,24 +308,10 @@ def test_counted_strings_share_proofs_far_from_their_bounds(
     both bounds' neighbourhoods equals the mask without slices."""
     from structgen.automata.counted import CountedSource
 
-    vocab = load_vocab("llama3_1")
     schema = {"type": "string", "minLength": 250, "maxLength": 1400}
     text = ("lorem ipsum dolor sit amet, " * 60)[:1390]
-    ids = load_tokenizer("llama3_1").encode(f'"{text}"', add_special_tokens=False)
-    runs = []
-    for walk in (NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)):
-        compiler._CACHE.clear()
-        engine._UNIONS.clear()
-        terminals._TERMINAL_DFAS.clear()
-        monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, walk)
-        compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
-        runs.append(masks_along(compiled, ids, vocab.size))
-    compiler._CACHE.clear()
-    engine._UNIONS.clear()
-    sliced, plain = runs
-    assert len(sliced) == len(plain) == len(ids)
-    for k, (a, b) in enumerate(zip(sliced, plain, strict=True)):
-        assert np.array_equal(a, b), k
+    _assert_sliced_masks_equal_plain(schema, f'"{text}"', monkeypatch)
+    vocab = load_vocab("llama3_1")
     source = CountedSource(Compiler(vocab).regex("[a-z]")._engine._dfa, 250, 1400)  # type: ignore[attr-defined]
     depth = 128
     far = {source.bounded_key((k, -1), depth) for k in range(400, 1200)}
