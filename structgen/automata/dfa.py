@@ -887,11 +887,7 @@ class UnionSource(_Source):
         if self.parts:
             # Two bytes share a class iff they do in every component: number the distinct
             # rows of component classes in order of smallest byte (so byte 0 is class 0).
-            n = len(self.parts)
-            raw = np.stack([p.byte_classes for p in self.parts], axis=1).tobytes()
-            ids: dict[bytes, int] = {}
-            numbered = bytes(ids.setdefault(raw[b * n : b * n + n], len(ids)) for b in range(256))
-            self.byte_classes = np.frombuffer(numbered, dtype=np.uint8).copy()
+            self.byte_classes = _number_rows(np.stack([p.byte_classes for p in self.parts], 1))
         else:
             self.byte_classes = np.zeros(256, dtype=np.uint8)
         self.num_classes = int(self.byte_classes.max()) + 1
