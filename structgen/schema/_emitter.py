@@ -139,14 +139,28 @@ class GrammarEmitter:
             # twice; a limit it hits is the compile's.
             if not terminal_dfa(t, self.limits).is_empty:
                 usable.add(t.name)
+        # Worklist: each rule counts its symbols not yet known productive; a symbol that
+        # becomes productive counts down the rules that use it (linear in the grammar).
         productive = set(usable)
-        changed = True
-        while changed:
-            changed = False
-            for rule in grammar.rules:
-                if rule.lhs not in productive and all(s in productive for s in rule.rhs):
-                    productive.add(rule.lhs)
-                    changed = True
+        missing: list[int] = []
+        users: dict[str, list[int]] = {}
+        ready: list[str] = []
+        for index, rule in enumerate(grammar.rules):
+            unknown = {x for x in rule.rhs if x not in productive}
+            missing.append(len(unknown))
+            for x in unknown:
+                users.setdefault(x, []).append(index)
+            if not unknown:
+                ready.append(rule.lhs)
+        while ready:
+            symbol = ready.pop()
+            if symbol in productive:
+                continue
+            productive.add(symbol)
+            for index in users.get(symbol, ()):
+                missing[index] -= 1
+                if not missing[index]:
+                    ready.append(grammar.rules[index].lhs)
         if "start" not in productive:
             raise SchemaError("the schema is unsatisfiable: no JSON value satisfies it")
         return productive
