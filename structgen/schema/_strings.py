@@ -65,6 +65,7 @@ _CANONICAL_RAW: iv.Ranges = iv.difference(_RAW_OK, _SURROGATES)
 _LOWER_HEX = "0123456789abcdef"
 
 
+@lru_cache(maxsize=4096)
 def _hex_digit(lo: int, hi: int) -> Node:
     """One hex digit whose value is in [lo, hi], either letter case."""
     ranges: list[tuple[int, int]] = []
@@ -76,6 +77,7 @@ def _hex_digit(lo: int, hi: int) -> Node:
     return CharClass(iv.normalize(ranges))
 
 
+@lru_cache(maxsize=4096)
 def _dec_digit(lo: int, hi: int) -> Node:
     return CharClass(((0x30 + lo, 0x30 + hi),))
 
@@ -115,11 +117,13 @@ def fixed_width_range(
     return build(0, True, True)
 
 
+@lru_cache(maxsize=4096)  # (the same ranges recur in every string class)
 def hex_range(lo: int, hi: int) -> Node:
     """Four hex digits (any case) for the values [lo, hi]."""
     return fixed_width_range(lo, hi, 4, 16, _hex_digit)
 
 
+@lru_cache(maxsize=4096)
 def dec_fixed(lo: int, hi: int, width: int) -> Node:
     """`width` decimal digits, leading zeros kept, value in [lo, hi] (dates, times)."""
     return fixed_width_range(lo, hi, width, 10, _dec_digit)
@@ -145,6 +149,7 @@ def _surrogates(cp: int) -> tuple[int, int]:
     return 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF)
 
 
+@lru_cache(maxsize=1024)
 def _pair_range(lo: int, hi: int) -> Node:
     (h1, l1), (h2, l2) = _surrogates(lo), _surrogates(hi)
     u = String("\\u")
