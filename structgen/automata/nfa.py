@@ -18,6 +18,7 @@ every non-empty set of NFA states the DFA builds can still reach acceptance.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -469,10 +470,16 @@ class Program:
         self.typ, self.arg_a, self.arg_b, self.offsets = typ, arg_a, arg_b, offsets
         self.children = [x for c in kids for x in c]
         self.leaves, self.leaf_at = leaves, leaf_at
-        text = repr((self.top, typ, arg_a, arg_b, offsets, self.children, leaves))
-        self.digest = hashlib.blake2b(
-            text.encode("utf-8", "surrogatepass"), digest_size=16, person=b"sg-regex-ast"
-        ).digest()
+        # The integer tables as raw 64-bit arrays (lengths first), the leaves as text.
+        digest = hashlib.blake2b(digest_size=16, person=b"sg-regex-ast")
+        digest.update(array("q", [self.top, len(typ), len(self.children)]).tobytes())
+        for numbers in (typ, arg_a, arg_b, offsets, self.children):
+            try:
+                digest.update(array("q", numbers).tobytes())
+            except OverflowError:  # (a count past 64 bits: spelled out instead)
+                digest.update(repr(numbers).encode())
+        digest.update(repr(leaves).encode("utf-8", "surrogatepass"))
+        self.digest = digest.digest()
 
 
 def node_program(node: Node) -> Program:
