@@ -431,7 +431,9 @@ def _not_in_set(words: frozenset[str], canonical: bool) -> Node:
             out = leaving[children] = leave(children)
         parts += out
         for ch in children:
-            head = firsts[ch] if ch in firsts else firsts.setdefault(ch, first(ch))
+            if ch not in firsts:
+                firsts[ch] = first(ch)
+            head = firsts[ch]
             if head is not None:
                 parts.append(Concat((head, build(node[ch]))))
         return Alternation(tuple(parts)) if len(parts) > 1 else parts[0]

@@ -94,16 +94,23 @@ def test_the_int8_draft_keeps_the_target_distribution() -> None:
     assert_two_letters_follow(spec, prompt, g, expected)
 
 
-def test_greedy_int8_draft_is_token_identical_and_mostly_accepted() -> None:
+def assert_greedy_draft_is_exact(mode: str, grammar: Any = None) -> None:
+    """Greedy decoding with a `mode` copy of the target as the draft gives the target's own
+    tokens (a JSON person), and the draft is accepted at least half the time."""
     model, tokenizer = _model_and_tokenizer()
-    gen = Generator(model, tokenizer, prefix_cache=None)
-    grammar = Compiler(gen.vocab).json_schema(PERSON)
+    target = Generator(model, tokenizer, prefix_cache=None)
+    if grammar is None:
+        grammar = Compiler(target.vocab).json_schema(PERSON)
     params = SamplingParams(max_new_tokens=40)
-    plain = gen.generate("A person as JSON.", params, grammar=grammar, chat=True)
-    spec = SpeculativeGenerator(gen, "int8", k=4)
+    plain = target.generate("A person as JSON.", params, grammar=grammar, chat=True)
+    spec = SpeculativeGenerator(target, mode, k=4)
     result = spec.generate("A person as JSON.", params, grammar=grammar, chat=True)
     assert result.token_ids == plain.token_ids
     assert result.metrics.acceptance_rate >= 0.5, result.metrics
+
+
+def test_greedy_int8_draft_is_token_identical_and_mostly_accepted() -> None:
+    assert_greedy_draft_is_exact("int8")
 
 
 def test_bad_modes_and_devices() -> None:
@@ -175,14 +182,7 @@ def test_int4_holds_under_a_fifth_of_the_weight_bytes_and_keeps_the_perplexity()
 @needs_int4
 def test_int4_outputs_stay_valid_and_its_draft_is_exact() -> None:
     grammar = assert_sampled_people_are_valid(int4_generator(), seeds=2)
-    model, tokenizer = _model_and_tokenizer()
-    target = Generator(model, tokenizer, prefix_cache=None)
-    params = SamplingParams(max_new_tokens=40)
-    plain = target.generate("A person as JSON.", params, grammar=grammar, chat=True)
-    spec = SpeculativeGenerator(target, "int4", k=4)
-    result = spec.generate("A person as JSON.", params, grammar=grammar, chat=True)
-    assert result.token_ids == plain.token_ids
-    assert result.metrics.acceptance_rate >= 0.5, result.metrics
+    assert_greedy_draft_is_exact("int4", grammar)
 
 
 # ----------------------------------------------------------------------------- int8 KV cache
