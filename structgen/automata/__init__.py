@@ -57,6 +57,7 @@ __all__ = [
     "concat",
     "dialects_of",
     "intersect",
+    "intersect_all",
     "literal",
     "literal_node",
     "parse_regex",
@@ -168,10 +169,32 @@ def intersect(a: ByteDFA, b: ByteDFA, *, limits: AutomataLimits | None = None) -
 
     Product states are created only when they can still reach acceptance (a memoised search
     bounded by ``limits.max_dfa_states``), so the result keeps the "every state is live"
-    guarantee; ``is_empty`` tells whether the intersection is empty.
+    guarantee; ``is_empty`` tells whether the intersection is empty. A product's components
+    are taken over (products are flattened), so a chain of intersections is one search.
     """
+    return intersect_all([a, b], limits=limits)
+
+
+def intersect_all(dfas: Sequence[ByteDFA], *, limits: AutomataLimits | None = None) -> ByteDFA:
+    """``intersect`` over several automata at once (one liveness check, not one per step)."""
+    if len(dfas) == 1:
+        return dfas[0]
     limits = limits or _DEFAULT_LIMITS
-    fingerprint = _digest(b"intersect", a.fingerprint.encode(), b.fingerprint.encode())
-    return ByteDFA(
-        ProductSource(a, b, limits.max_dfa_states), fingerprint=fingerprint, limits=limits
-    )
+    fingerprint = dfas[0].fingerprint
+    for dfa in dfas[1:]:  # (the fingerprint of the chain of pairwise intersections)
+        fingerprint = _digest(b"intersect", fingerprint.encode(), dfa.fingerprint.encode())
+    parts = [part for dfa in dfas for part in _product_parts(dfa)]
+    # the same language twice adds nothing but work (``allOf`` branches often repeat one)
+    by_fingerprint: dict[str, ByteDFA] = {}
+    for part in parts:
+        by_fingerprint.setdefault(part.fingerprint, part)
+    unique = list(by_fingerprint.values())
+    if len(unique) == 1:
+        return unique[0]
+    source = ProductSource(unique, limits.max_dfa_states)
+    return ByteDFA(source, fingerprint=fingerprint, limits=limits)
+
+
+def _product_parts(dfa: ByteDFA) -> Sequence[ByteDFA]:
+    source = dfa._source
+    return source.parts if isinstance(source, ProductSource) else (dfa,)

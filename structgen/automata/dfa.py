@@ -13,6 +13,7 @@ lock, and a row becomes visible only after it is complete.
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -782,49 +783,67 @@ class TrieSource(_Source):
 
 
 class ProductSource(_Source):
-    """The product of two ``ByteDFA``s; states are ``(state_a, state_b)`` pairs.
+    """The product of several ``ByteDFA``s; states are tuples of their states.
 
-    A pair gets an id only once it is known to reach a pair of accepting states: a breadth-first
-    search over the product (memoised in ``live``/``dead``) decides it, visiting at most
-    ``max_dfa_states`` pairs per search.
+    A tuple gets an id only once it is known to reach a tuple of accepting states. Deciding it
+    is a search over the product (memoised in ``live``/``dead``, at most ``max_dfa_states``
+    tuples per search) guided by each component's distance to acceptance: the tuple that has
+    least left to do is expanded first, so a live tuple is usually proved in about as many steps
+    as its shortest witness is long (a breadth-first search visited every tuple up to that
+    depth: intersections of several ``pattern``s and lengths took seconds). Nested products are
+    flattened (``intersect``), so one search covers every component.
     """
 
-    def __init__(self, a: ByteDFA, b: ByteDFA, budget: int) -> None:
-        self.a = a
-        self.b = b
+    def __init__(self, parts: Sequence[ByteDFA], budget: int) -> None:
+        self.parts = tuple(parts)
         self.budget = budget
-        pair = a.byte_classes.astype(np.int32) * 256 + b.byte_classes.astype(np.int32)
-        self.byte_classes = _number_rows(pair.reshape(256, 1))
+        self.byte_classes = _number_rows(np.stack([p.byte_classes for p in self.parts], 1))
         self.num_classes = int(self.byte_classes.max()) + 1
         self.reps = class_representatives(self.byte_classes)
-        self.live: set[tuple[int, int]] = set()
-        self.dead: set[tuple[int, int]] = set()
+        self.live: set[tuple[int, ...]] = set()
+        self.dead: set[tuple[int, ...]] = set()
+        # per component, once a search needs them: state -> distance to acceptance (a None
+        # entry: too big to measure, that component does not guide)
+        self._distances: list[dict[int, int] | None] | None = None
 
     def alphabet(self) -> int:
-        return self.a.alphabet & self.b.alphabet
+        out = ALL_BYTES
+        for part in self.parts:
+            out &= part.alphabet
+        return out
 
     def memory_bytes(self) -> int:
-        pairs = (len(self.live) + len(self.dead)) * 100
-        return pairs + self.a.memory_bytes() + self.b.memory_bytes()
+        tuples = (len(self.live) + len(self.dead)) * (60 + 8 * len(self.parts))
+        return tuples + sum(p.memory_bytes() for p in self.parts)
 
-    def start_key(self) -> tuple[int, int]:
-        return (self.a.start, self.b.start)
+    def start_key(self) -> tuple[int, ...]:
+        return tuple(p.start for p in self.parts)
 
     def start_is_live(self) -> bool:
-        if not (self.a.is_live(self.a.start) and self.b.is_live(self.b.start)):
+        if not all(p.is_live(p.start) for p in self.parts):
             return False
         return self.is_live(self.start_key())
 
-    def is_accepting(self, key: tuple[int, int]) -> bool:
-        return self.a.is_accepting(key[0]) and self.b.is_accepting(key[1])
+    def is_accepting(self, key: tuple[int, ...]) -> bool:
+        return all(p.is_accepting(s) for p, s in zip(self.parts, key))
 
-    def successors(self, key: tuple[int, int]) -> list[tuple[int, tuple[int, int]]]:
-        """``(class, pair)`` for every class on which both components move."""
-        ta = self.a.row(key[0])[self.reps].tolist()
-        tb = self.b.row(key[1])[self.reps].tolist()
-        return [(c, (x, y)) for c, (x, y) in enumerate(zip(ta, tb)) if x >= 0 and y >= 0]
+    def successors(self, key: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
+        """``(class, tuple)`` for every class on which every component moves."""
+        reps = self.reps
+        rows = np.stack([p.row(s)[reps] for p, s in zip(self.parts, key)])
+        moving = np.flatnonzero((rows >= 0).all(axis=0))
+        return list(zip(moving.tolist(), map(tuple, rows[:, moving].T.tolist())))
 
-    def is_live(self, key: tuple[int, int]) -> bool:
+    def _guide(self, key: tuple[int, ...]) -> int:
+        """How much is left to do from ``key``: the components' distances to acceptance summed
+        (not a bound, a guide: any witness proves liveness, the shortest is not needed)."""
+        total = 0
+        for table, state in zip(self._distances or (), key):
+            if table is not None:
+                total += table.get(state, 0)
+        return total
+
+    def is_live(self, key: tuple[int, ...]) -> bool:
         if key in self.live:
             return True
         if key in self.dead:
@@ -832,14 +851,20 @@ class ProductSource(_Source):
         if self.is_accepting(key):
             self.live.add(key)
             return True
-        parent: dict[tuple[int, int], tuple[int, int] | None] = {key: None}
-        queue = deque([key])
+        parent: dict[tuple[int, ...], tuple[int, ...] | None] = {key: None}
+        # Breadth first (most searches end within a few tuples) until ``UNGUIDED_STEPS``; then
+        # the components' distances are measured and the tuple with least left to do goes first
+        # (newest first among equals: a plateau is walked depth first).
+        guided = self._distances is not None
+        step = -1 if guided else 1
+        order = 0
+        frontier = [(self._guide(key) if guided else 0, order, key)]
         steps = 0
-        while queue:
-            cur = queue.popleft()
+        while frontier:
+            cur = heapq.heappop(frontier)[2]
             steps += 1
             if not steps & 0xFF:
-                check_budget()  # every 256 pairs expanded (a no-op outside a compile)
+                check_budget()  # every 256 tuples expanded (a no-op outside a compile)
             if len(parent) > self.budget:
                 raise LimitExceededError(
                     f"deciding whether an intersection state can still match visited more than"
@@ -847,26 +872,69 @@ class ProductSource(_Source):
                     limit="max_dfa_states",
                     value=self.budget,
                 )
+            if not guided and steps > UNGUIDED_STEPS:
+                if self._distances is None:
+                    self._distances = [_distances_to_accept(p) for p in self.parts]
+                guided, step = True, -1
+                frontier = [(self._guide(k), -o, k) for _, o, k in frontier]
+                order = -order
+                heapq.heapify(frontier)
             for _, nxt in self.successors(cur):
                 if nxt in parent or nxt in self.dead:
                     continue
                 parent[nxt] = cur
                 if nxt in self.live or self.is_accepting(nxt):
-                    node: tuple[int, int] | None = nxt
+                    node: tuple[int, ...] | None = nxt
                     while node is not None:
                         self.live.add(node)
                         node = parent[node]
                     return True
-                queue.append(nxt)
+                order += step
+                heapq.heappush(frontier, (self._guide(nxt) if guided else 0, order, nxt))
         self.dead.update(parent)
         return False
 
-    def expand(self, key: tuple[int, int], intern: Callable[[Hashable], int]) -> list[int]:
+    def expand(self, key: tuple[int, ...], intern: Callable[[Hashable], int]) -> list[int]:
         out = [-1] * self.num_classes
-        for c, pair in self.successors(key):
-            if self.is_live(pair):
-                out[c] = intern(pair)
+        for c, state in self.successors(key):
+            if self.is_live(state):
+                out[c] = intern(state)
         return out
+
+
+#: searches expand this many tuples breadth first before the components' distances guide them
+UNGUIDED_STEPS = 256
+#: a component with more states than this gets no distance table (the search is unguided there)
+GUIDE_STATES = 1024
+
+
+def _distances_to_accept(dfa: ByteDFA) -> dict[int, int] | None:
+    """Every reachable state's distance (in bytes) to an accepting state, by building the
+    component whole (it is one pattern or length, usually small) and searching backwards from
+    its accepting states; None when it has more than ``GUIDE_STATES`` states."""
+    reps = class_representatives(dfa.byte_classes)
+    seen = {dfa.start}
+    order = [dfa.start]
+    preds: dict[int, list[int]] = {}
+    for state in order:  # (grows while it is walked: breadth first)
+        for target in set(dfa.row(state)[reps].tolist()):
+            if target < 0:
+                continue
+            preds.setdefault(target, []).append(state)
+            if target not in seen:
+                if len(seen) >= GUIDE_STATES:
+                    return None
+                seen.add(target)
+                order.append(target)
+    distance = {s: 0 for s in order if dfa.is_accepting(s)}
+    queue = deque(distance)
+    while queue:
+        state = queue.popleft()
+        for prev in preds.get(state, ()):
+            if prev not in distance:
+                distance[prev] = distance[state] + 1
+                queue.append(prev)
+    return distance
 
 
 # ---------------------------------------------------------------------- tagged union source

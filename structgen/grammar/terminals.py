@@ -11,7 +11,7 @@ from typing import Any
 
 from structgen._budget import forget_on_failure, keep_alive, undo_on_failure
 from structgen._lru import LRU
-from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect
+from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect_all
 from structgen.grammar.ir import TerminalDef, node_digest
 
 __all__ = ["adopt_terminal_dfa", "build_terminal_dfa", "live_terminal_dfa", "terminal_dfa"]
@@ -64,12 +64,13 @@ def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA
         pattern=where,
         fingerprint=node_digest(terminal.pattern).hex(),
     )
-    for extra in terminal.intersect:
-        other = compile_ast(
-            extra, limits=limits, pattern=where, fingerprint=node_digest(extra).hex()
-        )
-        dfa = intersect(dfa, other, limits=limits)
-    return dfa
+    if not terminal.intersect:
+        return dfa
+    others = [
+        compile_ast(extra, limits=limits, pattern=where, fingerprint=node_digest(extra).hex())
+        for extra in terminal.intersect
+    ]
+    return intersect_all([dfa, *others], limits=limits)
 
 
 def live_terminal_dfa(fingerprint: str, limits: AutomataLimits) -> ByteDFA | None:

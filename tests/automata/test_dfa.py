@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import random
 import re
@@ -20,6 +21,7 @@ from structgen.automata import (
     compile_ast,
     compile_regex,
     intersect,
+    intersect_all,
     literal,
     parse_regex,
 )
@@ -345,6 +347,40 @@ class TestIntersection:
             b"cat",
             b"car",
         ]
+
+    def test_chains_are_one_product(self) -> None:
+        parts = [compile_regex(p) for p in ("[a-d]{4,6}", ".*ab.*", ".*cd.*", "[^b]*b[^b]*")]
+        chain = intersect(intersect(intersect(parts[0], parts[1]), parts[2]), parts[3])
+        flat = intersect_all(parts)
+        assert chain.fingerprint == flat.fingerprint
+        assert len(flat._source.parts) == len(chain._source.parts) == 4  # type: ignore[attr-defined]
+        for n in range(8):
+            for letters in itertools.product("abcd", repeat=n):
+                s = "".join(letters)
+                expected = all(
+                    re.fullmatch(p, s) for p in ("[a-d]{4,6}", ".*ab.*", ".*cd.*", "[^b]*b[^b]*")
+                )
+                assert flat.accepts(s.encode()) == bool(expected), s
+                assert chain.accepts(s.encode()) == bool(expected), s
+        walk_all(flat)
+        assert all(_reaches_acceptance(flat, s) for s in range(flat.num_states))
+        # the same language twice is one component (and alone, the automaton itself)
+        twice = intersect_all([parts[1], compile_regex(".*ab.*"), parts[2]])
+        assert len(twice._source.parts) == 2  # type: ignore[attr-defined]
+        assert intersect(parts[1], compile_regex(".*ab.*")) is parts[1]
+
+    def test_witness_search_is_guided(self) -> None:
+        # Eight substrings to place in exactly 40 characters: breadth first meets every
+        # combination of partial progress at every length before the first witness; guided by
+        # each component's distance to acceptance, the search goes (almost) straight to one.
+        words = ("ab1", "b12", "bc1", "c12", "ca1", "a12", "xyz", "zyx")
+        limits = AutomataLimits(max_dfa_states=2000)
+        parts = [compile_regex(".{40}", limits=limits)]
+        parts += [compile_regex(f".*{w}.*", limits=limits) for w in words]
+        dfa = intersect_all(parts, limits=limits)
+        assert not dfa.is_empty
+        text = "ab12bc12ca12xyzyx" + "q" * 23
+        assert dfa.accepts(text.encode()) and not dfa.accepts(text[1:].encode())
 
     def test_liveness_search_is_bounded(self) -> None:
         limits = AutomataLimits(max_dfa_states=50)
