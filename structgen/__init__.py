@@ -20,7 +20,7 @@ from structgen.errors import (
 )
 from structgen.integrations import LogitsProcessor
 from structgen.masks import allocate_bitmask, apply_bitmask
-from structgen.matcher import Matcher
+from structgen.matcher import Matcher, fill_bitmasks
 from structgen.schema import SchemaOptions
 from structgen.vocab import Vocabulary
 
@@ -109,6 +109,7 @@ __all__ = [
     "cache_budget",
     "cache_usage",
     "clear_caches",
+    "fill_bitmasks",
     "generate_object",
     "run_tools",
     "set_cache_budget",

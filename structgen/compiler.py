@@ -160,7 +160,17 @@ class CompiledGrammar:
 
     def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
         """Packed mask of the tokens allowed in `state` (EOS not included)."""
-        mask: npt.NDArray[np.int32] = self._engine.token_mask(state)
+        return self._with_tokens(state, self._engine.token_mask(state))
+
+    def cached_token_mask(self, state: Any) -> npt.NDArray[np.int32] | None:
+        """`token_mask(state)` when the engine has it cached, else None (nothing computed):
+        `fill_bitmasks` fills those rows at once and hands the others to its threads."""
+        peek = getattr(self._engine, "cached_token_mask", None)
+        mask: npt.NDArray[np.int32] | None = None if peek is None else peek(state)
+        return None if mask is None else self._with_tokens(state, mask)
+
+    def _with_tokens(self, state: Any, mask: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+        """`mask` with the bits of the token terminals (special tokens) `state` allows."""
         if not self._tokens:
             return mask
         assert self._text_words is not None

@@ -58,6 +58,12 @@ class FramedEngine(BeforeInner):
             mask = self.prefix.token_mask(state[1])
         return mask
 
+    def cached_token_mask(self, state: Any) -> npt.NDArray[np.int32] | None:
+        engine = self.inner if state[0] == "a" else self.prefix
+        peek = getattr(engine, "cached_token_mask", None)
+        found: npt.NDArray[np.int32] | None = None if peek is None else peek(state[1])
+        return found
+
     def shortest_completion(self, state: Any, *, spaced: bool = False) -> bytes | None:
         if state[0] == "a":
             return self.inner_completion(state[1], spaced=spaced)

@@ -294,6 +294,12 @@ class GrammarEngine:
         after = self.end_lexeme(parse, lex_state)
         return after is not None and after.complete
 
+    def cached_token_mask(self, state: ParseState) -> npt.NDArray[np.int32] | None:
+        """`token_mask(state)` when it was computed before, else None (nothing computed)."""
+        parse, lex_state, fresh = state
+        cached: npt.NDArray[np.int32] | None = parse.memo.get(("mask", lex_state, fresh))
+        return cached
+
     def token_mask(self, state: ParseState) -> npt.NDArray[np.int32]:
         parse, lex_state, fresh = state
         key = ("mask", lex_state, fresh)

@@ -125,6 +125,14 @@ class ReasoningEngine(BeforeInner):
             return self._think(0, data[len(begin) :], 0)
         return self._answer(data)  # no think block: the answer straight away
 
+    def cached_token_mask(self, state: Any) -> npt.NDArray[np.int32] | None:
+        """The answer's cached mask in the answer phase (None elsewhere: computed each time)."""
+        peek = getattr(self.inner, "cached_token_mask", None)
+        if state[0] != "a" or peek is None:
+            return None
+        found: npt.NDArray[np.int32] | None = peek(state[1])
+        return found
+
     def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
         phase = state[0]
         if phase == "a":

@@ -50,6 +50,9 @@ class RegexEngine:
     def token_mask(self, state: int) -> npt.NDArray[np.int32]:
         return self._walker.mask(state)
 
+    def cached_token_mask(self, state: int) -> npt.NDArray[np.int32] | None:
+        return self._walker.cached_mask(state)
+
     def shortest_completion(self, state: int, *, spaced: bool = False) -> bytes | None:
         """The shortest bytes from `state` to a match (None: none found within the search)."""
         found = shortest_paths(self._dfa, state, self._dfa.is_accepting)

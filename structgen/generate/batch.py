@@ -40,7 +40,7 @@ from structgen.generate.results import FinishReason, GenerationResult, RequestMe
 from structgen.generate.sampling import PenaltyState, SamplingTensors, choose_tokens
 from structgen.generate.text import TextTracker
 from structgen.masks import apply_bitmask, bitmask_words
-from structgen.matcher import Matcher
+from structgen.matcher import Matcher, fill_bitmasks
 from structgen.vocab import Vocabulary
 
 __all__ = ["DecodeBatch"]
@@ -315,12 +315,7 @@ class DecodeBatch:
     def _fill_masks(self) -> torch.Tensor | None:
         if not self._constrained:
             return None
-        host = self._host_mask_np
-        for j, row in enumerate(self._active):
-            if row.matcher is not None:
-                row.matcher.fill_bitmask(host, j)
-            else:
-                host[j] = -1
+        fill_bitmasks([row.matcher for row in self._active], self._host_mask_np)
         n = len(self._active)
         if self._device_mask is self._host_mask:
             return self._host_mask[:n]

@@ -31,7 +31,7 @@ from structgen.generate.params import BeamParams
 from structgen.generate.requests import Request
 from structgen.generate.results import BeamHypothesis
 from structgen.masks import allocate_bitmask, apply_bitmask
-from structgen.matcher import Matcher
+from structgen.matcher import Matcher, fill_bitmasks
 from structgen.vocab import Vocabulary
 
 __all__ = ["beam_search"]
@@ -83,9 +83,7 @@ def beam_search(
         left = limit - step + 1  # tokens left, this one included
         logprobs = logits.log_softmax(dim=-1)
         if bitmask is not None:
-            for j, beam in enumerate(beams):
-                assert beam.matcher is not None
-                beam.matcher.fill_bitmask(bitmask, j)
+            fill_bitmasks([beam.matcher for beam in beams], bitmask)
             apply_bitmask(logprobs, bitmask[: len(beams)])
         scores = torch.tensor([b.score for b in beams], device=device, dtype=logprobs.dtype)
         total = (logprobs + scores.unsqueeze(1)).reshape(-1)

@@ -23,7 +23,7 @@ from typing import Any
 from structgen.compiler import CompiledGrammar
 from structgen.errors import StructgenError
 from structgen.masks import allocate_bitmask, apply_bitmask
-from structgen.matcher import Matcher
+from structgen.matcher import Matcher, fill_bitmasks
 
 __all__ = ["LogitsProcessor"]
 
@@ -102,6 +102,7 @@ class LogitsProcessor:
         if self._bitmask is None or self._bitmask.shape[0] < batch:
             self._bitmask = allocate_bitmask(batch, scores.shape[-1])
         bitmask = self._bitmask[:batch]
+        row_matchers: list[Matcher] = []
         for row, generated in enumerate(rows):
             group = row // beams_per_grammar if self._grammars else 0
             key = (group, tuple(generated))
@@ -109,7 +110,8 @@ class LogitsProcessor:
             if matcher is None:
                 matcher = self._advance(group, row, generated)
             fresh[key] = matcher
-            matcher.fill_bitmask(bitmask, row)
+            row_matchers.append(matcher)
+        fill_bitmasks(row_matchers, bitmask)
         self._matchers = fresh
         apply_bitmask(scores, bitmask)
         if self._max_new_tokens is not None:

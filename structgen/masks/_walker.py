@@ -301,6 +301,11 @@ class TokenMaskWalker:
                 self._cache.popitem(last=False)
             return packed
 
+    def cached_mask(self, state: int) -> npt.NDArray[np.int32] | None:
+        """`mask(state)` if it is in the cache, else None (nothing is computed)."""
+        with self._lock:
+            return self._cache.get(state)
+
     def allowed(self, state: int) -> npt.NDArray[np.bool_]:
         """Bool array [vocab.size]: tokens whose bytes all keep `state` alive."""
         classes = self.classes

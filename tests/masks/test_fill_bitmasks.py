@@ -1,0 +1,131 @@
+"""`fill_bitmasks`: a batch's rows in one call give exactly the masks `Matcher.fill_bitmask`
+gives row by row — numpy and torch, any row order, None rows, terminated matchers, cold
+grammars computed on threads — and bad arguments get typed errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from structgen import (
+    ArgumentError,
+    CompileLimits,
+    Compiler,
+    Matcher,
+    allocate_bitmask,
+    fill_bitmasks,
+)
+from tests.conftest import load_tokenizer, load_vocab
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0},
+        "tags": {"type": "array", "items": {"enum": ["a", "bb"]}},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+DOC = {"name": "Ada", "age": 36, "tags": ["a", "bb"]}
+
+
+def _batch(limits: CompileLimits) -> list[Matcher | None]:
+    """Matchers of three kinds of constraint at different points (and one finished)."""
+    vocab = load_vocab("gpt2")
+    tokenizer = load_tokenizer("gpt2")
+    compiler = Compiler(vocab, limits=limits)
+    schema = compiler.json_schema(SCHEMA)
+    regex = compiler.regex(r"[a-z]{2,6}@[a-z]+\.(com|org)")
+    grammar = compiler.grammar(
+        'start: "(" expr ")"\nexpr: NUMBER ("+" NUMBER)*\n%import common.NUMBER'
+    )
+    doc = tokenizer.encode(json.dumps(DOC))
+    out: list[Matcher | None] = []
+    for n in (0, 3, 7, len(doc) - 1):
+        m = Matcher(schema)
+        assert m.accept_tokens(doc[:n]) == n
+        out.append(m)
+    out.append(None)
+    for text in ("", "bob@", "bob@mail.c"):
+        m = Matcher(regex)
+        ids = tokenizer.encode(text)
+        assert m.accept_tokens(ids) == len(ids)
+        out.append(m)
+    m = Matcher(grammar)
+    assert m.accept_tokens(tokenizer.encode("(1+2")) == len(tokenizer.encode("(1+2"))
+    out.append(m)
+    done = Matcher(schema)
+    assert done.accept_tokens(doc) == len(doc)
+    assert done.accept_token(vocab.eos_token_ids[0])
+    out.append(done)
+    return out
+
+
+def _one_by_one(matchers: list[Matcher | None], width: int) -> np.ndarray:
+    out = np.zeros((len(matchers), width), dtype=np.int32)
+    for row, m in enumerate(matchers):
+        if m is None:
+            out[row] = -1
+        else:
+            m.fill_bitmask(out, row)
+    return out
+
+
+def test_numpy_rows_equal_one_by_one_in_any_order() -> None:
+    matchers = _batch(CompileLimits())
+    width = allocate_bitmask(1, load_vocab("gpt2").size, backend="numpy").shape[1]
+    want = _one_by_one(matchers, width)
+    got = np.full((len(matchers), width), 7, dtype=np.int32)
+    fill_bitmasks(matchers, got)
+    assert np.array_equal(got, want)
+    order = list(reversed(range(len(matchers))))
+    shuffled = np.full((len(matchers) + 2, width), 7, dtype=np.int32)
+    fill_bitmasks(matchers, shuffled, rows=[r + 2 for r in order])
+    assert np.array_equal(shuffled[2:][order], want)
+    assert (shuffled[:2] == 7).all()  # rows nobody names stay as they were
+
+
+def test_torch_bitmask_and_threads() -> None:
+    matchers = _batch(CompileLimits())
+    size = load_vocab("gpt2").size
+    bitmask = allocate_bitmask(len(matchers), size)
+    assert isinstance(bitmask, torch.Tensor)
+    want = _one_by_one(matchers, bitmask.shape[1])
+    fill_bitmasks(matchers, bitmask, threads=3)
+    assert np.array_equal(bitmask.numpy(), want)
+
+
+def test_cold_grammars_on_threads_agree_with_one_thread() -> None:
+    # Limits unique to this test: every mask is a first visit, computed on the pool.
+    cold = _batch(CompileLimits(max_cached_masks=4079))
+    reference = _batch(CompileLimits(max_cached_masks=4077))
+    width = allocate_bitmask(1, load_vocab("gpt2").size, backend="numpy").shape[1]
+    got = np.zeros((len(cold), width), dtype=np.int32)
+    fill_bitmasks(cold, got, threads=4)
+    assert np.array_equal(got, _one_by_one(reference, width))
+    # the masks are cached now: a second fill gives the same
+    again = np.zeros_like(got)
+    fill_bitmasks(cold, again, threads=4)
+    assert np.array_equal(again, got)
+
+
+def test_bad_arguments() -> None:
+    matchers = _batch(CompileLimits())[:2]
+    good = allocate_bitmask(2, load_vocab("gpt2").size, backend="numpy")
+    with pytest.raises(ArgumentError, match="2 matchers but 1 rows"):
+        fill_bitmasks(matchers, good, rows=[0])
+    with pytest.raises(ArgumentError, match="rows must be >= 0"):
+        fill_bitmasks(matchers, good, rows=[0, -1])
+    with pytest.raises(ArgumentError, match="with a row 2"):
+        fill_bitmasks(matchers, good, rows=[0, 2])
+    with pytest.raises(ArgumentError, match="2-D int32"):
+        fill_bitmasks(matchers, good.astype(np.int64))
+    with pytest.raises(ArgumentError, match="Matcher or None"):
+        fill_bitmasks(["x"], good)  # type: ignore[list-item]
+    with pytest.raises(ArgumentError, match="threads"):
+        fill_bitmasks(matchers, good, threads=0.5)  # type: ignore[arg-type]
+    fill_bitmasks([], good)  # nothing to do
