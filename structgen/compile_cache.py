@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["ENV_VAR", "CompileCache", "key_text"]
 
 ENV_VAR = "STRUCTGEN_COMPILE_CACHE"
-FORMAT = 3
+FORMAT = 4
 MAGIC = b"structgen-compiled\n"
 SUFFIX = ".sgc"
 #: files larger than this are not written (a grammar whose automata grew huge)
@@ -217,6 +217,7 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
             snapshots.append(snapshot_dfa(dfa))
         terminal_dfa.append(at)
     empty: np.ndarray[Any, Any] = np.zeros(0, dtype=np.uint8)
+    first_mask = put(engine.token_mask(engine.initial_state).astype("<i4"))
     dfas = {
         "states": [int(x.rows.shape[0]) for x in snapshots],
         "classes": [int(x.rows.shape[1]) for x in snapshots],
@@ -239,6 +240,7 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
             "ignore": sorted(engine.ignore),
             "dfas": dfas,
             "terminal_dfa": terminal_dfa,
+            "first_mask": first_mask,
             "payload": len(payload),
         },
         separators=(",", ":"),
@@ -336,7 +338,8 @@ def _decode(
                     return build_terminal_dfa(full_grammar().terminals[position], limits)
 
                 dfa = restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
-            restored[at] = dfa = adopt_terminal_dfa(dfa)
+                dfa = adopt_terminal_dfa(dfa)
+            restored[at] = dfa
         dfas.append(dfa)
     fingerprint = header["fingerprint"]
     token_ids = header["token_ids"]
@@ -346,8 +349,19 @@ def _decode(
         isinstance(t, int) and 0 <= t < vocab.size for t in token_ids
     ):
         raise SnapshotError("bad token ids")
+    words = (vocab.size + 31) // 32
+    first_mask = array(header["first_mask"], "<i4", words).astype(np.int32)
+    if vocab.size % 32 and first_mask[-1] >> (vocab.size % 32):  # bits past the vocabulary
+        raise SnapshotError("the first mask allows tokens outside the vocabulary")
+    first_mask.setflags(write=False)
     parts = RestoredParts(
-        tuple(dfas), fingerprint, frozenset(token_ids), full_grammar, parser, frozenset(ignore)
+        tuple(dfas),
+        fingerprint,
+        frozenset(token_ids),
+        full_grammar,
+        parser,
+        frozenset(ignore),
+        first_mask,
     )
     return GrammarEngine(
         None, vocab, limits=limits, max_cached_masks=max_cached_masks, restored=parts

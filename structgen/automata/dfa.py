@@ -13,6 +13,7 @@ lock, and a row becomes visible only after it is complete.
 
 from __future__ import annotations
 
+import ctypes
 import heapq
 import threading
 import time
@@ -406,8 +407,8 @@ class ByteDFA:
         acc.flags.writeable = False
         self._accepting_ro = acc
         # Raw addresses for the C walk, refreshed only when the buffers are replaced.
-        self.table_address: int = int(self._table.ctypes.data)
-        self.accepting_address: int = int(self._accepting.ctypes.data)
+        self.table_address: int = _address(self._table)
+        self.accepting_address: int = _address(self._accepting)
         self.capacity: int = int(self._table.shape[0])  # rows at table_address
         # The C row builder the walk may call directly (0: none, rows come from `row`).
         native = self._native
@@ -518,6 +519,12 @@ class ByteDFA:
 
 
 # ---------------------------------------------------------------------- regex (NFA) source
+
+
+def _address(array: npt.NDArray[Any]) -> int:
+    """The address of a writable array's data (a third of ``array.ctypes.data``'s cost, and a
+    restored grammar refreshes it for each of its automata)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]
 
 
 def _byte_rank(byte: int) -> int:

@@ -141,6 +141,7 @@ class RestoredParts:
     grammar: Callable[[], Grammar]
     parser: EarleyGrammar
     ignore: frozenset[int]  # the parser's ids of the `%ignore` terminals
+    first_mask: npt.NDArray[np.int32] | None = None  # the initial state's mask, as saved
 
 
 class GrammarEngine:
@@ -189,6 +190,10 @@ class GrammarEngine:
         for dfa in self.terminal_dfas:
             dfa.row(dfa.start)
         self.lexer(self._initial)
+        if restored is not None and restored.first_mask is not None:
+            # the file's copy of the first mask (a walk of the whole vocabulary otherwise)
+            _, lex_state, fresh = self.initial_state
+            self._initial.memo[("mask", lex_state, fresh)] = restored.first_mask
         # Parse states are memoised weakly; the most recent ones are kept alive here so that the
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)

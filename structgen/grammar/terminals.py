@@ -74,9 +74,15 @@ def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA
 
 
 def live_terminal_dfa(fingerprint: str, limits: AutomataLimits) -> ByteDFA | None:
-    """The shared automaton with this fingerprint, if one is alive."""
+    """The shared automaton with this fingerprint, if one is alive (then held through the
+    compile and among the recent ones, as `terminal_dfa` holds what it finds)."""
+    key = (fingerprint, limits)
     with _TERMINAL_LOCK:
-        return _BY_FINGERPRINT.get((fingerprint, limits))
+        hit = _BY_FINGERPRINT.get(key)
+    if hit is not None:
+        keep_alive(hit)
+        _RECENT.put(key, hit)
+    return hit
 
 
 def adopt_terminal_dfa(dfa: ByteDFA) -> ByteDFA:

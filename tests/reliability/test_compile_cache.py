@@ -271,6 +271,11 @@ def _rewrite(path: Path, edit: Any) -> None:
     path.write_bytes(MAGIC + hashlib.sha256(body).digest() + body)
 
 
+def _bits_past_the_vocabulary(header: dict[str, Any], payload: bytearray) -> None:
+    offset, length = header["first_mask"]
+    payload[offset + length - 1] |= 0x80  # the last word's top bit: token 127 of 100
+
+
 class TestUntrustedFiles:
     def _compile(self, cache: Path) -> tuple[CompiledGrammar, CompileCache]:
         compiler = Compiler(_small_vocab(), cache_dir=cache)
@@ -327,6 +332,8 @@ class TestUntrustedFiles:
             pytest.param(lambda h, p: h.__setitem__("terminal_dfa", [0]), id="terminals"),
             pytest.param(lambda h, p: h.__setitem__("format", 0), id="format"),
             pytest.param(lambda h, p: h["dfas"].__setitem__("rows", [10**9, 4]), id="offset"),
+            pytest.param(lambda h, p: h["first_mask"].__setitem__(1, 4), id="mask-length"),
+            pytest.param(_bits_past_the_vocabulary, id="mask-bits"),
         ],
     )
     def test_tampered_files_with_a_valid_checksum_are_refused(
@@ -350,6 +357,18 @@ class TestUntrustedFiles:
 
 
 class TestWhatIsSaved:
+    def test_the_first_mask_is_read_not_walked(self, tmp_path: Path) -> None:
+        vocab = _small_vocab()
+        compiled = Compiler(vocab, cache_dir=tmp_path).json_schema(PERSON)
+        structgen.clear_caches()
+        loaded = Compiler(vocab, cache_dir=tmp_path).json_schema(PERSON)
+        engine = loaded._engine
+        parse, lex_state, fresh = engine.initial_state
+        saved = parse.memo.get(("mask", lex_state, fresh))  # there before any mask is asked
+        assert saved is not None and not saved.flags.writeable
+        assert np.array_equal(saved, compiled._engine.token_mask(compiled.initial_state))
+        assert _walk(loaded, []) == _walk(compiled, [])
+
     def test_keys_differ_by_options_limits_and_vocabulary(self, tmp_path: Path) -> None:
         vocab = _small_vocab()
         Compiler(vocab, cache_dir=tmp_path).json_schema(PERSON)
