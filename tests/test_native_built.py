@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from structgen.automata import _native_subset
 from structgen.automata._native_subset import native_subset_available
 from structgen.masks import _kernel
 from tests.conftest import IN_CI
@@ -16,3 +17,4 @@ def test_c_extensions_are_built() -> None:
     assert _kernel.equality_available()
     assert _kernel._FOREST is not None and _kernel._CONTAINED is not None
     assert native_subset_available(), "structgen.automata._subset did not build"
+    assert _native_subset._ADDRESSES is not None

@@ -41,6 +41,27 @@ class _Header(ctypes.Structure):
 _P = ctypes.c_void_p
 
 
+def _address_function() -> Any:
+    try:
+        module = importlib.import_module("structgen.automata._subset")
+    except ImportError:  # (no extension: the ctypes attribute below)
+        return None
+    return getattr(module, "addresses", None)  # (None: built before it had the function)
+
+
+_ADDRESSES = _address_function()
+
+
+def addresses(*arrays: npt.NDArray[Any]) -> tuple[int, ...]:
+    """The data address of each (C-contiguous) array, for ctypes calls: the extension's
+    ``addresses`` where it is built (``array.ctypes.data`` makes a helper object per call,
+    ~1 µs, and a compile asks hundreds of times)."""
+    if _ADDRESSES is not None:
+        found: tuple[int, ...] = _ADDRESSES(*arrays)
+        return found
+    return tuple(int(a.ctypes.data) for a in arrays)
+
+
 def _load() -> Any:
     if os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
         return None
@@ -225,7 +246,7 @@ class NativeSubset(_NativeStates):
             child if total else np.zeros(1, dtype=np.int32),
             np.ascontiguousarray(byte_classes, dtype=np.uint8),
         )
-        a = [x.ctypes.data for x in self._arrays]
+        a = addresses(*self._arrays)
         ctx = _LIB.sg_subset_new(n, *a[:6], p, *a[6:], max_states)
         self._adopt(ctx, _LIB.sg_subset_free, "subset construction")
 
@@ -249,7 +270,7 @@ class NativeSubset(_NativeStates):
     def intern(self, key: frozenset[int]) -> int:
         """The id of a (non-empty) element set, created if new: id or ``-1 - code``."""
         arr = np.array(sorted(key), dtype=np.int64)
-        return int(_LIB.sg_subset_intern(self.ctx, arr.ctypes.data, len(arr)))
+        return int(_LIB.sg_subset_intern(self.ctx, addresses(arr)[0], len(arr)))
 
     def key(self, state: int) -> frozenset[int]:
         """The element set of ``state`` (as ``NFASource`` writes it)."""
@@ -307,7 +328,7 @@ class NativeUnion(_NativeStates):
     def intern(self, key: UnionKey) -> int:
         """The id of a (non-empty) key, created if new: id or ``-1 - code``."""
         arr = np.array([(i << 32) | s for i, s in key], dtype=np.int64)
-        return int(_LIB.sg_union_intern(self.ctx, arr.ctypes.data, len(arr)))
+        return int(_LIB.sg_union_intern(self.ctx, addresses(arr)[0], len(arr)))
 
     def key(self, state: int) -> UnionKey:
         """The key of ``state`` (as ``UnionSource`` writes it)."""

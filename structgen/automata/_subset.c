@@ -715,6 +715,38 @@ int sg_union_walk_build(sg_union *u, int32_t state, const int32_t **table,
     return r;
 }
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_subset", NULL, -1, NULL};
+/* addresses(*arrays): the data address of each C-contiguous buffer (numpy arrays), as ints:
+ * what `array.ctypes.data` gives for the ctypes calls above, at a fraction of its cost (an NFA
+ * build passes a dozen arrays, a compile builds dozens of NFAs). */
+static PyObject *addresses(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(args[i], &view, PyBUF_C_CONTIGUOUS) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *address = PyLong_FromVoidPtr(view.buf);
+        PyBuffer_Release(&view);
+        if (address == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, address);
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
+     "addresses(*arrays): each C-contiguous buffer's data address"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_subset", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__subset(void) { return PyModule_Create(&module); }

@@ -495,6 +495,8 @@ def _build_native(
 ) -> ByteNFA:
     """`build_nfa` with the `states` states (match included) built and trimmed in C
     (`_thompson.c`): the same NFA."""
+    from structgen.automata import _native_subset
+
     check_budget()
     flat = node_program(node)
     arg_a = list(flat.arg_a)
@@ -513,8 +515,8 @@ def _build_native(
     if not len(nonempty):
         nonempty = np.zeros(1, dtype=np.uint8)
     out = np.zeros(3, dtype=np.int64)
-    handle = lib.sg_nfa_build(*(a.ctypes.data for a in program), top, nonempty.ctypes.data,
-                              out.ctypes.data)  # fmt: skip
+    *where, nonempty_at, out_at = _native_subset.addresses(*program, nonempty, out)
+    handle = lib.sg_nfa_build(*where, top, nonempty_at, out_at)
     if not handle:
         raise MemoryError("building the NFA ran out of memory")
     try:
@@ -525,7 +527,7 @@ def _build_native(
         live = np.empty(n, dtype=np.uint8)
         eps_off = np.empty(n + 1, dtype=np.int32)
         eps = np.empty(max(n_eps, 1), dtype=np.int32)
-        lib.sg_nfa_copy(handle, *(x.ctypes.data for x in (kind, node_ids, nxt, live, eps_off, eps)))
+        lib.sg_nfa_copy(handle, *_native_subset.addresses(kind, node_ids, nxt, live, eps_off, eps))
     finally:
         lib.sg_nfa_free(handle)
     ranges = frozenset(b.ranges | {(x, x) for x in b.string_bytes})

@@ -8,10 +8,11 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pytest
 
 import structgen.automata.dfa as dfa_module
-from structgen.automata import AutomataLimits, ByteDFA, compile_regex
+from structgen.automata import AutomataLimits, ByteDFA, _native_subset, compile_regex
 from structgen.automata._native_subset import native_subset_available
 from structgen.errors import LimitExceededError
 
@@ -231,3 +232,17 @@ def test_build_first_rows_in_id_order(native: bool) -> None:
         _assert_isomorphic(d, ref)
     finally:
         dfa_module.NATIVE_SUBSET = old
+
+
+def test_addresses_are_the_arrays_data() -> None:
+    """The extension's `addresses` (or its ctypes fallback) gives what `ctypes.data` gives,
+    read-only arrays and views included, and refuses a strided array."""
+    from structgen.automata._native_subset import addresses
+
+    a = np.arange(10, dtype=np.int32)
+    frozen = np.zeros(3, dtype=np.uint8)
+    frozen.flags.writeable = False
+    assert addresses(a, a[3:], frozen) == (a.ctypes.data, a[3:].ctypes.data, frozen.ctypes.data)
+    if _native_subset._ADDRESSES is not None:
+        with pytest.raises(ValueError, match="contiguous"):
+            addresses(np.zeros((4, 4))[:, ::2])
