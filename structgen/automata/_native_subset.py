@@ -169,7 +169,7 @@ class _NativeStates:
     def set_table(self, table: npt.NDArray[np.int32], accepting: npt.NDArray[np.bool_]) -> None:
         """Install new (``-2``/False filled) arrays; the states so far are copied into them."""
         assert table.shape[0] == accepting.shape[0]
-        _LIB.sg_states_set_table(self.ctx, table.ctypes.data, accepting.ctypes.data, table.shape[0])
+        _LIB.sg_states_set_table(self.ctx, *addresses(table, accepting), table.shape[0])
 
     def budget_checked(self) -> None:
         _LIB.sg_states_budget_checked(self.ctx)

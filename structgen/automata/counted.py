@@ -160,6 +160,8 @@ class SequenceSource(_Source):
         self, key: frozenset[tuple[int, int]], intern: Callable[[Hashable], int]
     ) -> list[int]:
         positions = list(key)
+        if len(positions) == 1:  # (inside one part, the usual case: a string's body)
+            return self._expand_one(*positions[0], intern)
         rows = [self.parts[i].row(s)[self.reps].tolist() for i, s in positions]
         # Classes are many, distinct targets few: close and intern each combination once.
         seen: dict[tuple[int, ...], int] = {}
@@ -169,6 +171,23 @@ class SequenceSource(_Source):
             if target is None:
                 moved = {(i, t) for (i, _), t in zip(positions, combo, strict=True) if t >= 0}
                 target = seen[combo] = intern(self._close(moved)) if moved else -1
+            out.append(target)
+        return out
+
+    def _expand_one(self, i: int, s: int, intern: Callable[[Hashable], int]) -> list[int]:
+        """`expand` of the key {(i, s)}: each distinct target closed and interned once."""
+        part = self.parts[i]
+        last = len(self.parts) - 1
+        seen: dict[int, int] = {-1: -1}
+        out: list[int] = []
+        for t in part.row(s)[self.reps].tolist():
+            target = seen.get(t)
+            if target is None:
+                if i < last and part.is_accepting(t):
+                    target = intern(self._close({(i, t)}))
+                else:
+                    target = intern(frozenset(((i, t),)))
+                seen[t] = target
             out.append(target)
         return out
 
