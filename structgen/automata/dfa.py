@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections import deque
@@ -918,7 +919,22 @@ GUIDE_STATES = 1024
 def _distances_to_accept(dfa: ByteDFA) -> dict[int, int] | None:
     """Every reachable state's distance (in bytes) to an accepting state, by building the
     component whole (it is one pattern or length, usually small) and searching backwards from
-    its accepting states; None when it has more than ``GUIDE_STATES`` states."""
+    its accepting states; None when it has more than ``GUIDE_STATES`` states. Kept per
+    automaton: the terminals of one schema share components (a length, a pattern)."""
+    with _DISTANCES_LOCK:
+        if dfa in _DISTANCES:
+            return _DISTANCES[dfa]
+    found = _measure_distances(dfa)
+    with _DISTANCES_LOCK:
+        _DISTANCES[dfa] = found
+    return found
+
+
+_DISTANCES: weakref.WeakKeyDictionary[ByteDFA, dict[int, int] | None] = weakref.WeakKeyDictionary()
+_DISTANCES_LOCK = threading.Lock()
+
+
+def _measure_distances(dfa: ByteDFA) -> dict[int, int] | None:
     reps = class_representatives(dfa.byte_classes)
     seen = {dfa.start}
     order = [dfa.start]

@@ -11,7 +11,7 @@ from typing import Any
 
 from structgen._budget import forget_on_failure, keep_alive, undo_on_failure
 from structgen._lru import LRU
-from structgen.automata import AutomataLimits, ByteDFA, compile_ast, intersect_all
+from structgen.automata import AutomataLimits, ByteDFA, Node, compile_ast, intersect_all
 from structgen.grammar.ir import TerminalDef, node_digest
 
 __all__ = ["adopt_terminal_dfa", "build_terminal_dfa", "live_terminal_dfa", "terminal_dfa"]
@@ -58,19 +58,27 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
 def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     """A new lazy DFA of the terminal (not shared: `terminal_dfa` is the cached way)."""
     where = f"terminal {terminal.name}"
-    dfa = compile_ast(
-        terminal.pattern,
-        limits=limits,
-        pattern=where,
-        fingerprint=node_digest(terminal.pattern).hex(),
-    )
     if not terminal.intersect:
-        return dfa
-    others = [
-        compile_ast(extra, limits=limits, pattern=where, fingerprint=node_digest(extra).hex())
-        for extra in terminal.intersect
-    ]
-    return intersect_all([dfa, *others], limits=limits)
+        return compile_ast(
+            terminal.pattern,
+            limits=limits,
+            pattern=where,
+            fingerprint=node_digest(terminal.pattern).hex(),
+        )
+    parts = [terminal.pattern, *terminal.intersect]
+    return intersect_all([_component_dfa(p, limits, where) for p in parts], limits=limits)
+
+
+def _component_dfa(node: Node, limits: AutomataLimits, where: str) -> ByteDFA:
+    """An intersected constraint's automaton, shared by fingerprint: the branches of a schema's
+    `anyOf`s repeat the same lengths and patterns in many terminals, whose products then share
+    the components' rows and their distance tables (`ProductSource`)."""
+    fingerprint = node_digest(node).hex()
+    live = live_terminal_dfa(fingerprint, limits)
+    if live is not None:
+        return live
+    dfa = compile_ast(node, limits=limits, pattern=where, fingerprint=fingerprint)
+    return _share(_BY_FINGERPRINT, (dfa.fingerprint, dfa.limits), dfa)
 
 
 def live_terminal_dfa(fingerprint: str, limits: AutomataLimits) -> ByteDFA | None:

@@ -389,3 +389,23 @@ class TestIntersection:
         with pytest.raises(LimitExceededError) as info:
             intersect(a, b, limits=limits)
         assert info.value.limit == "max_dfa_states"
+
+
+def test_terminals_share_their_intersected_components() -> None:
+    """Branches of a schema's `anyOf`s repeat a length or a pattern in many terminals: each
+    distinct component is one automaton (its rows and distance table built once)."""
+    from structgen.automata import parse_regex
+    from structgen.grammar.ir import TerminalDef
+    from structgen.grammar.terminals import build_terminal_dfa
+
+    length = parse_regex(r"[a-z0-9]{3,12}")
+    limits = AutomataLimits()
+    first = build_terminal_dfa(
+        TerminalDef("A", length, (parse_regex(r".*1.*"), parse_regex(r"a.*"))), limits
+    )
+    second = build_terminal_dfa(
+        TerminalDef("B", length, (parse_regex(r".*1.*"), parse_regex(r"b.*"))), limits
+    )
+    a, b = first._source.parts, second._source.parts  # type: ignore[attr-defined]
+    assert a[0] is b[0] and a[1] is b[1] and a[2] is not b[2]
+    assert first.accepts(b"a1x") and not first.accepts(b"b1x") and second.accepts(b"b1x")
