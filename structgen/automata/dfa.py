@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -811,9 +811,9 @@ class ProductSource(_Source):
         self.reps = class_representatives(self.byte_classes)
         self.live: set[tuple[int, ...]] = set()
         self.dead: set[tuple[int, ...]] = set()
-        # per component, once a search needs them: state -> distance to acceptance (a None
-        # entry: too big to measure, that component does not guide)
-        self._distances: list[dict[int, int] | None] | None = None
+        # per component, once a search needs them: its distances to acceptance (a None entry:
+        # too big to measure, that component does not guide)
+        self._distances: list[Distances | None] | None = None
 
     def alphabet(self) -> int:
         out = ALL_BYTES
@@ -848,8 +848,25 @@ class ProductSource(_Source):
         total = 0
         for table, state in zip(self._distances or (), key):
             if table is not None:
-                total += table.get(state, 0)
+                total += table.shortest.get(state, 0)
         return total
+
+    def _hopeless(self, key: tuple[int, ...]) -> bool:
+        """Whether the components' distances alone prove `key` dead: some component needs a
+        longer continuation than another can still accept (a length bound against patterns
+        that each need several more bytes), which spares exhausting the tuples behind it."""
+        need = 0
+        room = -1
+        for table, state in zip(self._distances or (), key):
+            if table is None:
+                continue
+            shortest = table.shortest.get(state, 0)
+            if shortest > need:
+                need = shortest
+            longest = table.longest.get(state)
+            if longest is not None and (room < 0 or longest < room):
+                room = longest
+        return 0 <= room < need
 
     def is_live(self, key: tuple[int, ...]) -> bool:
         if key in self.live:
@@ -897,6 +914,8 @@ class ProductSource(_Source):
                         self.live.add(node)
                         node = parent[node]
                     return True
+                if guided and self._hopeless(nxt):
+                    continue  # dead (marked so with the rest if the search finds nothing)
                 order += step
                 heapq.heappush(frontier, (self._guide(nxt) if guided else 0, order, nxt))
         self.dead.update(parent)
@@ -916,7 +935,15 @@ UNGUIDED_STEPS = 256
 GUIDE_STATES = 1024
 
 
-def _distances_to_accept(dfa: ByteDFA) -> dict[int, int] | None:
+class Distances(NamedTuple):
+    """A component's distances to acceptance, per state: the shortest continuation, and the
+    longest where it is bounded (states missing from `longest` reach a cycle)."""
+
+    shortest: dict[int, int]
+    longest: dict[int, int]
+
+
+def _distances_to_accept(dfa: ByteDFA) -> Distances | None:
     """Every reachable state's distance (in bytes) to an accepting state, by building the
     component whole (it is one pattern or length, usually small) and searching backwards from
     its accepting states; None when it has more than ``GUIDE_STATES`` states. Kept per
@@ -930,11 +957,11 @@ def _distances_to_accept(dfa: ByteDFA) -> dict[int, int] | None:
     return found
 
 
-_DISTANCES: weakref.WeakKeyDictionary[ByteDFA, dict[int, int] | None] = weakref.WeakKeyDictionary()
+_DISTANCES: weakref.WeakKeyDictionary[ByteDFA, Distances | None] = weakref.WeakKeyDictionary()
 _DISTANCES_LOCK = threading.Lock()
 
 
-def _measure_distances(dfa: ByteDFA) -> dict[int, int] | None:
+def _measure_distances(dfa: ByteDFA) -> Distances | None:
     reps = class_representatives(dfa.byte_classes)
     seen = {dfa.start}
     order = [dfa.start]
@@ -957,7 +984,24 @@ def _measure_distances(dfa: ByteDFA) -> dict[int, int] | None:
             if prev not in distance:
                 distance[prev] = distance[state] + 1
                 queue.append(prev)
-    return distance
+    # The longest continuation, where it is bounded: states that reach no cycle, taken from the
+    # sinks backwards (every state is live, so a reachable cycle makes it unbounded).
+    longest: dict[int, int] = {}
+    out_degree = {s: 0 for s in order}
+    for targets in preds.values():
+        for prev in targets:
+            out_degree[prev] += 1
+    ready = [s for s in order if not out_degree[s]]
+    for s in ready:
+        longest[s] = 0
+    while ready:
+        state = ready.pop()
+        for prev in preds.get(state, ()):
+            longest[prev] = max(longest.get(prev, 0), longest[state] + 1)
+            out_degree[prev] -= 1
+            if not out_degree[prev]:
+                ready.append(prev)
+    return Distances(distance, {s: n for s, n in longest.items() if not out_degree[s]})
 
 
 # ---------------------------------------------------------------------- tagged union source

@@ -409,3 +409,31 @@ def test_terminals_share_their_intersected_components() -> None:
     a, b = first._source.parts, second._source.parts  # type: ignore[attr-defined]
     assert a[0] is b[0] and a[1] is b[1] and a[2] is not b[2]
     assert first.accepts(b"a1x") and not first.accepts(b"b1x") and second.accepts(b"b1x")
+
+
+def test_guided_search_and_its_pruning_keep_the_language_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Guided from the first tuple (and pruning tuples whose components' distances contradict
+    a length bound), the product refuses exactly the dead prefixes: checked against every
+    string of the alphabet up to the bound."""
+    import structgen.automata.dfa as dfa_module
+
+    monkeypatch.setattr(dfa_module, "UNGUIDED_STEPS", 0)
+    patterns = ("[abc]{5,8}", ".*ab.*", ".*ca.*", ".*bb.*")
+    product = intersect_all([compile_regex(p) for p in patterns])
+    words = {
+        "".join(letters)
+        for n in range(9)
+        for letters in itertools.product("abc", repeat=n)
+        if all(re.fullmatch(p, "".join(letters)) for p in patterns)
+    }
+    live_prefixes = {w[:i] for w in words for i in range(len(w) + 1)}
+    for n in range(9):
+        for letters in itertools.product("abc", repeat=n):
+            text = "".join(letters)
+            state = product.start
+            for byte in text.encode():
+                state = product.next_state(state, byte)
+            assert (state >= 0) == (text in live_prefixes), text
+            assert product.accepts(text.encode()) == (text in words), text
