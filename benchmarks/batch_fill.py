@@ -16,6 +16,7 @@ Writes `benchmarks/results/batch_fill.json`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import statistics
@@ -135,7 +136,8 @@ def main() -> None:
     args = parser.parse_args()
     if not SCHEMAS.is_dir():
         sys.exit(f"needs {SCHEMAS}")
-    configs = [(e, t) for e in args.engines.split(",") for t in (1, args.threads)]
+    engines = [e for e in args.engines.split(",") if importlib.util.find_spec(e) is not None]
+    configs = [(e, t) for e in engines for t in (1, args.threads)]
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in configs}
     for _ in range(args.rounds):
         for engine, threads in configs:
