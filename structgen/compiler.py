@@ -26,6 +26,7 @@ from structgen._budget import compile_budget
 from structgen.automata import AutomataLimits
 from structgen.compile_cache import ENV_VAR, CompileCache, key_text
 from structgen.engines import Engine, GrammarEngine, RegexEngine
+from structgen.engines._before import cached_mask_of
 from structgen.errors import ArgumentError
 from structgen.grammar.ir import Grammar
 from structgen.vocab import Vocabulary
@@ -165,8 +166,7 @@ class CompiledGrammar:
     def cached_token_mask(self, state: Any) -> npt.NDArray[np.int32] | None:
         """`token_mask(state)` when the engine has it cached, else None (nothing computed):
         `fill_bitmasks` fills those rows at once and hands the others to its threads."""
-        peek = getattr(self._engine, "cached_token_mask", None)
-        mask: npt.NDArray[np.int32] | None = None if peek is None else peek(state)
+        mask = cached_mask_of(self._engine, state)
         return None if mask is None else self._with_tokens(state, mask)
 
     def _with_tokens(self, state: Any, mask: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:

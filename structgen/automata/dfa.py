@@ -407,8 +407,9 @@ class ByteDFA:
         acc.flags.writeable = False
         self._accepting_ro = acc
         # Raw addresses for the C walk, refreshed only when the buffers are replaced.
-        self.table_address: int = _address(self._table)
-        self.accepting_address: int = _address(self._accepting)
+        addresses = _native_subset.addresses(self._table, self._accepting)
+        self.table_address: int = addresses[0]
+        self.accepting_address: int = addresses[1]
         self.capacity: int = int(self._table.shape[0])  # rows at table_address
         # The C row builder the walk may call directly (0: none, rows come from `row`).
         native = self._native
@@ -435,16 +436,16 @@ class ByteDFA:
         """Double the table (under the lock)."""
         old = self._table.shape[0]
         cap = old * 2
-        table = np.empty((cap, 256), dtype=np.int32)
-        table[old:] = -2  # (the first half is copied over: writing it twice cost a third more)
         accepting = np.zeros(cap, dtype=np.bool_)
         native = self._native
         if native is None:
-            table[:old] = self._table
+            table = np.empty((cap, 256), dtype=np.int32)
+            table[:old] = self._table  # (each cell written once: np.full and a copy cost more)
+            table[old:] = -2
             accepting[:old] = self._accepting
         else:
-            table[:old] = -2  # the C context copies its rows in under its lock
-            native.set_table(table, accepting)
+            table = np.full((cap, 256), -2, dtype=np.int32)
+            native.set_table(table, accepting)  # copies its rows in under the C lock
         # A C walk on another thread (the GIL released) may still read the old arrays through
         # its raw pointers: keep them (together at most the size of the current ones).
         self._retired.append(self._table)
@@ -521,12 +522,6 @@ class ByteDFA:
 
 
 # ---------------------------------------------------------------------- regex (NFA) source
-
-
-def _address(array: npt.NDArray[Any]) -> int:
-    """The address of an array's data (``array.ctypes.data`` costs more than the rest of a
-    restored automaton's set-up)."""
-    return _native_subset.addresses(array)[0]
 
 
 def _byte_rank(byte: int) -> int:

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BeforeInner"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BeforeInner", "cached_mask_of"]
+
+
+def cached_mask_of(engine: Any, state: Any) -> npt.NDArray[np.int32] | None:
+    """`engine`'s cached mask of `state`, or None (not cached, or an engine that keeps none)."""
+    peek = getattr(engine, "cached_token_mask", None)
+    found: npt.NDArray[np.int32] | None = None if peek is None else peek(state)
+    return found
 
 
 class BeforeInner:

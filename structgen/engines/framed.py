@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen.engines._before import BeforeInner
+from structgen.engines._before import BeforeInner, cached_mask_of
 from structgen.engines.regex import RegexEngine
 
 __all__ = ["FramedEngine"]
@@ -59,10 +59,7 @@ class FramedEngine(BeforeInner):
         return mask
 
     def cached_token_mask(self, state: Any) -> npt.NDArray[np.int32] | None:
-        engine = self.inner if state[0] == "a" else self.prefix
-        peek = getattr(engine, "cached_token_mask", None)
-        found: npt.NDArray[np.int32] | None = None if peek is None else peek(state[1])
-        return found
+        return cached_mask_of(self.inner if state[0] == "a" else self.prefix, state[1])
 
     def shortest_completion(self, state: Any, *, spaced: bool = False) -> bytes | None:
         if state[0] == "a":

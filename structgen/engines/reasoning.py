@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen.engines._before import BeforeInner
+from structgen.engines._before import BeforeInner, cached_mask_of
 from structgen.grammar.tokens import token_marker
 from structgen.masks import pack_bool_mask
 from structgen.vocab import Vocabulary
@@ -127,11 +127,7 @@ class ReasoningEngine(BeforeInner):
 
     def cached_token_mask(self, state: Any) -> npt.NDArray[np.int32] | None:
         """The answer's cached mask in the answer phase (None elsewhere: computed each time)."""
-        peek = getattr(self.inner, "cached_token_mask", None)
-        if state[0] != "a" or peek is None:
-            return None
-        found: npt.NDArray[np.int32] | None = peek(state[1])
-        return found
+        return cached_mask_of(self.inner, state[1]) if state[0] == "a" else None
 
     def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
         phase = state[0]

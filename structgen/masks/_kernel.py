@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from structgen.automata._native_subset import addresses
 from structgen.masks._slices import DEFAULT_SLICES, SlicePlan, TokenSlice, forest_order, plan_slices
 
 __all__ = ["Events", "NativeWalk", "equality_available", "native_available"]
@@ -524,12 +525,9 @@ class NativeWalk:
         assert _FN is not None
         if words is None:
             words = np.zeros(self.words, dtype=np.uint32)
-            # (cheaper than `words.ctypes.data`, which builds a ctypes helper object per call)
-            p_words = ctypes.addressof(ctypes.c_char.from_buffer(words))  # type: ignore[arg-type]
-        else:
-            p_words = words.ctypes.data
         keep: tuple[Any, ...] = ()
         if ranges is None:
+            (p_words,) = addresses(words)
             a_lo, a_hi, a_base = self._whole_addresses
             n_ranges = 1
         else:
@@ -537,7 +535,7 @@ class NativeWalk:
             r_hi = np.ascontiguousarray(ranges.hi, dtype=np.int64)
             r_base = np.ascontiguousarray(ranges.cut, dtype=np.int32)
             keep = (r_lo, r_hi, r_base)  # alive until the call returns
-            a_lo, a_hi, a_base = r_lo.ctypes.data, r_hi.ctypes.data, r_base.ctypes.data
+            p_words, a_lo, a_hi, a_base = addresses(words, r_lo, r_hi, r_base)
             n_ranges = len(r_lo)
         bufs = self._buffers()
         ev_lo, ev_hi, ev_cut, ev_state, out, p_stack, p_out, ws, p_ws, binding = bufs[1:]
