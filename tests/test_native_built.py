@@ -18,3 +18,4 @@ def test_c_extensions_are_built() -> None:
     assert _kernel._FOREST is not None and _kernel._CONTAINED is not None
     assert native_subset_available(), "structgen.automata._subset did not build"
     assert _native_subset._ADDRESSES is not None
+    assert _native_subset.native_byte_classes is not None

@@ -41,15 +41,20 @@ class _Header(ctypes.Structure):
 _P = ctypes.c_void_p
 
 
-def _address_function() -> Any:
+def _module_function(name: str) -> Any:
+    """A function of the extension module, or None (not built, or built before it had it)."""
     try:
         module = importlib.import_module("structgen.automata._subset")
     except ImportError:  # (no extension: the ctypes attribute below)
         return None
-    return getattr(module, "addresses", None)  # (None: built before it had the function)
+    return getattr(module, name, None)
 
 
-_ADDRESSES = _address_function()
+_ADDRESSES = _module_function("addresses")
+#: ``byte_classes(ranges) -> bytes(256)`` in C (`dfa.byte_classes_from_ranges`), or None
+native_byte_classes: Any = (
+    _module_function("byte_classes") if os.environ.get("STRUCTGEN_NATIVE", "1") != "0" else None
+)
 
 
 def addresses(*arrays: npt.NDArray[Any]) -> tuple[int, ...]:

@@ -741,9 +741,262 @@ static PyObject *addresses(PyObject *self, PyObject *const *args, Py_ssize_t n)
     return out;
 }
 
+
+/* byte_classes(ranges): bytes(256), the coarsest partition of the bytes in which each (lo, hi)
+ * pair of the iterable `ranges` is a union of classes, classes numbered in order of their
+ * smallest byte (dfa.py, `byte_classes_from_ranges`, which this replaces for many ranges: a
+ * terminal's NFA reads dozens, and numpy's set-up per call costs more than the work). Two bytes
+ * share a class iff every range holds both or neither: each byte's membership is a bitset over
+ * the ranges, compared only where a range starts or ends. */
+static PyObject *byte_classes(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 1) {
+        PyErr_SetString(PyExc_TypeError, "byte_classes takes one iterable of (lo, hi) pairs");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "byte_classes takes an iterable of (lo, hi) pairs");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    size_t words = m > 0 ? ((size_t)m + 63) / 64 : 1;
+    uint64_t *sig = (uint64_t *)calloc(256 * words, sizeof(uint64_t));
+    if (sig == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    uint8_t cut[256] = {0};
+    cut[0] = 1;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        PyObject *pair = items[k];
+        long lo = -1, hi = -1;
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+            lo = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+            hi = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        }
+        if (PyErr_Occurred() || lo < 0 || hi < lo || hi > 255) {
+            free(sig);
+            Py_DECREF(seq);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "byte ranges are (lo, hi) with 0 <= lo <= hi <= 255");
+            return NULL;
+        }
+        uint64_t bit = (uint64_t)1 << (k & 63);
+        size_t word = (size_t)k >> 6;
+        for (long b = lo; b <= hi; b++) sig[(size_t)b * words + word] |= bit;
+        cut[lo] = 1;
+        if (hi < 255) cut[hi + 1] = 1;
+    }
+    Py_DECREF(seq);
+    char out[256];
+    int reps[256];
+    uint64_t hashes[256];
+    int classes = 0;
+    for (int b = 0; b < 256; b++) {
+        if (!cut[b]) {  /* no range starts or ends here: the class of the byte before */
+            out[b] = out[b - 1];
+            continue;
+        }
+        const uint64_t *mine = sig + (size_t)b * words;
+        uint64_t h = 0x9E3779B97F4A7C15ull;
+        for (size_t w = 0; w < words; w++) {
+            h ^= mine[w];
+            h *= 0xFF51AFD7ED558CCDull;
+            h ^= h >> 32;
+        }
+        int found = -1;
+        for (int c = 0; c < classes && found < 0; c++)
+            if (hashes[c] == h
+                && !memcmp(sig + (size_t)reps[c] * words, mine, words * sizeof(uint64_t)))
+                found = c;
+        if (found < 0) {
+            found = classes++;
+            reps[found] = b;
+            hashes[found] = h;
+        }
+        out[b] = (char)found;
+    }
+    free(sig);
+    return PyBytes_FromStringAndSize(out, 256);
+}
+
+/* ------------------------------------------------------------------ regex AST -> program
+ *
+ * program_tables(root, types): the flat program of a regex AST (nfa.py, `Program`): one entry
+ * per distinct node (equal nodes, by Python's hash and ==, are one entry), in post-order. Returns
+ * (top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at): the five integer tables as bytes
+ * of native int64 (what the digest reads), the leaves (a CharClass's ranges, a String's text) and
+ * their entry numbers as lists. `types` is (Empty, String, CharClass, Concat, Alternation,
+ * Repeat). The Python walk it replaces visits a compile's ~100k nodes at ~1 µs each. */
+
+typedef struct {
+    int64_t *data;
+    Py_ssize_t len, cap;
+} i64buf;
+
+static int buf_push(i64buf *b, int64_t v)
+{
+    if (b->len == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap * 2 : 64;
+        int64_t *d = (int64_t *)realloc(b->data, (size_t)cap * sizeof(int64_t));
+        if (!d) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    b->data[b->len++] = v;
+    return 0;
+}
+
+typedef struct {
+    PyObject *index;  /* node -> entry number */
+    PyObject *leaves, *leaf_at;
+    PyObject *types[6];
+    i64buf typ, a, b, offsets, children, scratch;
+} program_walk;
+
+static PyObject *str_items, *str_ranges, *str_text, *str_item, *str_min, *str_max;
+
+static int64_t entry(program_walk *w, int64_t typ, int64_t a, int64_t b, const int64_t *kids,
+                     Py_ssize_t nkids)
+{
+    int64_t i = w->typ.len;
+    if (buf_push(&w->typ, typ) || buf_push(&w->a, a) || buf_push(&w->b, b)) return -1;
+    for (Py_ssize_t k = 0; k < nkids; k++)
+        if (buf_push(&w->children, kids[k])) return -1;
+    if (buf_push(&w->offsets, w->children.len)) return -1;
+    return i;
+}
+
+static int64_t visit_node(program_walk *w, PyObject *n)
+{
+    PyObject *found = PyDict_GetItemWithError(w->index, n);
+    if (found) return PyLong_AsLongLong(found);
+    if (PyErr_Occurred()) return -1;
+    PyObject *kind = (PyObject *)Py_TYPE(n);
+    int64_t i;
+    if (kind == w->types[3] || kind == w->types[4]) {  /* Concat, Alternation */
+        PyObject *items = PyObject_GetAttr(n, str_items);
+        if (!items) return -1;
+        if (!PyTuple_Check(items)) {
+            Py_DECREF(items);
+            PyErr_Format(PyExc_TypeError, "not a regex AST node: %R", n);
+            return -1;
+        }
+        Py_ssize_t k = PyTuple_GET_SIZE(items);
+        if (Py_EnterRecursiveCall(" in the regex program walk")) {
+            Py_DECREF(items);
+            return -1;
+        }
+        for (Py_ssize_t j = 0; j < k; j++) {
+            int64_t c = visit_node(w, PyTuple_GET_ITEM(items, j));
+            if (c < 0 || buf_push(&w->scratch, c)) {
+                Py_LeaveRecursiveCall();
+                Py_DECREF(items);
+                return -1;
+            }
+        }
+        Py_LeaveRecursiveCall();
+        Py_DECREF(items);
+        w->scratch.len -= k;
+        i = entry(w, kind == w->types[3] ? 2 : 3, 0, 0, w->scratch.data + w->scratch.len, k);
+    } else if (kind == w->types[2] || kind == w->types[1]) {  /* CharClass, String */
+        PyObject *leaf = PyObject_GetAttr(n, kind == w->types[2] ? str_ranges : str_text);
+        if (!leaf) return -1;
+        PyObject *at = PyLong_FromSsize_t(w->typ.len);
+        int bad = !at || PyList_Append(w->leaves, leaf) || PyList_Append(w->leaf_at, at);
+        Py_XDECREF(at);
+        Py_DECREF(leaf);
+        if (bad) return -1;
+        i = entry(w, 1, 0, 0, NULL, 0);
+    } else if (kind == w->types[5]) {  /* Repeat */
+        PyObject *item = PyObject_GetAttr(n, str_item);
+        if (!item) return -1;
+        if (Py_EnterRecursiveCall(" in the regex program walk")) {
+            Py_DECREF(item);
+            return -1;
+        }
+        int64_t c = visit_node(w, item);
+        Py_LeaveRecursiveCall();
+        Py_DECREF(item);
+        if (c < 0) return -1;
+        PyObject *lo = PyObject_GetAttr(n, str_min);
+        PyObject *hi = lo ? PyObject_GetAttr(n, str_max) : NULL;
+        int64_t vlo = lo ? PyLong_AsLongLong(lo) : -1, vhi = -1;
+        if (hi && hi != Py_None) vhi = PyLong_AsLongLong(hi);
+        Py_XDECREF(lo);
+        Py_XDECREF(hi);
+        if (!hi || PyErr_Occurred()) return -1;  /* (past 64 bits: OverflowError) */
+        i = entry(w, 4, vlo, vhi, &c, 1);
+    } else if (kind == w->types[0]) {  /* Empty */
+        i = entry(w, 0, 0, 0, NULL, 0);
+    } else {
+        PyErr_Format(PyExc_TypeError, "not a regex AST node: %R", n);
+        return -1;
+    }
+    if (i < 0) return -1;
+    PyObject *number = PyLong_FromLongLong(i);
+    if (!number) return -1;
+    int bad = PyDict_SetItem(w->index, n, number);
+    Py_DECREF(number);
+    return bad ? -1 : i;
+}
+
+static PyObject *buf_bytes(i64buf *b)
+{
+    return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)(b->len * sizeof(int64_t)));
+}
+
+static PyObject *program_tables(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 6) {
+        PyErr_SetString(PyExc_TypeError, "program_tables(root, (Empty, String, CharClass, Concat, Alternation, Repeat))");
+        return NULL;
+    }
+    if (!str_items) {
+        str_items = PyUnicode_InternFromString("items");
+        str_ranges = PyUnicode_InternFromString("ranges");
+        str_text = PyUnicode_InternFromString("text");
+        str_item = PyUnicode_InternFromString("item");
+        str_min = PyUnicode_InternFromString("min");
+        str_max = PyUnicode_InternFromString("max");
+        if (!str_items || !str_ranges || !str_text || !str_item || !str_min || !str_max)
+            return NULL;
+    }
+    program_walk w;
+    memset(&w, 0, sizeof w);
+    for (int k = 0; k < 6; k++) w.types[k] = PyTuple_GET_ITEM(args[1], k);
+    w.index = PyDict_New();
+    w.leaves = PyList_New(0);
+    w.leaf_at = PyList_New(0);
+    PyObject *out = NULL;
+    if (w.index && w.leaves && w.leaf_at && !buf_push(&w.offsets, 0)) {
+        int64_t top = visit_node(&w, args[0]);
+        if (top >= 0) {
+            out = Py_BuildValue("(LNNNNNOO)", (long long)top, buf_bytes(&w.typ), buf_bytes(&w.a),
+                                buf_bytes(&w.b), buf_bytes(&w.offsets), buf_bytes(&w.children),
+                                w.leaves, w.leaf_at);
+        }
+    }
+    Py_XDECREF(w.index);
+    Py_XDECREF(w.leaves);
+    Py_XDECREF(w.leaf_at);
+    free(w.typ.data); free(w.a.data); free(w.b.data); free(w.offsets.data);
+    free(w.children.data); free(w.scratch.data);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
+    {"byte_classes", (PyCFunction)(void (*)(void))byte_classes, METH_FASTCALL,
+     "byte_classes(ranges): bytes(256), the coarsest byte partition refining every range"},
+    {"program_tables", (PyCFunction)(void (*)(void))program_tables, METH_FASTCALL,
+     "program_tables(root, node types): a regex AST's flat program (nfa.Program)"},
     {NULL, NULL, 0, NULL},
 };
 

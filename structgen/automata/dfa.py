@@ -51,6 +51,14 @@ def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[n
     Two bytes share a class iff every range contains both or neither. Class ids are numbered in
     order of their smallest byte, so byte 0 is always in class 0.
     """
+    native = _native_subset.native_byte_classes
+    if native is not None:  # (the same classes in C: ~1 µs where numpy's set-up costs ~50)
+        return np.frombuffer(native(ranges), dtype=np.uint8).copy()
+    return _python_byte_classes(ranges)
+
+
+def _python_byte_classes(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[np.uint8]:
+    """`byte_classes_from_ranges` without the extension."""
     uniq = sorted(set(ranges))
     if not uniq:
         return np.zeros(256, dtype=np.uint8)

@@ -413,73 +413,115 @@ class Program:
     post-order, equal subtrees one entry (the same states, built once). Leaves (type 1) keep
     their text or code point ranges in `leaves`, in entry order; the builder gives them pool
     roots. The program is the AST's stable digest too (`digest`), so one walk serves both the
-    fingerprint and the NFA."""
+    fingerprint and the NFA. The integer tables are int64 arrays; the walk runs in C where the
+    extension is built (`program_tables` in `_subset.c`), else in Python."""
 
     __slots__ = ("arg_a", "arg_b", "children", "digest", "leaf_at", "leaves", "offsets", "top",
                  "typ")  # fmt: skip
 
     def __init__(self, root: Node) -> None:
-        index: dict[Node, int] = {}
-        typ: list[int] = []
-        arg_a: list[int] = []
-        arg_b: list[int] = []
-        kids: list[list[int] | tuple[int, ...]] = []
-        leaves: list[str | iv.Ranges] = []
-        leaf_at: list[int] = []
-        none: tuple[int, ...] = ()
-
-        def visit(n: Node) -> int:
-            found = index.get(n)
-            if found is not None:
-                return found
-            kind = type(n)
-            if kind is Concat or kind is Alternation:
-                children = [visit(x) for x in n.items]  # type: ignore[union-attr]
-                typ.append(2 if kind is Concat else 3)
-                arg_a.append(0)
-                arg_b.append(0)
-                kids.append(children)
-            elif kind is CharClass or kind is String:
-                leaf_at.append(len(typ))
-                leaves.append(n.ranges if kind is CharClass else n.text)  # type: ignore[union-attr]
-                typ.append(1)
-                arg_a.append(0)
-                arg_b.append(0)
-                kids.append(none)
-            elif kind is Repeat:
-                child = visit(n.item)  # type: ignore[union-attr]
-                typ.append(4)
-                arg_a.append(n.min)  # type: ignore[union-attr]
-                arg_b.append(-1 if n.max is None else n.max)  # type: ignore[union-attr]
-                kids.append((child,))
-            elif kind is Empty:
-                typ.append(0)
-                arg_a.append(0)
-                arg_b.append(0)
-                kids.append(none)
-            else:
-                raise TypeError(f"not a regex AST node: {n!r}")
-            i = len(typ) - 1
-            index[n] = i
-            return i
-
-        self.top = visit(root)
-        offsets = [0]
-        for c in kids:
-            offsets.append(offsets[-1] + len(c))
-        self.typ, self.arg_a, self.arg_b, self.offsets = typ, arg_a, arg_b, offsets
-        self.children = [x for c in kids for x in c]
-        self.leaves, self.leaf_at = leaves, leaf_at
+        tables = None
+        if _PROGRAM_TABLES is not None:
+            try:
+                tables = _PROGRAM_TABLES(root, _NODE_TYPES)
+            except OverflowError:  # (a count past 64 bits: the Python walk spells it out)
+                tables = None
+        if tables is None:
+            top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at = _python_program(root)
+        else:
+            top, *arrays, leaves, leaf_at = tables
+            typ, arg_a, arg_b, offsets, children = (
+                np.frombuffer(a, dtype=np.int64) for a in arrays
+            )
+        self.top, self.leaves, self.leaf_at = top, leaves, leaf_at
+        self.typ, self.arg_a, self.arg_b = typ, arg_a, arg_b
+        self.offsets, self.children = offsets, children
         # The integer tables as raw 64-bit arrays (lengths first), the leaves as text.
         digest = hashlib.blake2b(digest_size=16, person=b"sg-regex-ast")
-        digest.update(array("q", [self.top, len(typ), len(self.children)]).tobytes())
-        for numbers in (typ, arg_a, arg_b, offsets, self.children):
+        digest.update(array("q", [top, len(typ), len(children)]).tobytes())
+        for numbers in (typ, arg_a, arg_b, offsets, children):
+            if isinstance(numbers, np.ndarray):
+                digest.update(numbers.tobytes())
+                continue
             try:
                 digest.update(array("q", numbers).tobytes())
             except OverflowError:  # (a count past 64 bits: spelled out instead)
                 digest.update(repr(numbers).encode())
         digest.update(repr(leaves).encode("utf-8", "surrogatepass"))
         self.digest = digest.digest()
+
+
+def _python_program(root: Node) -> tuple[Any, ...]:
+    """`Program`'s tables by a Python walk (lists of ints): (top, typ, arg_a, arg_b, offsets,
+    children, leaves, leaf_at)."""
+    index: dict[Node, int] = {}
+    typ: list[int] = []
+    arg_a: list[int] = []
+    arg_b: list[int] = []
+    kids: list[list[int] | tuple[int, ...]] = []
+    leaves: list[str | iv.Ranges] = []
+    leaf_at: list[int] = []
+    none: tuple[int, ...] = ()
+
+    def visit(n: Node) -> int:
+        found = index.get(n)
+        if found is not None:
+            return found
+        kind = type(n)
+        if kind is Concat or kind is Alternation:
+            children = [visit(x) for x in n.items]  # type: ignore[union-attr]
+            typ.append(2 if kind is Concat else 3)
+            arg_a.append(0)
+            arg_b.append(0)
+            kids.append(children)
+        elif kind is CharClass or kind is String:
+            leaf_at.append(len(typ))
+            leaves.append(n.ranges if kind is CharClass else n.text)  # type: ignore[union-attr]
+            typ.append(1)
+            arg_a.append(0)
+            arg_b.append(0)
+            kids.append(none)
+        elif kind is Repeat:
+            child = visit(n.item)  # type: ignore[union-attr]
+            typ.append(4)
+            arg_a.append(n.min)  # type: ignore[union-attr]
+            arg_b.append(-1 if n.max is None else n.max)  # type: ignore[union-attr]
+            kids.append((child,))
+        elif kind is Empty:
+            typ.append(0)
+            arg_a.append(0)
+            arg_b.append(0)
+            kids.append(none)
+        else:
+            raise TypeError(f"not a regex AST node: {n!r}")
+        i = len(typ) - 1
+        index[n] = i
+        return i
+
+    top = visit(root)
+    offsets = [0]
+    for c in kids:
+        offsets.append(offsets[-1] + len(c))
+    children = [x for c in kids for x in c]
+    return top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at
+
+
+def _program_function() -> Any:
+    """The extension's `program_tables`, or None (not built, or STRUCTGEN_NATIVE=0)."""
+    import importlib
+    import os
+
+    if os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
+        return None
+    try:
+        module = importlib.import_module("structgen.automata._subset")
+    except ImportError:
+        return None
+    return getattr(module, "program_tables", None)
+
+
+_PROGRAM_TABLES = _program_function()
+_NODE_TYPES = (Empty, String, CharClass, Concat, Alternation, Repeat)
 
 
 def node_program(node: Node) -> Program:
@@ -499,17 +541,17 @@ def _build_native(
 
     check_budget()
     flat = node_program(node)
-    arg_a = list(flat.arg_a)
+    arg_a = np.array(flat.arg_a, dtype=np.int64)
     for at, leaf in zip(flat.leaf_at, flat.leaves, strict=True):  # pool roots, in entry order
         arg_a[at] = b.string_root(leaf) if isinstance(leaf, str) else b.dag_root(leaf)
     top = flat.top
     _check_total(states, len(b.pool), max_states, pattern)  # (`states`: what C will build)
     program = (
         np.array(flat.typ, dtype=np.int8),
-        np.array(arg_a, dtype=np.int64),
+        arg_a,
         np.array(flat.arg_b, dtype=np.int64),
         np.array(flat.offsets, dtype=np.int32),
-        np.array(flat.children or [0], dtype=np.int32),
+        np.array(flat.children if len(flat.children) else [0], dtype=np.int32),
     )
     nonempty = b.pool.nonempty()
     if not len(nonempty):

@@ -342,8 +342,9 @@ class SchemaCompiler:
                 return False
             clean = plain_schema(s)
             try:
-                if not base.evolve(schema=clean).is_valid(value):
-                    return False
+                with self.patterns.reading():
+                    if not base.evolve(schema=clean).is_valid(value):
+                        return False
             except Exception as exc:  # a schema jsonschema cannot evaluate
                 raise UnsupportedSchemaError(
                     f"cannot evaluate enum/const against this schema: {exc}", pointer=sub.ptr

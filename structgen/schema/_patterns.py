@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from structgen.automata import (
@@ -216,51 +218,23 @@ class PatternReader:
         """`cls` (a jsonschema validator class) with `pattern`, `patternProperties` and
         `additionalProperties` judged by this reader instead of Python's `re`: an instance is
         valid only when it is under every dialect considered (`enum`/`const` members are kept
-        by this verdict)."""
-        from jsonschema import ValidationError
-        from jsonschema.validators import extend
+        by this verdict). Validate inside `self.reading()`.
 
-        reader = self
+        The class is made once per `cls` (jsonschema's `extend` builds an attrs class, about
+        0.2 ms) and finds the reader of the validation in progress in a context variable."""
+        extended = _EXTENDED.get(cls)
+        if extended is None:
+            extended = _EXTENDED.setdefault(cls, _extend(cls))
+        return extended
 
-        def pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Any:
-            if validator.is_type(instance, "string") and not reader.matches(
-                patrn, instance, "", every=True
-            ):
-                yield ValidationError(f"{instance!r} does not match {patrn!r}")
-
-        def pattern_properties(validator: Any, pats: Any, instance: Any, schema: Any) -> Any:
-            if not validator.is_type(instance, "object"):
-                return
-            for pat, subschema in pats.items():
-                for k, v in instance.items():
-                    if reader.matches(pat, k, "", every=False):
-                        yield from validator.descend(v, subschema, path=k, schema_path=pat)
-
-        def additional(validator: Any, extra_schema: Any, instance: Any, schema: Any) -> Any:
-            if not validator.is_type(instance, "object"):
-                return
-            properties = schema.get("properties", {})
-            pats = list(schema.get("patternProperties", {}))
-            extras = [
-                k
-                for k in instance
-                if k not in properties
-                and not any(reader.matches(p, k, "", every=True) for p in pats)
-            ]
-            if validator.is_type(extra_schema, "object"):
-                for k in extras:
-                    yield from validator.descend(instance[k], extra_schema, path=k)
-            elif extra_schema is False and extras:
-                yield ValidationError(f"additional properties {sorted(extras)!r}")
-
-        return extend(
-            cls,
-            {
-                "pattern": pattern,
-                "patternProperties": pattern_properties,
-                "additionalProperties": additional,
-            },
-        )
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Validators of `validator_class` judge patterns by this reader in this block."""
+        token = _READER.set(self)
+        try:
+            yield
+        finally:
+            _READER.reset(token)
 
     def qualifies(self, name: str, spec: dict[str, Any], ptr: str) -> bool:
         """Whether a member key surely lies in a "some member" key set (the negation of
@@ -272,3 +246,56 @@ class PatternReader:
             return False
         pat = spec["pattern"]
         return pat is None or self.matches(pat, name, ptr, every=True)
+
+
+# ---------------------------------------------------------------------- jsonschema classes
+
+_READER: ContextVar[PatternReader] = ContextVar("structgen_pattern_reader")
+_EXTENDED: dict[Any, Any] = {}
+
+
+def _extend(cls: Any) -> Any:
+    """`cls` with the pattern keywords judged by the reader of `PatternReader.reading`."""
+    from jsonschema import ValidationError
+    from jsonschema.validators import extend
+
+    def pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Any:
+        if validator.is_type(instance, "string") and not _READER.get().matches(
+            patrn, instance, "", every=True
+        ):
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    def pattern_properties(validator: Any, pats: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        reader = _READER.get()
+        for pat, subschema in pats.items():
+            for k, v in instance.items():
+                if reader.matches(pat, k, "", every=False):
+                    yield from validator.descend(v, subschema, path=k, schema_path=pat)
+
+    def additional(validator: Any, extra_schema: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        reader = _READER.get()
+        properties = schema.get("properties", {})
+        pats = list(schema.get("patternProperties", {}))
+        extras = [
+            k
+            for k in instance
+            if k not in properties and not any(reader.matches(p, k, "", every=True) for p in pats)
+        ]
+        if validator.is_type(extra_schema, "object"):
+            for k in extras:
+                yield from validator.descend(instance[k], extra_schema, path=k)
+        elif extra_schema is False and extras:
+            yield ValidationError(f"additional properties {sorted(extras)!r}")
+
+    return extend(
+        cls,
+        {
+            "pattern": pattern,
+            "patternProperties": pattern_properties,
+            "additionalProperties": additional,
+        },
+    )

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import structgen.automata.dfa as dfa_module
 from structgen.automata import AutomataLimits, ByteDFA, _native_subset, compile_regex
@@ -246,3 +248,33 @@ def test_addresses_are_the_arrays_data() -> None:
     if _native_subset._ADDRESSES is not None:
         with pytest.raises(ValueError, match="contiguous"):
             addresses(np.zeros((4, 4))[:, ::2])
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 255), st.integers(0, 255)).map(lambda p: (min(p), max(p))),
+        max_size=200,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_byte_classes_in_c_are_the_python_ones(ranges: list[tuple[int, int]]) -> None:
+    """The C `byte_classes` numbers the same partition as the numpy path, many ranges (several
+    64-bit words per byte) and duplicates included; bad pairs are refused."""
+    native = _native_subset.native_byte_classes
+    if native is None:
+        pytest.skip("the extension predates byte_classes")
+    expected = dfa_module._python_byte_classes(ranges)
+    got = np.frombuffer(native(ranges), dtype=np.uint8)
+    assert got.tolist() == expected.tolist()
+    assert dfa_module.byte_classes_from_ranges(frozenset(ranges)).tolist() == expected.tolist()
+
+
+def test_byte_classes_in_c_refuses_bad_ranges() -> None:
+    native = _native_subset.native_byte_classes
+    if native is None:
+        pytest.skip("the extension predates byte_classes")
+    for bad in ([(3, 2)], [(0, 256)], [(-1, 4)], [(1,)], [[1, 2]], [("a", "b")]):
+        with pytest.raises((ValueError, TypeError)):
+            native(bad)
+    with pytest.raises(TypeError):
+        native(5)

@@ -77,3 +77,63 @@ def test_build_nfa_uses_c_above_a_few_states_and_keeps_its_limits() -> None:
     assert small.arrays is None
     with pytest.raises(nfa.RegexError, match="UTF-8 nodes"):
         nfa.build_nfa(parse_regex(r"[^a]{0,60}"), max_states=125, pattern="p")
+
+
+def _python_program(node: Any) -> nfa.Program:
+    old = nfa._PROGRAM_TABLES
+    nfa._PROGRAM_TABLES = None
+    try:
+        return nfa.Program(node)
+    finally:
+        nfa._PROGRAM_TABLES = old
+
+
+@pytest.mark.skipif(nfa._PROGRAM_TABLES is None, reason="the extension predates program_tables")
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        *PATTERNS,
+        "",
+        r"(?:)",
+        r"[^\x00-\U0010ffff]|a",
+        r"(?i)straße|ǅx|[σς]+",
+        r"(?:a{2,}|b{0,}|c{1000000}){3}",
+        r"\ud800x",
+    ],
+)
+def test_program_walk_in_c_is_the_python_one(pattern: str) -> None:
+    """The C walk (`program_tables`) gives the Python walk's tables, leaves and digest (the
+    digest keys compile-cache files and shared automata: it must not change)."""
+    node = parse_regex(pattern)
+    c, py = nfa.Program(node), _python_program(node)
+    assert c.digest == py.digest
+    assert c.top == py.top and c.leaves == py.leaves and c.leaf_at == py.leaf_at
+    for name in ("typ", "arg_a", "arg_b", "offsets", "children"):
+        assert list(getattr(c, name)) == list(getattr(py, name)), name
+
+
+@pytest.mark.skipif(nfa._PROGRAM_TABLES is None, reason="the extension predates program_tables")
+def test_program_walk_in_c_on_schema_terminals_and_odd_nodes() -> None:
+    """Shared subtrees (one entry), counts past 64 bits (the Python walk spells them out), a
+    node that is not a regex AST node (TypeError, as in Python), and a schema's terminals."""
+    from structgen import SchemaOptions
+    from structgen.automata.regex_syntax import CharClass, Concat, Repeat, String
+    from structgen.schema import compile_schema
+
+    shared = Concat((String("ab"), CharClass(((48, 57),))))
+    node = Concat((shared, Repeat(shared, 2, None), shared))
+    c = nfa.Program(node)
+    assert c.digest == _python_program(node).digest and len(c.typ) == 5
+    huge = Repeat(String("x"), 0, 2**70)
+    assert nfa.Program(huge).digest == _python_program(huge).digest
+    with pytest.raises(TypeError, match="not a regex AST node"):
+        nfa.Program(Concat((String("a"), "b")))  # type: ignore[arg-type]
+    schema = {
+        "type": "object",
+        "properties": {"nom": {"type": "string", "maxLength": 5}, "n": {"minimum": 3}},
+        "additionalProperties": {"enum": [1, "x"]},
+    }
+    grammar = compile_schema(schema, options=SchemaOptions(mode="accept"))
+    for terminal in grammar.terminals:
+        ours, theirs = nfa.Program(terminal.pattern), _python_program(terminal.pattern)
+        assert ours.digest == theirs.digest
