@@ -168,14 +168,15 @@ class _Piece:
     its first node, as tuples and as arrays: an NFA's pool is made of pieces, placed at
     offsets, and the same piece serves every NFA that reads the same set."""
 
-    __slots__ = ("child", "counts", "hi", "lo", "nodes")
+    __slots__ = ("child", "counts", "hi", "lo", "nodes", "table")
 
     def __init__(self, nodes: tuple[tuple[tuple[int, int, int], ...], ...]) -> None:
         self.nodes = nodes
         self.counts = np.fromiter(map(len, nodes), np.int32, len(nodes))
         flat = [x for moves in nodes for move in moves for x in move]
-        table = np.array(flat, dtype=np.int32).reshape(-1, 3)
-        self.lo, self.hi, self.child = (np.ascontiguousarray(table[:, k]) for k in range(3))
+        #: int32 [moves, 3]: lo, hi, child of each move (what the C join reads)
+        self.table = np.array(flat, dtype=np.int32).reshape(-1, 3)
+        self.lo, self.hi, self.child = (np.ascontiguousarray(self.table[:, k]) for k in range(3))
 
     def placed(self, base: int) -> list[tuple[tuple[int, int, int], ...]]:
         """The nodes with child ids moved by `base` (-1, a complete character, stays)."""
@@ -202,13 +203,14 @@ class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
     """An NFA's DAG nodes: pieces placed one after another. C reads it as arrays (`arrays`),
     joined from the pieces' own; the nodes as tuples are made only when Python asks."""
 
-    __slots__ = ("_nodes", "bases", "pieces", "size")
+    __slots__ = ("_joined", "_nodes", "bases", "pieces", "size")
 
     def __init__(self) -> None:
         self.pieces: list[_Piece] = []
         self.bases: list[int] = []
         self.size = 0
         self._nodes: list[tuple[tuple[int, int, int], ...]] | None = None
+        self._joined: tuple[npt.NDArray[Any], ...] | None = None
 
     def add(self, piece: _Piece) -> int:
         """Place `piece` at the end; its first node's id."""
@@ -217,7 +219,20 @@ class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
         self.bases.append(base)
         self.size += len(piece.nodes)
         self._nodes = None
+        self._joined = None
         return base
+
+    def _join(self) -> tuple[npt.NDArray[Any], ...] | None:
+        """(offsets, lo, hi, child, nonempty) joined in C (`join_pieces`), once per pool; None
+        without the extension. lo/hi/child have at least one entry, nonempty too."""
+        joined = self._joined
+        if joined is None and _JOIN_PIECES is not None:
+            parts = _JOIN_PIECES(self.pieces, self.bases, self.size)
+            types = (np.int32, np.int32, np.int32, np.int32, np.uint8)
+            joined = self._joined = tuple(
+                np.frombuffer(b, dtype=t) for b, t in zip(parts, types, strict=True)
+            )
+        return joined
 
     def __len__(self) -> int:
         return self.size
@@ -232,14 +247,22 @@ class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
         return nodes[index]
 
     def nonempty(self) -> npt.NDArray[np.uint8]:
-        """Per node: whether it has a transition."""
+        """Per node: whether it has a transition (at least one entry where the extension
+        joins the pool)."""
+        joined = self._join()
+        if joined is not None:
+            return joined[4]
         if not self.pieces:
             return np.zeros(0, dtype=np.uint8)
         return (np.concatenate([p.counts for p in self.pieces]) > 0).view(np.uint8)
 
     def arrays(self) -> tuple[npt.NDArray[np.int32], ...]:
         """(moves offsets per node, then lo, hi, child per move), child ids placed: a few
-        joins whatever the number of pieces."""
+        joins whatever the number of pieces, or one C pass (then lo, hi and child have at
+        least one entry: the total is ``offsets[-1]``)."""
+        joined = self._join()
+        if joined is not None:
+            return joined[0], joined[1], joined[2], joined[3]
         offsets = np.zeros(max(self.size, 1) + 1, dtype=np.int32)
         if not self.pieces:
             empty = np.zeros(0, dtype=np.int32)
@@ -506,8 +529,8 @@ def _python_program(root: Node) -> tuple[Any, ...]:
     return top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at
 
 
-def _program_function() -> Any:
-    """The extension's `program_tables`, or None (not built, or STRUCTGEN_NATIVE=0)."""
+def _program_function(name: str) -> Any:
+    """The extension's function `name`, or None (not built, or STRUCTGEN_NATIVE=0)."""
     import importlib
     import os
 
@@ -517,10 +540,11 @@ def _program_function() -> Any:
         module = importlib.import_module("structgen.automata._subset")
     except ImportError:
         return None
-    return getattr(module, "program_tables", None)
+    return getattr(module, name, None)
 
 
-_PROGRAM_TABLES = _program_function()
+_PROGRAM_TABLES = _program_function("program_tables")
+_JOIN_PIECES = _program_function("join_pieces")
 _NODE_TYPES = (Empty, String, CharClass, Concat, Alternation, Repeat)
 
 

@@ -137,3 +137,29 @@ def test_program_walk_in_c_on_schema_terminals_and_odd_nodes() -> None:
     for terminal in grammar.terminals:
         ours, theirs = nfa.Program(terminal.pattern), _python_program(terminal.pattern)
         assert ours.digest == theirs.digest
+
+
+@pytest.mark.skipif(nfa._JOIN_PIECES is None, reason="the extension predates join_pieces")
+@pytest.mark.parametrize("pattern", [*PATTERNS, "", r"\ud800|x", r"[^\x00-\U0010ffff]"])
+def test_pool_joined_in_c_is_the_numpy_join(pattern: str) -> None:
+    """A pool's arrays joined in C are numpy's (child ids placed by each piece's base), and the
+    nodes with a transition the same; an empty pool gives one zero entry each."""
+    b = nfa._Builder(10**6, pattern)
+    b.compile(parse_regex(pattern), b.new(MATCH))
+    pool = b.pool
+    joined = pool.arrays(), pool.nonempty()
+    old = nfa._JOIN_PIECES
+    nfa._JOIN_PIECES = None
+    try:
+        pool._joined = None
+        numpy_arrays, numpy_nonempty = pool.arrays(), pool.nonempty()
+    finally:
+        nfa._JOIN_PIECES = old
+    (offsets, lo, hi, child), nonempty = joined
+    total = int(offsets[-1])
+    assert offsets.tolist() == numpy_arrays[0].tolist()
+    for ours, theirs in zip((lo, hi, child), numpy_arrays[1:], strict=True):
+        assert ours[:total].tolist() == theirs.tolist()
+        assert len(ours) == max(total, 1)
+    assert nonempty[: pool.size].tolist() == numpy_nonempty.tolist()
+    assert len(nonempty) == max(pool.size, 1)
