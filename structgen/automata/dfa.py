@@ -452,8 +452,12 @@ class ByteDFA:
             table[old:] = -2
             accepting[:old] = self._accepting
         else:
-            table = np.full((cap, 256), -2, dtype=np.int32)
-            native.set_table(table, accepting)  # copies its rows in under the C lock
+            # C copies its states' rows in under its lock (at least the `built` it has now, as
+            # states are only ever added): only the rows past those need -2 here
+            built = min(native.num_states, old)
+            table = np.empty((cap, 256), dtype=np.int32)
+            table[built:] = -2
+            native.set_table(table, accepting)
         # A C walk on another thread (the GIL released) may still read the old arrays through
         # its raw pointers: keep them (together at most the size of the current ones).
         self._retired.append(self._table)
