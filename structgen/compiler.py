@@ -258,18 +258,28 @@ def _no_gc() -> Iterator[None]:
     What a compile leaves is long-lived (automata, tables, caches): it is moved straight to the
     oldest generation (`gc.freeze()` then `gc.unfreeze()`), where the young collections that
     would otherwise scan all of it once or twice right after the compile do not look. Skipped
-    when the process has frozen objects itself (unfreezing would undo that).
+    when the process has frozen objects itself (unfreezing would undo that). Whether it has is
+    asked until the answer is yes, then remembered: `gc.get_freeze_count()` walks every frozen
+    object (20 ms in a process that froze a tokenizer's, more in a server), and a process that
+    freezes (vLLM does after start-up) does not thaw.
     """
+    global _PROCESS_FREEZES
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
-            if not gc.get_freeze_count():
+            if not _PROCESS_FREEZES and gc.get_freeze_count():
+                _PROCESS_FREEZES = True
+            if not _PROCESS_FREEZES:
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()
+
+
+#: set once a compile finds objects the process froze itself (see `_no_gc`)
+_PROCESS_FREEZES = False
 
 
 #: what the persistent cache saves: grammars run by the grammar engine (a `uniqueItems` guard

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from structgen import Compiler, compiler
 from tests.conftest import load_vocab
 
@@ -44,6 +46,24 @@ def test_a_process_that_froze_its_objects_keeps_them_frozen() -> None:
         assert 0 < gc.get_freeze_count() <= frozen  # (some freed since: not unfrozen)
     finally:
         gc.unfreeze()
+        compiler._PROCESS_FREEZES = False
+
+
+def test_a_freezing_process_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gc.get_freeze_count()` walks every frozen object (tens of ms in a server): once it has
+    said yes, later compiles do not ask again (and still leave the frozen objects frozen)."""
+    calls = []
+    real = gc.get_freeze_count
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: calls.append(1) or real())
+    gc.freeze()
+    try:
+        for n in range(5, 9):
+            _compile(n)
+        assert len(calls) == 1
+        assert real() > 0
+    finally:
+        gc.unfreeze()
+        compiler._PROCESS_FREEZES = False
 
 
 def test_disabled_collector_stays_disabled() -> None:
