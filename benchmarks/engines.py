@@ -75,8 +75,7 @@ REQUESTS: list[tuple[str, dict[str, Any], str]] = [
                 "items": [{"sku": "x-1", "qty": 2}, {"sku": "y-2", "qty": 1}],
                 "paid": True,
             },
-            indent=2,
-        ),
+        ),  # (json.dumps' layout: what structgen generates; the others allow any whitespace)
     ),
     ("regex", {"regex": r"\(\d{3}\) \d{3}-\d{4}"}, "(555) 123-4567"),
     ("choice", {"choice": ["positive", "negative", "neutral"]}, "negative"),
