@@ -80,6 +80,7 @@ WARM_UP_EBNF = 'root ::= "[" [0-9]+ ("," [a-z]+)* "]"\n'
 # structgen's per-pattern memo caches, cleared before each compile like the compile cache
 _STRUCTGEN_MEMOS = (
     ("structgen.automata.nfa", "_dag_ranges"),
+    ("structgen.automata.nfa", "_dag_leaf"),
     ("structgen.automata.regex_syntax", "_fold_char"),
     ("structgen.automata.regex_syntax", "_complement_cached"),
     ("structgen.automata.utf8", "byte_dag"),

@@ -74,6 +74,7 @@ WARM_UP = r"[a-z]+\d\w\s."  # compiled once per engine, untimed: imports and one
 # UTF-8 automata of their non-ASCII parts), like the peers' compiled-in Unicode tables.
 _STRUCTGEN_MEMOS = (
     ("structgen.automata.nfa", "_dag_ranges"),
+    ("structgen.automata.nfa", "_dag_leaf"),
     ("structgen.automata.regex_syntax", "_fold_char"),
     ("structgen.automata.regex_syntax", "_complement_cached"),
     ("structgen.automata.utf8", "byte_dag"),

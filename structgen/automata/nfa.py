@@ -189,6 +189,13 @@ def _dag_piece(ranges: iv.Ranges) -> _Piece:
 
 
 @lru_cache(maxsize=4096)
+def _dag_leaf(ranges: iv.Ranges) -> tuple[_Piece, frozenset[tuple[int, int]]]:
+    """A code point set's piece and its byte ranges in one lookup (a set's ranges are hashed
+    afresh by each cache, and a class like `\\w` has hundreds)."""
+    return _dag_piece(ranges), _dag_ranges(ranges)
+
+
+@lru_cache(maxsize=4096)
 def _string_piece(text: str) -> _Piece:
     try:
         data = text.encode("utf-8")
@@ -566,8 +573,20 @@ def _build_native(
     check_budget()
     flat = node_program(node)
     arg_a = np.array(flat.arg_a, dtype=np.int64)
-    for at, leaf in zip(flat.leaf_at, flat.leaves, strict=True):  # pool roots, in entry order
-        arg_a[at] = b.string_root(leaf) if isinstance(leaf, str) else b.dag_root(leaf)
+    # Pool roots, in entry order. A program holds each distinct leaf once, so the builder's
+    # per-NFA dedupe (`dag_root`, `string_root`) never hits here: one cached lookup per leaf.
+    pool, range_sets, strings = b.pool, [], []
+    for at, leaf in zip(flat.leaf_at, flat.leaves, strict=True):
+        if isinstance(leaf, str):
+            piece = _string_piece(leaf)
+            strings.append(piece.lo)
+        else:
+            piece, leaf_ranges = _dag_leaf(leaf)
+            range_sets.append(leaf_ranges)
+        arg_a[at] = pool.add(piece)
+    b.ranges.update(*range_sets)
+    if strings:
+        b.string_bytes.update(np.concatenate(strings).tolist())
     top = flat.top
     _check_total(states, len(b.pool), max_states, pattern)  # (`states`: what C will build)
     program = (
