@@ -12,11 +12,26 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from functools import partial
 
 from structgen.automata.counted import COUNT_ABOVE, compile_counted
-from structgen.automata.dfa import ByteDFA, NFASource, ProductSource, TrieSource
+from structgen.automata.dfa import (
+    ByteDFA,
+    DeferredNFASource,
+    NFASource,
+    ProductSource,
+    TrieSource,
+)
 from structgen.automata.dialects import Dialect, DialectSpec, dialects_of
-from structgen.automata.nfa import AutomataLimits, build_nfa, nfa_size
+from structgen.automata.nfa import (
+    NATIVE_ABOVE,
+    AutomataLimits,
+    _thompson,
+    build_nfa,
+    leaf_pieces,
+    nfa_size,
+    node_program,
+)
 from structgen.automata.regex_syntax import (
     Alternation,
     CharClass,
@@ -107,15 +122,19 @@ def compile_ast(
     limits: AutomataLimits | None = None,
     fingerprint: str | None = None,
     pattern: str | None = None,
+    defer: bool = False,
 ) -> ByteDFA:
     """The DFA of an AST (e.g. a grammar terminal assembled from ``parse_regex`` pieces).
 
     ``fingerprint`` defaults to a digest of the AST; ``pattern`` names the source in errors.
+    ``defer``: where it is safe, build the NFA only with the automaton's first row
+    (`DeferredNFASource`; a grammar's terminals) — the limits are checked now all the same.
     """
     limits = limits or _DEFAULT_LIMITS
     if fingerprint is None:
         fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
-    size = nfa_size(node)
+    # (a terminal's program is at hand from its fingerprint: its size without another walk)
+    size = node_program(node).nfa_size if defer else nfa_size(node)
     if COUNT_ABOVE < size < limits.max_nfa_states:  # (over the limit: build_nfa says so)
         counted = compile_counted(
             node,
@@ -125,10 +144,35 @@ def compile_ast(
         )
         if counted is not None:
             return counted
-    nfa = build_nfa(
-        node, max_states=limits.max_nfa_states, pattern=pattern if pattern else "<regex AST>"
-    )
+    where = pattern if pattern else "<regex AST>"
+    if defer:
+        deferred = _deferred_source(node, size + 1, limits, where)
+        if deferred is not None:
+            return ByteDFA(deferred, fingerprint=fingerprint, limits=limits)
+    nfa = build_nfa(node, max_states=limits.max_nfa_states, pattern=where)
     return ByteDFA(NFASource(nfa), fingerprint=fingerprint, limits=limits)
+
+
+def _deferred_source(
+    node: Node, states: int, limits: AutomataLimits, pattern: str
+) -> DeferredNFASource | None:
+    """A deferred source for `node`, or None where building now is needed: an NFA the C
+    builder would not make (small ones are built in Python, which skips `x{0}`'s leaves: the
+    byte classes read from the program's leaves must be the NFA's), a language that may be
+    empty (a leaf with no UTF-8 spelling, an empty alternation), or one over the size limit
+    (build_nfa says so now)."""
+    if states <= NATIVE_ABOVE or _thompson() is None:
+        return None
+    program = node_program(node)
+    if program.empty_alternation:
+        return None
+    leaves = leaf_pieces(program)
+    if leaves.has_empty_leaf or states + int(leaves.sizes.sum()) > limits.max_nfa_states:
+        return None
+    build = partial(
+        build_nfa, node, max_states=limits.max_nfa_states, pattern=pattern, program=program
+    )
+    return DeferredNFASource(build, leaves.ranges, program.nullable)
 
 
 def literal(data: bytes, *, limits: AutomataLimits | None = None) -> ByteDFA:

@@ -825,9 +825,11 @@ static PyObject *byte_classes(PyObject *self, PyObject *const *args, Py_ssize_t 
  *
  * program_tables(root, types): the flat program of a regex AST (nfa.py, `Program`): one entry
  * per distinct node (equal nodes, by Python's hash and ==, are one entry), in post-order. Returns
- * (top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at): the five integer tables as bytes
- * of native int64 (what the digest reads), the leaves (a CharClass's ranges, a String's text) and
- * their entry numbers as lists. `types` is (Empty, String, CharClass, Concat, Alternation,
+ * (top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, nullable, size, empty_alternation):
+ * the five integer tables as bytes of native int64 (what the digest reads), the leaves (a
+ * CharClass's ranges, a String's text) and their entry numbers as lists, whether the AST
+ * matches the empty string, its NFA size (`nfa_size`, saturated at 2**62) and whether it holds
+ * an alternation of no items. `types` is (Empty, String, CharClass, Concat, Alternation,
  * Repeat). The Python walk it replaces visits a compile's ~100k nodes at ~1 µs each. */
 
 typedef struct {
@@ -855,8 +857,19 @@ typedef struct {
     PyObject *index;  /* node -> entry number */
     PyObject *leaves, *leaf_at;
     PyObject *types[6];
-    i64buf typ, a, b, offsets, children, scratch;
+    i64buf typ, a, b, offsets, children, scratch, nullable, size;
+    int empty_alternation;
 } program_walk;
+
+#define SIZE_CAP ((int64_t)1 << 62)
+
+static int64_t sat_add(int64_t x, int64_t y) { return x > SIZE_CAP - y ? SIZE_CAP : x + y; }
+
+static int64_t sat_mul(int64_t x, int64_t y)
+{
+    if (x == 0 || y == 0) return 0;
+    return x > SIZE_CAP / y ? SIZE_CAP : x * y;
+}
 
 static PyObject *str_items, *str_ranges, *str_text, *str_item, *str_min, *str_max;
 
@@ -864,7 +877,30 @@ static int64_t entry(program_walk *w, int64_t typ, int64_t a, int64_t b, const i
                      Py_ssize_t nkids)
 {
     int64_t i = w->typ.len;
-    if (buf_push(&w->typ, typ) || buf_push(&w->a, a) || buf_push(&w->b, b)) return -1;
+    /* whether the entry matches the empty string (children come first: post-order) */
+    int64_t empty = typ == 0 || typ == 2 || (typ == 4 && a == 0);
+    if (typ == 2)
+        for (Py_ssize_t k = 0; k < nkids && empty; k++) empty = w->nullable.data[kids[k]];
+    else if (typ == 3)
+        for (Py_ssize_t k = 0; k < nkids && !empty; k++) empty = w->nullable.data[kids[k]];
+    else if (typ == 4 && !empty)
+        empty = w->nullable.data[kids[0]];
+    /* its NFA states (nfa.py, `nfa_size`; saturated at 2**62) */
+    int64_t size = typ == 1;
+    if (typ == 2 || typ == 3) {
+        for (Py_ssize_t k = 0; k < nkids; k++) size = sat_add(size, w->size.data[kids[k]]);
+        if (typ == 3) size = sat_add(size, 1);
+        if (typ == 3 && nkids == 0) w->empty_alternation = 1;
+    } else if (typ == 4) {
+        int64_t e = w->size.data[kids[0]];
+        if (b < 0)
+            size = sat_add(sat_mul(a > 1 ? a : 1, e), 1);
+        else
+            size = sat_add(sat_mul(a, e), sat_mul(b - a, sat_add(e, 1)));
+    }
+    if (buf_push(&w->typ, typ) || buf_push(&w->a, a) || buf_push(&w->b, b)
+        || buf_push(&w->nullable, empty) || buf_push(&w->size, size))
+        return -1;
     for (Py_ssize_t k = 0; k < nkids; k++)
         if (buf_push(&w->children, kids[k])) return -1;
     if (buf_push(&w->offsets, w->children.len)) return -1;
@@ -977,16 +1013,19 @@ static PyObject *program_tables(PyObject *self, PyObject *const *args, Py_ssize_
     if (w.index && w.leaves && w.leaf_at && !buf_push(&w.offsets, 0)) {
         int64_t top = visit_node(&w, args[0]);
         if (top >= 0) {
-            out = Py_BuildValue("(LNNNNNOO)", (long long)top, buf_bytes(&w.typ), buf_bytes(&w.a),
-                                buf_bytes(&w.b), buf_bytes(&w.offsets), buf_bytes(&w.children),
-                                w.leaves, w.leaf_at);
+            out = Py_BuildValue("(LNNNNNOOOLO)", (long long)top, buf_bytes(&w.typ),
+                                buf_bytes(&w.a), buf_bytes(&w.b), buf_bytes(&w.offsets),
+                                buf_bytes(&w.children), w.leaves, w.leaf_at,
+                                w.nullable.data[top] ? Py_True : Py_False,
+                                (long long)w.size.data[top],
+                                w.empty_alternation ? Py_True : Py_False);
         }
     }
     Py_XDECREF(w.index);
     Py_XDECREF(w.leaves);
     Py_XDECREF(w.leaf_at);
     free(w.typ.data); free(w.a.data); free(w.b.data); free(w.offsets.data);
-    free(w.children.data); free(w.scratch.data);
+    free(w.children.data); free(w.scratch.data); free(w.nullable.data); free(w.size.data);
     return out;
 }
 

@@ -33,7 +33,13 @@ from structgen.automata._native_subset import _NativeStates
 from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
 from structgen.errors import LimitExceededError
 
-__all__ = ["ByteDFA", "UnionSource", "byte_classes_from_ranges", "shortest_paths"]
+__all__ = [
+    "ByteDFA",
+    "DeferredNFASource",
+    "UnionSource",
+    "byte_classes_from_ranges",
+    "shortest_paths",
+]
 
 IntArray = npt.NDArray[np.int32]
 _DEAD_ROW: IntArray = np.full(256, -1, dtype=np.int32)
@@ -120,6 +126,7 @@ class _Source(ABC):
     byte_classes: npt.NDArray[np.uint8]
     is_union = False  # a `UnionSource` (see `ByteDFA.parts_of`)
     counts = False  # keys hold a count (see `bounded_key`)
+    deferred = False  # a `DeferredNFASource`: the real source comes with the first row
 
     @abstractmethod
     def start_key(self) -> Hashable: ...
@@ -509,8 +516,27 @@ class ByteDFA:
         self._built = bytearray()
         self._refresh_views()
 
+    @property
+    def is_deferred(self) -> bool:
+        """Whether the automaton is still waiting for its first row to build its NFA
+        (`DeferredNFASource`)."""
+        return self._source.deferred
+
+    def _materialize(self) -> None:
+        """Replace a deferred source by the real one (under the lock, before the first row:
+        the start is then the only state, and takes the real source's key)."""
+        deferred = self._source
+        assert isinstance(deferred, DeferredNFASource) and len(self._keys) == 1
+        source = deferred.materialize()
+        key = source.start_key()
+        self._keys[self.start] = key
+        self._ids = {key: self.start}
+        self._source = source
+
     def _build_row(self, state: int) -> None:
         with self._lock:
+            if self._source.deferred:
+                self._materialize()
             # (under the lock: while another thread hands the states to the C context, the
             # count it reports grows from 1 back to all of them)
             if state >= self.num_states:
@@ -534,6 +560,54 @@ class ByteDFA:
 
 
 # ---------------------------------------------------------------------- regex (NFA) source
+
+
+class DeferredNFASource(_Source):
+    """A regex automaton's source before its NFA exists: what a grammar's lexer needs up front
+    (the byte classes, the alphabet, whether the empty string matches) comes from the AST's
+    program, and the NFA (`build`) is made when the automaton builds its first row, which
+    replaces this source by the `NFASource` (`ByteDFA._materialize`). A schema's terminals are
+    mostly never read by its first masks, many never at all: their NFAs wait for that.
+
+    Made only for languages known to be non-empty whose NFA the C builder makes (so that the
+    byte ranges read from the leaves are the NFA's) and whose size is within the limits (so
+    that building it later cannot fail): see `compile_ast(..., defer=True)`."""
+
+    deferred = True
+
+    def __init__(
+        self,
+        build: Callable[[], ByteNFA],
+        ranges: frozenset[tuple[int, int]],
+        nullable: bool,
+    ) -> None:
+        self._build = build
+        self.ranges = ranges
+        self.byte_classes = _classes_of_ranges(ranges)
+        self._nullable = nullable
+
+    def start_key(self) -> Hashable:
+        return _DEFERRED_START
+
+    def start_is_live(self) -> bool:
+        return True
+
+    def is_accepting(self, key: Any) -> bool:
+        return self._nullable  # (the start is the only key)
+
+    def alphabet(self) -> int:
+        return _alphabet_of_ranges(self.ranges)
+
+    def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
+        raise AssertionError("a deferred source is replaced before its first row")
+
+    def materialize(self) -> NFASource:
+        """The real source (its NFA built now, reading the byte ranges these classes came
+        from: `leaf_pieces`)."""
+        return NFASource(self._build(), byte_classes=self.byte_classes)
+
+
+_DEFERRED_START = "deferred-start"
 
 
 def _byte_rank(byte: int) -> int:
@@ -611,10 +685,13 @@ class NFASource(_Source):
     state. Elements only come from live NFA states, so a non-empty set is always live.
     """
 
-    def __init__(self, nfa: ByteNFA) -> None:
+    def __init__(self, nfa: ByteNFA, *, byte_classes: npt.NDArray[np.uint8] | None = None) -> None:
+        """`byte_classes`: those of `nfa.byte_ranges()`, where the caller has them."""
         self.nfa = nfa
         self.p = max(len(nfa.pool), 1)
-        self.byte_classes = _classes_of_ranges(nfa.byte_ranges())
+        if byte_classes is None:
+            byte_classes = _classes_of_ranges(nfa.byte_ranges())
+        self.byte_classes = byte_classes
         self.classes_of: dict[tuple[int, int], tuple[int, ...]] = {}
         # per pool node: ((class ids, child), ...), computed on first use
         self.moves: list[tuple[tuple[tuple[int, ...], int], ...] | None] = [None] * len(nfa.pool)

@@ -229,6 +229,16 @@ class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
         self._joined = None
         return base
 
+    def extend(self, pieces: Sequence[_Piece], sizes: npt.NDArray[np.int64]) -> Any:
+        """Place `pieces` (of `sizes` nodes) at the end; their first nodes' ids (an array)."""
+        bases = np.cumsum(sizes) - sizes + self.size
+        self.pieces.extend(pieces)
+        self.bases.extend(bases.tolist())
+        self.size += int(sizes.sum())
+        self._nodes = None
+        self._joined = None
+        return bases
+
     def _join(self) -> tuple[npt.NDArray[Any], ...] | None:
         """(offsets, lo, hi, child, nonempty) joined in C (`join_pieces`), once per pool; None
         without the extension. lo/hi/child have at least one entry, nonempty too."""
@@ -388,9 +398,12 @@ def _check_total(states: int, pool: int, max_states: int, pattern: str) -> None:
         )
 
 
-def build_nfa(node: Node, *, max_states: int, pattern: str) -> ByteNFA:
-    """Build the trimmed byte NFA of ``node``; ``pattern`` is only used in error messages."""
-    needed = nfa_size(node) + 1
+def build_nfa(
+    node: Node, *, max_states: int, pattern: str, program: Program | None = None
+) -> ByteNFA:
+    """Build the trimmed byte NFA of ``node``; ``pattern`` is only used in error messages.
+    ``program``: the node's `Program` where the caller holds it (not walked again)."""
+    needed = (nfa_size(node) if program is None else program.nfa_size) + 1
     if needed > max_states:
         raise RegexError(
             f"the regex needs {needed} NFA states, more than max_nfa_states={max_states}"
@@ -400,7 +413,7 @@ def build_nfa(node: Node, *, max_states: int, pattern: str) -> ByteNFA:
         )
     b = _Builder(max_states, pattern)
     if needed > NATIVE_ABOVE and (lib := _thompson()) is not None:
-        return _build_native(lib, b, node, needed, max_states, pattern)
+        return _build_native(lib, b, node, needed, max_states, pattern, program)
     match = b.new(MATCH)
     start = b.compile(node, match)
     _check_total(len(b.kind), len(b.pool), max_states, pattern)
@@ -446,8 +459,8 @@ class Program:
     fingerprint and the NFA. The integer tables are int64 arrays; the walk runs in C where the
     extension is built (`program_tables` in `_subset.c`), else in Python."""
 
-    __slots__ = ("arg_a", "arg_b", "children", "digest", "leaf_at", "leaves", "offsets", "top",
-                 "typ")  # fmt: skip
+    __slots__ = ("arg_a", "arg_b", "children", "digest", "empty_alternation", "leaf_at",
+                 "leaves", "nfa_size", "nullable", "offsets", "pieces", "top", "typ")  # fmt: skip
 
     def __init__(self, root: Node) -> None:
         tables = None
@@ -457,13 +470,19 @@ class Program:
             except OverflowError:  # (a count past 64 bits: the Python walk spells it out)
                 tables = None
         if tables is None:
-            top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at = _python_program(root)
+            tables = _python_program(root)
+            top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, *facts = tables
         else:
-            top, *arrays, leaves, leaf_at = tables
+            top, *arrays, leaves, leaf_at, nullable, size, empty_alternation = tables
+            facts = [nullable, size, empty_alternation]
             typ, arg_a, arg_b, offsets, children = (
                 np.frombuffer(a, dtype=np.int64) for a in arrays
             )
         self.top, self.leaves, self.leaf_at = top, leaves, leaf_at
+        self.pieces: LeafPieces | None = None  # (`leaf_pieces`)
+        self.nullable: bool = facts[0]  # the AST matches the empty string
+        self.nfa_size: int = facts[1]  # `nfa_size(root)` (saturated at 2**62)
+        self.empty_alternation: bool = facts[2]  # an alternation of no items (empty language)
         self.typ, self.arg_a, self.arg_b = typ, arg_a, arg_b
         self.offsets, self.children = offsets, children
         # The integer tables as raw 64-bit arrays (lengths first), the leaves as text.
@@ -483,7 +502,7 @@ class Program:
 
 def _python_program(root: Node) -> tuple[Any, ...]:
     """`Program`'s tables by a Python walk (lists of ints): (top, typ, arg_a, arg_b, offsets,
-    children, leaves, leaf_at)."""
+    children, leaves, leaf_at, nullable, NFA size, empty alternation)."""
     index: dict[Node, int] = {}
     typ: list[int] = []
     arg_a: list[int] = []
@@ -533,7 +552,32 @@ def _python_program(root: Node) -> tuple[Any, ...]:
     for c in kids:
         offsets.append(offsets[-1] + len(c))
     children = [x for c in kids for x in c]
-    return top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at
+    empty: list[bool] = []  # per entry (post-order: children first)
+    for t, a, c in zip(typ, arg_a, kids, strict=True):
+        if t == 2:
+            empty.append(all(empty[k] for k in c))
+        elif t == 3:
+            empty.append(any(empty[k] for k in c))
+        elif t == 4:
+            empty.append(a == 0 or empty[c[0]])
+        else:
+            empty.append(t == 0)
+    cap = 1 << 62
+    size = min(nfa_size(root), cap)
+    empty_alternation = any(t == 3 and not c for t, c in zip(typ, kids, strict=True))
+    return (
+        top,
+        typ,
+        arg_a,
+        arg_b,
+        offsets,
+        children,
+        leaves,
+        leaf_at,
+        empty[top],
+        size,
+        (empty_alternation),
+    )
 
 
 def _program_function(name: str) -> Any:
@@ -555,6 +599,45 @@ _JOIN_PIECES = _program_function("join_pieces")
 _NODE_TYPES = (Empty, String, CharClass, Concat, Alternation, Repeat)
 
 
+@dataclass(frozen=True, slots=True)
+class LeafPieces:
+    """A program's leaves as pool pieces (in leaf order) with their node counts, the byte
+    ranges they read (the NFA's, hence its byte classes), and whether a leaf has no UTF-8
+    spelling (a string with a lone surrogate, a set of surrogates: an empty language there)."""
+
+    pieces: tuple[_Piece, ...]
+    sizes: npt.NDArray[np.int64]
+    ranges: frozenset[tuple[int, int]]
+    has_empty_leaf: bool
+
+
+def leaf_pieces(program: Program) -> LeafPieces:
+    """The program's `LeafPieces`, made once per program (a deferred terminal's check at
+    compile and its NFA's build later read the same)."""
+    found = program.pieces
+    if found is None:
+        pieces: list[_Piece] = []
+        range_sets: list[frozenset[tuple[int, int]]] = []
+        strings: list[npt.NDArray[np.int32]] = []
+        empty = False
+        for leaf in program.leaves:
+            if isinstance(leaf, str):
+                piece = _string_piece(leaf)
+                strings.append(piece.lo)
+                empty = empty or not len(piece.lo)
+            else:
+                piece, leaf_ranges = _dag_leaf(leaf)
+                range_sets.append(leaf_ranges)
+                empty = empty or not leaf_ranges
+            pieces.append(piece)
+        ranges = frozenset().union(*range_sets)
+        if strings:
+            ranges |= {(x, x) for x in np.concatenate(strings).tolist()}
+        sizes = np.fromiter((len(p.nodes) for p in pieces), np.int64, len(pieces))
+        found = program.pieces = LeafPieces(tuple(pieces), sizes, ranges, empty)
+    return found
+
+
 def node_program(node: Node) -> Program:
     """The node's `Program`, kept for recent nodes (a terminal's digest, then its NFA)."""
     return _PROGRAMS.get_or_make(node, lambda: Program(node))
@@ -564,32 +647,29 @@ _PROGRAMS: LRU[Node, Program] = LRU(256)
 
 
 def _build_native(
-    lib: Any, b: _Builder, node: Node, states: int, max_states: int, pattern: str
+    lib: Any,
+    b: _Builder,
+    node: Node,
+    states: int,
+    max_states: int,
+    pattern: str,
+    program: Program | None = None,
 ) -> ByteNFA:
     """`build_nfa` with the `states` states (match included) built and trimmed in C
     (`_thompson.c`): the same NFA."""
     from structgen.automata import _native_subset
 
     check_budget()
-    flat = node_program(node)
+    flat = node_program(node) if program is None else program
     arg_a = np.array(flat.arg_a, dtype=np.int64)
-    # Pool roots, in entry order. A program holds each distinct leaf once, so the builder's
-    # per-NFA dedupe (`dag_root`, `string_root`) never hits here: one cached lookup per leaf.
-    pool, range_sets, strings = b.pool, [], []
-    for at, leaf in zip(flat.leaf_at, flat.leaves, strict=True):
-        if isinstance(leaf, str):
-            piece = _string_piece(leaf)
-            strings.append(piece.lo)
-        else:
-            piece, leaf_ranges = _dag_leaf(leaf)
-            range_sets.append(leaf_ranges)
-        arg_a[at] = pool.add(piece)
-    b.ranges.update(*range_sets)
-    if strings:
-        b.string_bytes.update(np.concatenate(strings).tolist())
+    # Pool roots, in entry order: the leaves' pieces placed one after another (a program holds
+    # each distinct leaf once, so the builder's per-NFA dedupe would never hit here).
+    leaves = leaf_pieces(flat)
+    if len(flat.leaf_at):
+        arg_a[np.asarray(flat.leaf_at)] = b.pool.extend(leaves.pieces, leaves.sizes)
     top = flat.top
     _check_total(states, len(b.pool), max_states, pattern)  # (`states`: what C will build)
-    program = (
+    tables = (
         np.array(flat.typ, dtype=np.int8),
         arg_a,
         np.array(flat.arg_b, dtype=np.int64),
@@ -600,7 +680,7 @@ def _build_native(
     if not len(nonempty):
         nonempty = np.zeros(1, dtype=np.uint8)
     out = np.zeros(3, dtype=np.int64)
-    *where, nonempty_at, out_at = _native_subset.addresses(*program, nonempty, out)
+    *where, nonempty_at, out_at = _native_subset.addresses(*tables, nonempty, out)
     handle = lib.sg_nfa_build(*where, top, nonempty_at, out_at)
     if not handle:
         raise MemoryError("building the NFA ran out of memory")
@@ -615,7 +695,7 @@ def _build_native(
         lib.sg_nfa_copy(handle, *_native_subset.addresses(kind, node_ids, nxt, live, eps_off, eps))
     finally:
         lib.sg_nfa_free(handle)
-    ranges = frozenset(b.ranges | {(x, x) for x in b.string_bytes})
+    ranges = leaves.ranges
     return ByteNFA(
         kind.tolist(),
         _Splits(eps_off.tolist(), eps[:n_eps].tolist()),

@@ -185,10 +185,12 @@ class GrammarEngine:
         self._union: _SharedUnion | None = None
         self._lock = threading.RLock()
         self._initial = self.parser.initial_set()
-        # Set-up the first masks would otherwise pay: each terminal's first row (a regex DFA
-        # moves to its C builder there), the grammar's lexer and the initial parse state's.
+        # Set-up the first masks would otherwise pay: each built terminal's first row (a
+        # regex DFA moves to its C builder there), the grammar's lexer and the initial parse
+        # state's. A terminal whose NFA is deferred builds it when a lexer first reads it.
         for dfa in self.terminal_dfas:
-            dfa.row(dfa.start)
+            if not dfa.is_deferred:
+                dfa.row(dfa.start)
         self.lexer(self._initial)
         if restored is not None and restored.first_mask is not None:
             # the file's copy of the first mask (a walk of the whole vocabulary otherwise)

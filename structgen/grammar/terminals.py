@@ -18,6 +18,9 @@ __all__ = ["adopt_terminal_dfa", "build_terminal_dfa", "live_terminal_dfa", "ter
 
 #: this many terminal automata stay alive after the grammars that used them are gone
 RECENT_TERMINALS = 64
+#: a terminal's NFA is built with its automaton's first row where that is safe (the lexer
+#: reads most terminals late or never; see `DeferredNFASource`)
+DEFER_NFAS = True
 
 # Weak: an automaton lives while a grammar (cached or held by the user) uses it, and every
 # grammar alive shares it; the byte budget of the compiled-grammar cache bounds the total.
@@ -64,6 +67,7 @@ def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA
             limits=limits,
             pattern=where,
             fingerprint=node_digest(terminal.pattern).hex(),
+            defer=DEFER_NFAS,
         )
     parts = [terminal.pattern, *terminal.intersect]
     return intersect_all([_component_dfa(p, limits, where) for p in parts], limits=limits)

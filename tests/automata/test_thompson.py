@@ -108,6 +108,7 @@ def test_program_walk_in_c_is_the_python_one(pattern: str) -> None:
     c, py = nfa.Program(node), _python_program(node)
     assert c.digest == py.digest
     assert c.top == py.top and c.leaves == py.leaves and c.leaf_at == py.leaf_at
+    assert c.nullable == py.nullable == bool(re.fullmatch(pattern, "")), pattern
     for name in ("typ", "arg_a", "arg_b", "offsets", "children"):
         assert list(getattr(c, name)) == list(getattr(py, name)), name
 
@@ -163,3 +164,29 @@ def test_pool_joined_in_c_is_the_numpy_join(pattern: str) -> None:
         assert len(ours) == max(total, 1)
     assert nonempty[: pool.size].tolist() == numpy_nonempty.tolist()
     assert len(nonempty) == max(pool.size, 1)
+
+
+@pytest.mark.skipif(nfa._PROGRAM_TABLES is None, reason="the extension predates program_tables")
+def test_program_facts_in_c_are_the_python_ones() -> None:
+    """Whether the empty string matches, the NFA size (`nfa_size`) and whether an empty
+    alternation is inside: the C walk's and the Python walk's agree, on patterns too."""
+    from structgen.automata.regex_syntax import Alternation, Concat, Empty, Repeat, String
+
+    nodes = [
+        Concat(()),
+        Alternation(()),
+        Repeat(String("ab"), 3, None),
+        Repeat(Empty(), 2, 9),
+        Concat((String("x"), Repeat(Alternation(()), 0, 3))),
+        *(parse_regex(p) for p in PATTERNS),
+    ]
+    for node in nodes:
+        c, py = nfa.Program(node), _python_program(node)
+        assert (c.nullable, c.nfa_size, c.empty_alternation) == (
+            py.nullable,
+            py.nfa_size,
+            py.empty_alternation,
+        )
+        assert c.nfa_size == nfa.nfa_size(node)
+    assert nfa.Program(Alternation(())).empty_alternation
+    assert not nfa.Program(Concat(())).empty_alternation

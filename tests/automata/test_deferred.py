@@ -1,0 +1,154 @@
+"""Deferred terminal NFAs (`DeferredNFASource`): a terminal's automaton answers what a lexer
+needs up front from its AST, builds its NFA with its first row, and is then the same automaton
+as one built at once — same byte classes, same start, same language, same masks."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import threading
+
+import numpy as np
+import pytest
+
+from structgen import Compiler, Matcher, SchemaOptions, Vocabulary, allocate_bitmask
+from structgen.automata import AutomataLimits, compile_ast, nfa, parse_regex
+from structgen.errors import RegexError
+from structgen.grammar import terminals
+from structgen.schema import compile_schema
+from tests.conftest import load_tokenizer
+
+pytestmark = pytest.mark.skipif(nfa._thompson() is None, reason="the C NFA builder is not built")
+
+PATTERNS = [
+    r'"(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,40}"',
+    r"-?(?:0|[1-9][0-9]{0,6})(?:\.[0-9]{1,3})?",
+    r'"(?:n|\\u006[Ee])(?:a|\\u0061)(?:m|\\u006[Dd])(?:e|\\u0065)"',
+    r"[\w.-]{2,40}@x",
+    r"(?:ab|)*c{3,9}(?:é|ß){0,4}",
+]
+
+
+def _schema_terminals() -> list[object]:
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "größe": {"type": "number", "minimum": -3, "maximum": 900},
+            "tags": {"type": "array", "items": {"enum": ["a", "b\\c", "ü"]}},
+        },
+        "additionalProperties": {"type": "integer"},
+    }
+    grammar = compile_schema(schema, options=SchemaOptions(mode="accept"))
+    return [t.pattern for t in grammar.terminals if not t.intersect]
+
+
+def _strings(alphabet: bytes, length: int) -> list[bytes]:
+    out = [b""]
+    for n in range(1, length + 1):
+        out += [bytes(p) for p in itertools.product(alphabet, repeat=n)]
+    return out
+
+
+@pytest.mark.parametrize("node", [parse_regex(p) for p in PATTERNS] + _schema_terminals())
+def test_a_deferred_automaton_is_the_eager_one(node: object) -> None:
+    deferred = compile_ast(node, defer=True)  # type: ignore[arg-type]
+    eager = compile_ast(node)  # type: ignore[arg-type]
+    if nfa.node_program(node).nfa_size + 1 <= nfa.NATIVE_ABOVE:  # type: ignore[arg-type]
+        assert not deferred.is_deferred  # (small NFAs are built in Python, at once)
+        return
+    assert deferred.is_deferred
+    # what a lexer reads before the first row: the same
+    assert np.array_equal(deferred.byte_classes, eager.byte_classes)
+    assert deferred.alphabet == eager.alphabet
+    assert deferred.is_accepting(deferred.start) == eager.is_accepting(eager.start)
+    assert not deferred.is_empty and deferred.is_live(deferred.start)
+    # the same language: every short string over the bytes it reads, and random longer ones
+    reps = b'"\\u006eEnamN0123-.9xbcr@' + "éßü".encode()
+    rng = random.Random(0)
+    samples = _strings(reps[:7], 3) + [
+        bytes(rng.choice(reps) for _ in range(rng.randrange(1, 30))) for _ in range(300)
+    ]
+    for data in samples:
+        assert deferred.accepts(data) == eager.accepts(data), data
+    assert not deferred.is_deferred  # (built by the first row)
+    assert np.array_equal(deferred.row(deferred.start), eager.row(eager.start))
+
+
+def test_limits_and_empty_languages_are_decided_at_once() -> None:
+    """Over the NFA limit: the compile fails now, as without deferral; a language that may be
+    empty (a lone surrogate, an empty alternation) is built at once, and is empty."""
+    big = parse_regex(r'"[a-z]{2000}"')
+    with pytest.raises(RegexError, match="max_nfa_states"):
+        compile_ast(big, defer=True, limits=AutomataLimits(max_nfa_states=500))
+    empty = parse_regex(r"\ud800(?:abcdefghij){5}")
+    dfa = compile_ast(empty, defer=True)
+    assert not dfa.is_deferred and dfa.is_empty
+
+
+def test_threads_build_a_deferred_automaton_once() -> None:
+    node = parse_regex(PATTERNS[0])
+    dfa = compile_ast(node, defer=True)
+    assert dfa.is_deferred
+    rows: list[np.ndarray] = []
+    barrier = threading.Barrier(4)
+
+    def read() -> None:
+        barrier.wait()
+        rows.append(np.array(dfa.row(dfa.start)))
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(r, rows[0]) for r in rows)
+    assert np.array_equal(rows[0], compile_ast(node).row(0))
+
+
+def test_grammar_masks_are_the_same_with_and_without_deferral(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A schema's masks along valid and invalid texts, token by token, with the terminals'
+    NFAs deferred and built at once (fresh automata each way)."""
+    tokenizer = load_tokenizer("gpt2")
+    vocab = Vocabulary.from_hf(tokenizer)
+    schema = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "maxLength": 20},
+            "count": {"type": "integer", "minimum": 0},
+            "labels": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}},
+        },
+        "required": ["title"],
+    }
+    texts = [
+        json.dumps({"title": "Das Rätsel", "count": 3, "labels": ["x", "yz"]}),
+        json.dumps({"title": "x" * 25}),
+        '{"count": 2, "title": "\\u0041b"}',
+    ]
+
+    def masks(defer: bool) -> list[bytes]:
+        monkeypatch.setattr(terminals, "DEFER_NFAS", defer)
+        terminals._TERMINAL_DFAS.clear()
+        terminals._BY_FINGERPRINT.clear()
+        terminals._RECENT.clear()
+        from structgen import compiler
+
+        compiler._CACHE.clear()
+        compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
+        out = []
+        bitmask = allocate_bitmask(1, vocab.size, backend="numpy")
+        for text in texts:
+            matcher = Matcher(compiled)
+            for token in tokenizer.encode(text):
+                matcher.fill_bitmask(bitmask, 0)
+                out.append(bytes(bitmask.tobytes()))
+                if not matcher.accept_token(token):
+                    break
+            matcher.fill_bitmask(bitmask, 0)
+            out.append(bytes(bitmask.tobytes()))
+        return out
+
+    assert masks(True) == masks(False)
