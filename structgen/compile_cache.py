@@ -214,6 +214,10 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
         at = index.get(id(dfa))
         if at is None:
             at = index[id(dfa)] = len(snapshots)
+            # A terminal whose NFA waits for its first row (`DeferredNFASource`) gets it now:
+            # a file without the start row would send the loaded grammar back to the schema
+            # for that terminal at its first use.
+            dfa.row(dfa.start)
             snapshots.append(snapshot_dfa(dfa))
         terminal_dfa.append(at)
     empty: np.ndarray[Any, Any] = np.zeros(0, dtype=np.uint8)

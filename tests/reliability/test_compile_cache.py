@@ -194,6 +194,16 @@ class TestRoundTrip:
         sources = [dfa._source for dfa in loaded._engine.terminal_dfas]
         assert any(isinstance(s, SnapshotSource) and s.rebuilt for s in sources)
 
+    def test_a_load_does_not_rebuild_deferred_terminals(self, tmp_path: Path) -> None:
+        """Terminals whose NFAs wait for their first row are saved with that row: loading
+        sets up every terminal from its file without going back to the schema."""
+        vocab = load_vocab("gpt2")
+        case = _Case(vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept")))
+        loaded = _loaded(case, tmp_path)
+        sources = [dfa._source for dfa in loaded._engine.terminal_dfas]  # type: ignore[attr-defined]
+        snapshots = [s for s in sources if isinstance(s, SnapshotSource)]
+        assert snapshots and not any(s.rebuilt for s in snapshots)
+
     def test_a_restart_loads_the_file(self, tmp_path: Path) -> None:
         """In a fresh process: the file written here is found, trusted and gives the same
         first mask."""
