@@ -26,6 +26,7 @@ from structgen.automata.dialects import Dialect, DialectSpec, dialects_of
 from structgen.automata.nfa import (
     NATIVE_ABOVE,
     AutomataLimits,
+    Program,
     _thompson,
     build_nfa,
     leaf_pieces,
@@ -134,7 +135,8 @@ def compile_ast(
     if fingerprint is None:
         fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
     # (a terminal's program is at hand from its fingerprint: its size without another walk)
-    size = node_program(node).nfa_size if defer else nfa_size(node)
+    program = node_program(node) if defer else None
+    size = nfa_size(node) if program is None else program.nfa_size
     if COUNT_ABOVE < size < limits.max_nfa_states:  # (over the limit: build_nfa says so)
         counted = compile_counted(
             node,
@@ -145,8 +147,8 @@ def compile_ast(
         if counted is not None:
             return counted
     where = pattern if pattern else "<regex AST>"
-    if defer:
-        deferred = _deferred_source(node, size + 1, limits, where)
+    if program is not None:
+        deferred = _deferred_source(node, program, size + 1, limits, where)
         if deferred is not None:
             return ByteDFA(deferred, fingerprint=fingerprint, limits=limits)
     nfa = build_nfa(node, max_states=limits.max_nfa_states, pattern=where)
@@ -154,7 +156,7 @@ def compile_ast(
 
 
 def _deferred_source(
-    node: Node, states: int, limits: AutomataLimits, pattern: str
+    node: Node, program: Program, states: int, limits: AutomataLimits, pattern: str
 ) -> DeferredNFASource | None:
     """A deferred source for `node`, or None where building now is needed: an NFA the C
     builder would not make (small ones are built in Python, which skips `x{0}`'s leaves: the
@@ -163,7 +165,6 @@ def _deferred_source(
     (build_nfa says so now)."""
     if states <= NATIVE_ABOVE or _thompson() is None:
         return None
-    program = node_program(node)
     if program.empty_alternation:
         return None
     leaves = leaf_pieces(program)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen.automata.nfa import ByteNFA, Pool
+from structgen.automata.nfa import ByteNFA, Pool, extension_function
 
 __all__ = [
     "BUDGET",
@@ -41,20 +41,9 @@ class _Header(ctypes.Structure):
 _P = ctypes.c_void_p
 
 
-def _module_function(name: str) -> Any:
-    """A function of the extension module, or None (not built, or built before it had it)."""
-    try:
-        module = importlib.import_module("structgen.automata._subset")
-    except ImportError:  # (no extension: the ctypes attribute below)
-        return None
-    return getattr(module, name, None)
-
-
-_ADDRESSES = _module_function("addresses")
+_ADDRESSES = extension_function("addresses", switchable=False)
 #: ``byte_classes(ranges) -> bytes(256)`` in C (`dfa.byte_classes_from_ranges`), or None
-native_byte_classes: Any = (
-    _module_function("byte_classes") if os.environ.get("STRUCTGEN_NATIVE", "1") != "0" else None
-)
+native_byte_classes: Any = extension_function("byte_classes")
 
 
 def addresses(*arrays: npt.NDArray[Any]) -> tuple[int, ...]:

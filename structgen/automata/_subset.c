@@ -741,11 +741,10 @@ static PyObject *addresses(PyObject *self, PyObject *const *args, Py_ssize_t n)
     return out;
 }
 
-
 /* byte_classes(ranges): bytes(256), the coarsest partition of the bytes in which each (lo, hi)
  * pair of the iterable `ranges` is a union of classes, classes numbered in order of their
- * smallest byte (dfa.py, `byte_classes_from_ranges`, which this replaces for many ranges: a
- * terminal's NFA reads dozens, and numpy's set-up per call costs more than the work). Two bytes
+ * smallest byte (dfa.py, `byte_classes_from_ranges`, whose numpy path it replaces: a terminal's
+ * NFA reads dozens of ranges, and numpy's set-up per call costs more than the work). Two bytes
  * share a class iff every range holds both or neither: each byte's membership is a bitset over
  * the ranges, compared only where a range starts or ends. */
 static PyObject *byte_classes(PyObject *self, PyObject *const *args, Py_ssize_t n)
@@ -872,6 +871,7 @@ static int64_t sat_mul(int64_t x, int64_t y)
 }
 
 static PyObject *str_items, *str_ranges, *str_text, *str_item, *str_min, *str_max;
+static PyObject *str_counts, *str_table;
 
 static int64_t entry(program_walk *w, int64_t typ, int64_t a, int64_t b, const int64_t *kids,
                      Py_ssize_t nkids)
@@ -1041,6 +1041,11 @@ static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_TypeError, "join_pieces(pieces, bases, size)");
         return NULL;
     }
+    if (!str_counts) {
+        str_counts = PyUnicode_InternFromString("counts");
+        str_table = PyUnicode_InternFromString("table");
+        if (!str_counts || !str_table) return NULL;
+    }
     Py_ssize_t size = PyLong_AsSsize_t(args[2]);
     if (size < 0) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative pool size");
@@ -1065,8 +1070,8 @@ static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_ssize_t nodes = 0, moves = 0;
     for (Py_ssize_t k = 0; k < np_; k++) {
         PyObject *piece = PySequence_Fast_GET_ITEM(pieces, k);
-        PyObject *counts = PyObject_GetAttrString(piece, "counts");
-        PyObject *table = counts ? PyObject_GetAttrString(piece, "table") : NULL;
+        PyObject *counts = PyObject_GetAttr(piece, str_counts);
+        PyObject *table = counts ? PyObject_GetAttr(piece, str_table) : NULL;
         int bad = !table;
         if (!bad) {
             bad = PyObject_GetBuffer(counts, &views[got], PyBUF_C_CONTIGUOUS) < 0;

@@ -469,14 +469,13 @@ class Program:
                 tables = _PROGRAM_TABLES(root, _NODE_TYPES)
             except OverflowError:  # (a count past 64 bits: the Python walk spells it out)
                 tables = None
+        native = tables is not None
         if tables is None:
             tables = _python_program(root)
-            top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, *facts = tables
-        else:
-            top, *arrays, leaves, leaf_at, nullable, size, empty_alternation = tables
-            facts = [nullable, size, empty_alternation]
+        top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, *facts = tables
+        if native:  # (the integer tables come as bytes of int64)
             typ, arg_a, arg_b, offsets, children = (
-                np.frombuffer(a, dtype=np.int64) for a in arrays
+                np.frombuffer(a, dtype=np.int64) for a in (typ, arg_a, arg_b, offsets, children)
             )
         self.top, self.leaves, self.leaf_at = top, leaves, leaf_at
         self.pieces: LeafPieces | None = None  # (`leaf_pieces`)
@@ -562,30 +561,19 @@ def _python_program(root: Node) -> tuple[Any, ...]:
             empty.append(a == 0 or empty[c[0]])
         else:
             empty.append(t == 0)
-    cap = 1 << 62
-    size = min(nfa_size(root), cap)
+    size = min(nfa_size(root), 1 << 62)
     empty_alternation = any(t == 3 and not c for t, c in zip(typ, kids, strict=True))
-    return (
-        top,
-        typ,
-        arg_a,
-        arg_b,
-        offsets,
-        children,
-        leaves,
-        leaf_at,
-        empty[top],
-        size,
-        (empty_alternation),
-    )
+    tables = (top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at)
+    return (*tables, empty[top], size, empty_alternation)
 
 
-def _program_function(name: str) -> Any:
-    """The extension's function `name`, or None (not built, or STRUCTGEN_NATIVE=0)."""
+def extension_function(name: str, *, switchable: bool = True) -> Any:
+    """The `_subset` extension's function `name`, or None: not built, built before it had the
+    function, or (`switchable`) switched off with STRUCTGEN_NATIVE=0."""
     import importlib
     import os
 
-    if os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
+    if switchable and os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
         return None
     try:
         module = importlib.import_module("structgen.automata._subset")
@@ -594,8 +582,8 @@ def _program_function(name: str) -> Any:
     return getattr(module, name, None)
 
 
-_PROGRAM_TABLES = _program_function("program_tables")
-_JOIN_PIECES = _program_function("join_pieces")
+_PROGRAM_TABLES = extension_function("program_tables")
+_JOIN_PIECES = extension_function("join_pieces")
 _NODE_TYPES = (Empty, String, CharClass, Concat, Alternation, Repeat)
 
 
