@@ -129,8 +129,9 @@ def _has_email_format(schema: Any) -> bool:
 
 def _dotted_email_domain(instance: Any) -> Any:
     def fix(s: str) -> str:
+        # (only an email's shape: a local part and a domain; other strings may hold an `@`)
         m = _EMAIL.fullmatch(s)
-        if m and ("." not in m.group(2) or m.group(2).startswith("[")):
+        if m and m.group(1) and m.group(2) and ("." not in m.group(2) or m.group(2)[0] == "["):
             return f"{m.group(1)}@example.com"
         return s
 
