@@ -898,6 +898,10 @@ class ProductSource(_Source):
         # per component, once a search needs them: its distances to acceptance (a None entry:
         # too big to measure, that component does not guide)
         self._distances: list[Distances | None] | None = None
+        # per component, its rows read at the product's class representatives, and its states'
+        # acceptance: a search reads each component state's row many times (in as many tuples)
+        self._rows: list[dict[int, list[int]]] = [{} for _ in self.parts]
+        self._accepts: list[dict[int, bool]] = [{} for _ in self.parts]
 
     def alphabet(self) -> int:
         out = ALL_BYTES
@@ -907,7 +911,8 @@ class ProductSource(_Source):
 
     def memory_bytes(self) -> int:
         tuples = (len(self.live) + len(self.dead)) * (60 + 8 * len(self.parts))
-        return tuples + sum(p.memory_bytes() for p in self.parts)
+        rows = sum(len(r) for r in self._rows) * (100 + 8 * self.num_classes)
+        return tuples + rows + sum(p.memory_bytes() for p in self.parts)
 
     def start_key(self) -> tuple[int, ...]:
         return tuple(p.start for p in self.parts)
@@ -918,13 +923,23 @@ class ProductSource(_Source):
         return self.is_live(self.start_key())
 
     def is_accepting(self, key: tuple[int, ...]) -> bool:
-        return all(p.is_accepting(s) for p, s in zip(self.parts, key))
+        for part, accepts, state in zip(self.parts, self._accepts, key):
+            found = accepts.get(state)
+            if found is None:
+                found = accepts[state] = part.is_accepting(state)
+            if not found:
+                return False
+        return True
 
     def successors(self, key: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
         """``(class, tuple)`` for every class on which every component moves."""
-        reps = self.reps
-        rows = [p.row(s)[reps].tolist() for p, s in zip(self.parts, key)]
-        return [(c, combo) for c, combo in enumerate(zip(*rows)) if -1 not in combo]
+        columns = []
+        for part, rows, state in zip(self.parts, self._rows, key):
+            row = rows.get(state)
+            if row is None:
+                row = rows[state] = part.row(state)[self.reps].tolist()
+            columns.append(row)
+        return [(c, combo) for c, combo in enumerate(zip(*columns)) if -1 not in combo]
 
     def _guide(self, key: tuple[int, ...]) -> int:
         """How much is left to do from ``key``: the components' distances to acceptance summed
