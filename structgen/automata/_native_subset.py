@@ -86,7 +86,7 @@ def _load() -> Any:
     lib.sg_subset_build_range.restype = ctypes.c_int
     lib.sg_subset_build_range.argtypes = [_P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int64, _P]
     lib.sg_states_set_table.restype = None
-    lib.sg_states_set_table.argtypes = [_P, _P, _P, ctypes.c_int64]
+    lib.sg_states_set_table.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int64]
     lib.sg_states_budget_checked.restype = None
     lib.sg_states_budget_checked.argtypes = [_P]
     lib.sg_states_key.restype = ctypes.c_int64
@@ -160,10 +160,13 @@ class _NativeStates:
     def num_states(self) -> int:
         return int(self._header.n_states)
 
-    def set_table(self, table: npt.NDArray[np.int32], accepting: npt.NDArray[np.bool_]) -> None:
-        """Install new (``-2``/False filled) arrays; the states so far are copied into them."""
+    def set_table(
+        self, table: npt.NDArray[np.int32], accepting: npt.NDArray[np.bool_], clean: int
+    ) -> None:
+        """Install new arrays; the states so far are copied into them. Rows from `clean` on
+        may hold anything: C fills each with -2 when its state is created."""
         assert table.shape[0] == accepting.shape[0]
-        _LIB.sg_states_set_table(self.ctx, *addresses(table, accepting), table.shape[0])
+        _LIB.sg_states_set_table(self.ctx, *addresses(table, accepting), table.shape[0], clean)
 
     def budget_checked(self) -> None:
         _LIB.sg_states_budget_checked(self.ctx)

@@ -55,6 +55,8 @@ typedef struct {
     uint8_t *accepting;
     int64_t max_states;
     int64_t budget_checked; /* the state count at which the budget was last checked */
+    int64_t clean;          /* rows below this are -2 or built; a state created at or past it
+                             * gets its row filled with -2 first (a grown table is not filled) */
     int64_t *elems;         /* the element sets, in an arena */
     int64_t elems_len, elems_cap;
     int64_t *set_off;       /* per state (n_states + 1 used) */
@@ -301,6 +303,11 @@ static int64_t intern(sg_states *s, const int64_t *a, int64_t n, uint8_t accepti
     s->set_off[sid + 1] = s->elems_len;
     s->set_hash[sid] = h;
     s->slots[i] = (int32_t)sid;
+    if (sid >= s->clean) {
+        int32_t *row = s->table + sid * 256;
+        for (int k = 0; k < 256; k++) row[k] = -2;
+        s->clean = sid + 1;
+    }
     s->accepting[sid] = accepting;
     __atomic_store_n(&s->n_states, sid + 1, __ATOMIC_RELEASE);
     return sid;
@@ -472,8 +479,11 @@ int sg_subset_walk_build(sg_subset *s, int32_t state, const int32_t **table,
 
 /* ------------------------------------------------------------------------ any context */
 
-/* Installs bigger arrays (filled with -2 / 0): copies the states so far and switches. */
-void sg_states_set_table(sg_states *s, int32_t *table, uint8_t *accepting, int64_t capacity)
+/* Installs bigger arrays: copies the states so far and switches. `clean`: the rows of `table`
+ * that are -2 or built already (a grown table: 0, its rows past the copied states are not
+ * filled — each is filled when its state is created, so unused capacity is never written). */
+void sg_states_set_table(sg_states *s, int32_t *table, uint8_t *accepting, int64_t capacity,
+                         int64_t clean)
 {
     pthread_mutex_lock(&s->lock);
     if (s->table && s->n_states) {
@@ -483,6 +493,7 @@ void sg_states_set_table(sg_states *s, int32_t *table, uint8_t *accepting, int64
     s->table = table;
     s->accepting = accepting;
     s->capacity = capacity;
+    s->clean = clean > s->n_states ? clean : s->n_states;
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -403,6 +403,7 @@ class ByteDFA:
                 state["_keys"] = keys
                 state["_ids"] = {k: i for i, k in enumerate(keys)}
                 state["_built"] = (self._table[:n, 0] != -2).astype(np.uint8).tobytes()
+                state["_table"][n:] = -2  # (C leaves rows past its states unwritten)
             return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -459,12 +460,11 @@ class ByteDFA:
             table[old:] = -2
             accepting[:old] = self._accepting
         else:
-            # C copies its states' rows in under its lock (at least the `built` it has now, as
-            # states are only ever added): only the rows past those need -2 here
-            built = min(native.num_states, old)
+            # C copies its states' rows in under its lock and fills each later state's row
+            # with -2 when it creates the state: the rest is never written (a grown table is
+            # mostly unused capacity, and writing it was most of a first visit's growth)
             table = np.empty((cap, 256), dtype=np.int32)
-            table[built:] = -2
-            native.set_table(table, accepting)
+            native.set_table(table, accepting, 0)
         # A C walk on another thread (the GIL released) may still read the old arrays through
         # its raw pointers: keep them (together at most the size of the current ones).
         self._retired.append(self._table)
@@ -503,7 +503,7 @@ class ByteDFA:
         native = self._source.make_native(self.limits.max_dfa_states)
         if native is None:
             return
-        native.set_table(self._table, self._accepting)
+        native.set_table(self._table, self._accepting, self._table.shape[0])  # (-2 filled)
         native.budget_checked()  # Python checked the budget for the states so far
         self._native = native
         for i, key in enumerate(self._keys):

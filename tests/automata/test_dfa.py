@@ -193,6 +193,28 @@ class TestPickleAndThreads:
             assert clone.accepts(s.encode()) == dfa.accepts(s.encode())
         assert clone.num_states > 2  # the clone keeps building lazily
 
+    def test_grown_tables_and_their_pickles_read_right(self) -> None:
+        # A grown table is not filled: C fills each new state's row when it creates it. Grow
+        # several times, pickle mid-way (the copy's unused rows must read as unbuilt), then
+        # both go on building states the other has not: every verdict matches Python's re.
+        pattern = r"[abcé]{0,150}x?[a-c\n]{0,20}"
+        dfa = compile_regex(pattern)
+        rng = random.Random(5)
+        texts = [
+            "".join(rng.choice("abcé" * 9 + "x\n") for _ in range(rng.randrange(130)))
+            for _ in range(300)
+        ]
+        for text in texts[:150]:
+            assert dfa.accepts(text.encode()) == bool(re.fullmatch(pattern, text, re.S))
+        assert dfa.num_states > 64  # (grown from 16 at least twice)
+        clone = pickle.loads(pickle.dumps(dfa))
+        built = dfa.num_states
+        for text in texts[150:]:
+            expected = bool(re.fullmatch(pattern, text, re.S))
+            assert clone.accepts(text.encode()) == expected
+            assert dfa.accepts(text.encode()) == expected
+        assert clone.num_states > built and dfa.num_states > built
+
     def test_pickle_product_and_sets(self) -> None:
         d = intersect(compile_regex("[a-c]+"), alternatives([b"ab", b"abd", b"cc"]))
         clone = pickle.loads(pickle.dumps(d))
