@@ -100,15 +100,23 @@ def schema_data(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
     return _load(schema, max_nesting)
 
 
-def _check_nesting(data: Any, limit: int) -> None:
+def _check_nesting(data: Any, limit: int, *, copy_out: bool = False) -> Any:
     """Refuse JSON nested deeper than `limit`, and values JSON cannot hold (NaN, infinities,
-    non-string keys) — iteratively, so deep input never recurses."""
-    stack: list[tuple[Any, int, str]] = [(data, 1, "")]
+    non-string keys) — iteratively, so deep input never recurses. With `copy_out`, return a
+    private copy made in the same pass (dicts and lists anew, JSON scalars shared, anything
+    else deep-copied): checking, then `copy.deepcopy`, walked the schema twice."""
+    box: list[Any] = [data]
+    # (value, the container its copy goes in, its slot there, depth, path: (parent path, key))
+    stack: list[tuple[Any, Any, Any, int, Any]] = [(data, box, 0, 1, None)]
     while stack:
-        node, depth, pointer = stack.pop()
-        if isinstance(node, float) and not math.isfinite(node):
-            raise SchemaError(f"{node!r} is not a JSON number", pointer=pointer)
+        node, parent, slot, depth, path = stack.pop()
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                raise SchemaError(f"{node!r} is not a JSON number", pointer=_path_pointer(path))
+            continue
         if not isinstance(node, (dict, list)):
+            if copy_out and not (node is None or isinstance(node, (str, int))):
+                parent[slot] = copy.deepcopy(node)
             continue
         if depth > limit:
             raise LimitExceededError(
@@ -117,15 +125,31 @@ def _check_nesting(data: Any, limit: int) -> None:
                 value=limit,
             )
         if isinstance(node, dict):
-            for key, value in node.items():
+            items: Any = node.items()
+            for key, _ in items:
                 if not isinstance(key, str):
-                    raise SchemaError(f"object keys must be strings, got {key!r}", pointer=pointer)
-                if isinstance(value, (dict, list, float)):
-                    stack.append((value, depth + 1, json_pointer(pointer, key)))
+                    raise SchemaError(
+                        f"object keys must be strings, got {key!r}", pointer=_path_pointer(path)
+                    )
+            fresh: Any = dict(node) if copy_out else node
         else:
-            for index, value in enumerate(node):
-                if isinstance(value, (dict, list, float)):
-                    stack.append((value, depth + 1, f"{pointer}/{index}"))
+            items = enumerate(node)
+            fresh = list(node) if copy_out else node
+        if copy_out:
+            parent[slot] = fresh
+        for key, value in items:
+            if not (value is None or isinstance(value, (str, int))):  # (bool is an int)
+                stack.append((value, fresh, key, depth + 1, (path, key)))
+    return box[0]
+
+
+def _path_pointer(path: Any) -> str:
+    """The JSON pointer of a `_check_nesting` path (nested (parent, key) pairs)."""
+    keys: list[str | int] = []
+    while path is not None:
+        path, key = path
+        keys.append(key)
+    return json_pointer("", *reversed(keys))
 
 
 def _load(schema: Any, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
@@ -154,8 +178,7 @@ def _load(schema: Any, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
         _check_nesting(data, max_nesting)
         return data
     if isinstance(schema, (bool, dict)):
-        _check_nesting(schema, max_nesting)
-        return copy.deepcopy(schema)
+        return _check_nesting(schema, max_nesting, copy_out=True)
     raise SchemaError(
         f"a schema must be a dict, a bool, JSON text or a model class, not {type(schema).__name__}"
     )

@@ -146,3 +146,43 @@ def test_fingerprint_is_canonical() -> None:
     a = schema_fingerprint({"type": "object", "required": ["a"]})
     assert a == schema_fingerprint('{"required": ["a"], "type": "object"}')
     assert a != schema_fingerprint({"type": "object"})
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        (
+            {"properties": {"a/b": {"enum": [1, {"x": [float("nan")]}]}}},
+            "/properties/a~1b/enum/1/x/0",
+        ),
+        ({"properties": {"a": {"properties": {2: {}}}}}, "/properties/a/properties"),
+        ({"maximum": float("-inf")}, "/maximum"),
+    ],
+)
+def test_values_json_cannot_hold_say_where(schema: dict[str, object], where: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        compile_schema(schema, options=STRICT)
+    assert info.value.pointer == where
+
+
+def test_the_schema_is_copied_once_checked() -> None:
+    """`schema_data` checks and copies in one pass: the copy is equal and shares no container,
+    other values are deep-copied as before, and deep input neither recurses nor is copied."""
+    from structgen.schema import schema_data
+
+    inner = {"enum": [[1, {"a": None}], ("t", [2])], "title": "x"}
+    schema = {"properties": {"p": inner, "q": inner}, "minimum": 1.5}
+    data = schema_data(schema)
+    assert data == schema and list(data) == list(schema)
+    assert (
+        data["properties"]["p"] is not inner
+        and data["properties"]["p"]["enum"][0] is not (inner["enum"][0])
+    )
+    assert data["properties"]["p"]["enum"][1] == ("t", [2])
+    assert data["properties"]["p"]["enum"][1][1] is not inner["enum"][1][1]
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(5000):
+        node["not"] = node = {}
+    with pytest.raises(LimitExceededError):
+        schema_data(deep)
