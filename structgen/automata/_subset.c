@@ -1159,6 +1159,24 @@ done:
     return result;
 }
 
+/* uninitialised(nbytes): a bytearray of `nbytes` whose contents are not written (plain malloc:
+ * no huge-page advice, no zero fill; the pages are touched as the caller writes them). */
+static PyObject *uninitialised(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "uninitialised takes one argument");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "a negative size");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, n);
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
@@ -1168,6 +1186,8 @@ static PyMethodDef methods[] = {
      "program_tables(root, node types): a regex AST's flat program (nfa.Program)"},
     {"join_pieces", (PyCFunction)(void (*)(void))join_pieces, METH_FASTCALL,
      "join_pieces(pieces, bases, size): an NFA pool's arrays (nfa.Pool.arrays)"},
+    {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,
+     "uninitialised(nbytes): a bytearray whose contents are not written"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,7 +30,7 @@ from structgen._budget import check_budget
 from structgen._lru import LRU
 from structgen.automata import _native_subset
 from structgen.automata._native_subset import _NativeStates
-from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA
+from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA, extension_function
 from structgen.errors import LimitExceededError
 
 __all__ = [
@@ -175,6 +175,24 @@ def _alphabet_of_ranges(ranges: Iterable[tuple[int, int]]) -> int:
 #: the estimated memory of one DFA state's key (its set of NFA positions, or a union's live
 #: components) in Python or in the C context, measured on the MaskBench schemas
 STATE_BYTES = 256
+
+
+#: tables from this size on come from `_UNINITIALISED` (see `_table_memory`)
+BIG_TABLE_BYTES = 4 << 20
+_UNINITIALISED = extension_function("uninitialised", switchable=False)
+
+
+def _table_memory(rows: int) -> IntArray:
+    """An uninitialised ``int32 [rows, 256]`` table for a grown DFA. Big ones are plain malloc
+    memory rather than numpy's: numpy asks the kernel for transparent huge pages on arrays of
+    4 MiB and more, and where memory is fragmented the kernel then compacts it inside the first
+    writes' page faults — a lexer's table doubling to 8 MiB stalled 10-40 ms (measured on
+    MaskBench; under 4 ms without the advice, as malloc reuses freed memory)."""
+    nbytes = rows * 1024
+    if nbytes < BIG_TABLE_BYTES or _UNINITIALISED is None:
+        return np.empty((rows, 256), dtype=np.int32)
+    table: IntArray = np.frombuffer(_UNINITIALISED(nbytes), dtype=np.int32).reshape(rows, 256)
+    return table
 
 
 class ByteDFA:
@@ -455,7 +473,7 @@ class ByteDFA:
         accepting = np.zeros(cap, dtype=np.bool_)
         native = self._native
         if native is None:
-            table = np.empty((cap, 256), dtype=np.int32)
+            table = _table_memory(cap)
             table[:old] = self._table  # (each cell written once: np.full and a copy cost more)
             table[old:] = -2
             accepting[:old] = self._accepting
@@ -463,7 +481,7 @@ class ByteDFA:
             # C copies its states' rows in under its lock and fills each later state's row
             # with -2 when it creates the state: the rest is never written (a grown table is
             # mostly unused capacity, and writing it was most of a first visit's growth)
-            table = np.empty((cap, 256), dtype=np.int32)
+            table = _table_memory(cap)
             native.set_table(table, accepting, 0)
         # A C walk on another thread (the GIL released) may still read the old arrays through
         # its raw pointers: keep them (together at most the size of the current ones).

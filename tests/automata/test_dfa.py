@@ -25,6 +25,7 @@ from structgen.automata import (
     literal,
     parse_regex,
 )
+from structgen.automata import dfa as dfa_module
 from structgen.errors import LimitExceededError, RegexError
 
 PATTERNS = [
@@ -193,10 +194,16 @@ class TestPickleAndThreads:
             assert clone.accepts(s.encode()) == dfa.accepts(s.encode())
         assert clone.num_states > 2  # the clone keeps building lazily
 
-    def test_grown_tables_and_their_pickles_read_right(self) -> None:
+    @pytest.mark.parametrize("malloc_from", [None, 0])
+    def test_grown_tables_and_their_pickles_read_right(
+        self, malloc_from: int | None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         # A grown table is not filled: C fills each new state's row when it creates it. Grow
         # several times, pickle mid-way (the copy's unused rows must read as unbuilt), then
         # both go on building states the other has not: every verdict matches Python's re.
+        # (`malloc_from=0`: every grown table is uninitialised malloc memory, as big ones are.)
+        if malloc_from is not None:
+            monkeypatch.setattr(dfa_module, "BIG_TABLE_BYTES", malloc_from)
         pattern = r"[abcé]{0,150}x?[a-c\n]{0,20}"
         dfa = compile_regex(pattern)
         rng = random.Random(5)
