@@ -834,12 +834,12 @@ static PyObject *byte_classes(PyObject *self, PyObject *const *args, Py_ssize_t 
 /* ------------------------------------------------------------------ regex AST -> program
  *
  * program_tables(root, types): the flat program of a regex AST (nfa.py, `Program`): one entry
- * per distinct node (equal nodes, by Python's hash and ==, are one entry), in post-order. Returns
- * (top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, nullable, size, empty_alternation):
- * the five integer tables as bytes of native int64 (what the digest reads), the leaves (a
- * CharClass's ranges, a String's text) and their entry numbers as lists, whether the AST
- * matches the empty string, its NFA size (`nfa_size`, saturated at 2**62) and whether it holds
- * an alternation of no items. `types` is (Empty, String, CharClass, Concat, Alternation,
+ * per distinct node (equal nodes, as Python's == has them, are one entry), in post-order. Returns
+ * (top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, nullable, size, empty_alternation,
+ * leaf bytes): the five integer tables as bytes of native int64 (what the digest reads), the
+ * leaves (a CharClass's ranges, a String's text) and their entry numbers as lists, whether the
+ * AST matches the empty string, its NFA size (`nfa_size`, saturated at 2**62), whether it holds
+ * an alternation of no items, and the leaves as bytes for the digest (`blob`). `types` is (Empty, String, CharClass, Concat, Alternation,
  * Repeat). The Python walk it replaces visits a compile's ~100k nodes at ~1 µs each. */
 
 typedef struct {
@@ -864,12 +864,172 @@ static int buf_push(i64buf *b, int64_t v)
 }
 
 typedef struct {
-    PyObject *index;  /* node -> entry number */
     PyObject *leaves, *leaf_at;
     PyObject *types[6];
     i64buf typ, a, b, offsets, children, scratch, nullable, size;
     int empty_alternation;
+    /* Equal nodes are one entry. Python's dict did that with the nodes' own __hash__ and ==
+     * (Python calls, deep comparisons of equal-but-distinct subtrees): here a node seen before
+     * (the same object) is found by address, and a new one by its structure — its type, numbers
+     * and children's entries, which are equal exactly when the nodes are (children come first),
+     * and for a leaf its text or ranges, compared by value. */
+    PyObject **seen_key;      /* open addressing by address: node -> entry */
+    int64_t *seen_entry;
+    Py_ssize_t seen_cap, seen_len;
+    int64_t *by_shape;        /* open addressing by structure: entry numbers, -1 empty */
+    Py_ssize_t shape_cap;
+    i64buf shape_hash;        /* per entry */
+    PyObject **leaf_obj;      /* per entry: its leaf (borrowed: the AST holds it), or NULL */
+    Py_ssize_t leaf_cap;
+    /* the leaves as the digest reads them: per leaf, b"s" + its length (int64) + its code
+     * points (uint32), or b"r" + its range count (int64) + the bounds (int64); native order */
+    char *blob;
+    Py_ssize_t blob_len, blob_cap;
 } program_walk;
+
+static int blob_add(program_walk *w, const void *data, Py_ssize_t n)
+{
+    if (w->blob_len + n > w->blob_cap) {
+        Py_ssize_t cap = w->blob_cap ? w->blob_cap : 256;
+        while (cap < w->blob_len + n) cap *= 2;
+        char *grown = (char *)realloc(w->blob, (size_t)cap);
+        if (!grown) { PyErr_NoMemory(); return -1; }
+        w->blob = grown;
+        w->blob_cap = cap;
+    }
+    memcpy(w->blob + w->blob_len, data, (size_t)n);
+    w->blob_len += n;
+    return 0;
+}
+
+/* Appends `leaf` (a str, or a tuple of (lo, hi) int pairs) to the blob. */
+static int blob_leaf(program_walk *w, PyObject *leaf)
+{
+    if (PyUnicode_Check(leaf)) {
+        int64_t n = PyUnicode_GET_LENGTH(leaf);
+        if (blob_add(w, "s", 1) || blob_add(w, &n, 8)) return -1;
+        int kind = PyUnicode_KIND(leaf);
+        const void *data = PyUnicode_DATA(leaf);
+        for (int64_t k = 0; k < n; k++) {
+            uint32_t cp = (uint32_t)PyUnicode_READ(kind, data, k);
+            if (blob_add(w, &cp, 4)) return -1;
+        }
+        return 0;
+    }
+    if (!PyTuple_Check(leaf)) {
+        PyErr_SetString(PyExc_TypeError, "a leaf is neither text nor ranges");
+        return -1;
+    }
+    int64_t n = PyTuple_GET_SIZE(leaf);
+    if (blob_add(w, "r", 1) || blob_add(w, &n, 8)) return -1;
+    for (int64_t k = 0; k < n; k++) {
+        PyObject *pair = PyTuple_GET_ITEM(leaf, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a range is not a (lo, hi) pair");
+            return -1;
+        }
+        for (int j = 0; j < 2; j++) {
+            int64_t v = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, j));
+            if (v == -1 && PyErr_Occurred()) return -1;
+            if (blob_add(w, &v, 8)) return -1;
+        }
+    }
+    return 0;
+}
+
+static int64_t seen_get(program_walk *w, PyObject *n)
+{
+    if (!w->seen_cap) return -1;
+    size_t mask = (size_t)w->seen_cap - 1, i = ((uintptr_t)n >> 4) & mask;
+    for (;; i = (i + 1) & mask) {
+        if (w->seen_key[i] == n) return w->seen_entry[i];
+        if (!w->seen_key[i]) return -1;
+    }
+}
+
+static int seen_put(program_walk *w, PyObject *n, int64_t e)
+{
+    if ((w->seen_len + 1) * 2 > w->seen_cap) {
+        Py_ssize_t cap = w->seen_cap ? w->seen_cap * 2 : 256;
+        PyObject **keys = (PyObject **)calloc((size_t)cap, sizeof(PyObject *));
+        int64_t *vals = (int64_t *)malloc((size_t)cap * sizeof(int64_t));
+        if (!keys || !vals) { free(keys); free(vals); PyErr_NoMemory(); return -1; }
+        size_t mask = (size_t)cap - 1;
+        for (Py_ssize_t k = 0; k < w->seen_cap; k++) {
+            PyObject *key = w->seen_key[k];
+            if (!key) continue;
+            size_t i = ((uintptr_t)key >> 4) & mask;
+            while (keys[i]) i = (i + 1) & mask;
+            keys[i] = key;
+            vals[i] = w->seen_entry[k];
+        }
+        free(w->seen_key); free(w->seen_entry);
+        w->seen_key = keys; w->seen_entry = vals; w->seen_cap = cap;
+    }
+    size_t mask = (size_t)w->seen_cap - 1, i = ((uintptr_t)n >> 4) & mask;
+    while (w->seen_key[i]) i = (i + 1) & mask;
+    w->seen_key[i] = n;
+    w->seen_entry[i] = e;
+    w->seen_len++;
+    return 0;
+}
+
+static uint64_t shape_of(int64_t typ, int64_t a, int64_t b, const int64_t *kids,
+                         Py_ssize_t nkids, Py_hash_t leaf_hash)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)typ;
+    uint64_t parts[4] = {(uint64_t)a, (uint64_t)b, (uint64_t)nkids, (uint64_t)leaf_hash};
+    for (int k = 0; k < 4; k++) h = (h ^ parts[k]) * 0x100000001B3ull + (h >> 29);
+    for (Py_ssize_t k = 0; k < nkids; k++) h = (h ^ (uint64_t)kids[k]) * 0x100000001B3ull + (h >> 29);
+    return h ^ (h >> 31);
+}
+
+/* The entry equal to (typ, a, b, kids, leaf) with structure hash `h`: its number, -1 none,
+ * -2 an error (a leaf comparison raised). */
+static int64_t shape_find(program_walk *w, uint64_t h, int64_t typ, int64_t a, int64_t b,
+                          const int64_t *kids, Py_ssize_t nkids, PyObject *leaf)
+{
+    if (!w->shape_cap) return -1;
+    size_t mask = (size_t)w->shape_cap - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        int64_t e = w->by_shape[i];
+        if (e < 0) return -1;
+        if ((uint64_t)w->shape_hash.data[e] != h || w->typ.data[e] != typ || w->a.data[e] != a
+                || w->b.data[e] != b)
+            continue;
+        int64_t lo = w->offsets.data[e], hi = w->offsets.data[e + 1];
+        if (hi - lo != nkids || memcmp(w->children.data + lo, kids, (size_t)nkids * 8)) continue;
+        if (leaf) {
+            int same = PyObject_RichCompareBool(w->leaf_obj[e], leaf, Py_EQ);
+            if (same < 0) return -2;
+            if (!same) continue;
+        }
+        return e;
+    }
+}
+
+static int shape_put(program_walk *w, int64_t e, uint64_t h)
+{
+    if ((e + 1) * 2 > w->shape_cap) {
+        Py_ssize_t cap = w->shape_cap ? w->shape_cap * 2 : 256;
+        int64_t *table = (int64_t *)malloc((size_t)cap * sizeof(int64_t));
+        if (!table) { PyErr_NoMemory(); return -1; }
+        memset(table, 0xFF, (size_t)cap * sizeof(int64_t));
+        size_t mask = (size_t)cap - 1;
+        for (int64_t k = 0; k < e; k++) {
+            size_t i = (uint64_t)w->shape_hash.data[k] & mask;
+            while (table[i] >= 0) i = (i + 1) & mask;
+            table[i] = k;
+        }
+        free(w->by_shape);
+        w->by_shape = table;
+        w->shape_cap = cap;
+    }
+    size_t mask = (size_t)w->shape_cap - 1, i = h & mask;
+    while (w->by_shape[i] >= 0) i = (i + 1) & mask;
+    w->by_shape[i] = e;
+    return 0;
+}
 
 #define SIZE_CAP ((int64_t)1 << 62)
 
@@ -884,10 +1044,32 @@ static int64_t sat_mul(int64_t x, int64_t y)
 static PyObject *str_items, *str_ranges, *str_text, *str_item, *str_min, *str_max;
 static PyObject *str_counts, *str_table;
 
+/* The entry of a node with these fields: an equal one made before, or a new one (a leaf's
+ * text or ranges then joins `leaves`). -1: an error. */
 static int64_t entry(program_walk *w, int64_t typ, int64_t a, int64_t b, const int64_t *kids,
-                     Py_ssize_t nkids)
+                     Py_ssize_t nkids, PyObject *leaf)
 {
+    Py_hash_t leaf_hash = 0;
+    if (leaf && (leaf_hash = PyObject_Hash(leaf)) == -1) return -1;
+    uint64_t h = shape_of(typ, a, b, kids, nkids, leaf_hash);
+    int64_t same = shape_find(w, h, typ, a, b, kids, nkids, leaf);
+    if (same != -1) return same < 0 ? -1 : same;
     int64_t i = w->typ.len;
+    if (leaf) {
+        PyObject *at = PyLong_FromLongLong(i);
+        int bad = !at || PyList_Append(w->leaves, leaf) || PyList_Append(w->leaf_at, at);
+        Py_XDECREF(at);
+        if (bad || blob_leaf(w, leaf)) return -1;
+    }
+    if (i >= w->leaf_cap) {
+        Py_ssize_t cap = w->leaf_cap ? w->leaf_cap * 2 : 64;
+        PyObject **grown = (PyObject **)realloc(w->leaf_obj, (size_t)cap * sizeof(PyObject *));
+        if (!grown) { PyErr_NoMemory(); return -1; }
+        w->leaf_obj = grown;
+        w->leaf_cap = cap;
+    }
+    w->leaf_obj[i] = leaf;
+    if (buf_push(&w->shape_hash, (int64_t)h)) return -1;
     /* whether the entry matches the empty string (children come first: post-order) */
     int64_t empty = typ == 0 || typ == 2 || (typ == 4 && a == 0);
     if (typ == 2)
@@ -915,14 +1097,14 @@ static int64_t entry(program_walk *w, int64_t typ, int64_t a, int64_t b, const i
     for (Py_ssize_t k = 0; k < nkids; k++)
         if (buf_push(&w->children, kids[k])) return -1;
     if (buf_push(&w->offsets, w->children.len)) return -1;
+    if (shape_put(w, i, h)) return -1;
     return i;
 }
 
 static int64_t visit_node(program_walk *w, PyObject *n)
 {
-    PyObject *found = PyDict_GetItemWithError(w->index, n);
-    if (found) return PyLong_AsLongLong(found);
-    if (PyErr_Occurred()) return -1;
+    int64_t known = seen_get(w, n);
+    if (known >= 0) return known;
     PyObject *kind = (PyObject *)Py_TYPE(n);
     int64_t i;
     if (kind == w->types[3] || kind == w->types[4]) {  /* Concat, Alternation */
@@ -949,16 +1131,13 @@ static int64_t visit_node(program_walk *w, PyObject *n)
         Py_LeaveRecursiveCall();
         Py_DECREF(items);
         w->scratch.len -= k;
-        i = entry(w, kind == w->types[3] ? 2 : 3, 0, 0, w->scratch.data + w->scratch.len, k);
+        i = entry(w, kind == w->types[3] ? 2 : 3, 0, 0, w->scratch.data + w->scratch.len, k,
+                  NULL);
     } else if (kind == w->types[2] || kind == w->types[1]) {  /* CharClass, String */
         PyObject *leaf = PyObject_GetAttr(n, kind == w->types[2] ? str_ranges : str_text);
         if (!leaf) return -1;
-        PyObject *at = PyLong_FromSsize_t(w->typ.len);
-        int bad = !at || PyList_Append(w->leaves, leaf) || PyList_Append(w->leaf_at, at);
-        Py_XDECREF(at);
-        Py_DECREF(leaf);
-        if (bad) return -1;
-        i = entry(w, 1, 0, 0, NULL, 0);
+        i = entry(w, 1, 0, 0, NULL, 0, leaf);
+        Py_DECREF(leaf);  /* (the node still holds it: `leaf_obj` borrows) */
     } else if (kind == w->types[5]) {  /* Repeat */
         PyObject *item = PyObject_GetAttr(n, str_item);
         if (!item) return -1;
@@ -977,19 +1156,15 @@ static int64_t visit_node(program_walk *w, PyObject *n)
         Py_XDECREF(lo);
         Py_XDECREF(hi);
         if (!hi || PyErr_Occurred()) return -1;  /* (past 64 bits: OverflowError) */
-        i = entry(w, 4, vlo, vhi, &c, 1);
+        i = entry(w, 4, vlo, vhi, &c, 1, NULL);
     } else if (kind == w->types[0]) {  /* Empty */
-        i = entry(w, 0, 0, 0, NULL, 0);
+        i = entry(w, 0, 0, 0, NULL, 0, NULL);
     } else {
         PyErr_Format(PyExc_TypeError, "not a regex AST node: %R", n);
         return -1;
     }
     if (i < 0) return -1;
-    PyObject *number = PyLong_FromLongLong(i);
-    if (!number) return -1;
-    int bad = PyDict_SetItem(w->index, n, number);
-    Py_DECREF(number);
-    return bad ? -1 : i;
+    return seen_put(w, n, i) ? -1 : i;
 }
 
 static PyObject *buf_bytes(i64buf *b)
@@ -1017,26 +1192,27 @@ static PyObject *program_tables(PyObject *self, PyObject *const *args, Py_ssize_
     program_walk w;
     memset(&w, 0, sizeof w);
     for (int k = 0; k < 6; k++) w.types[k] = PyTuple_GET_ITEM(args[1], k);
-    w.index = PyDict_New();
     w.leaves = PyList_New(0);
     w.leaf_at = PyList_New(0);
     PyObject *out = NULL;
-    if (w.index && w.leaves && w.leaf_at && !buf_push(&w.offsets, 0)) {
+    if (w.leaves && w.leaf_at && !buf_push(&w.offsets, 0)) {
         int64_t top = visit_node(&w, args[0]);
         if (top >= 0) {
-            out = Py_BuildValue("(LNNNNNOOOLO)", (long long)top, buf_bytes(&w.typ),
+            out = Py_BuildValue("(LNNNNNOOOLON)", (long long)top, buf_bytes(&w.typ),
                                 buf_bytes(&w.a), buf_bytes(&w.b), buf_bytes(&w.offsets),
                                 buf_bytes(&w.children), w.leaves, w.leaf_at,
                                 w.nullable.data[top] ? Py_True : Py_False,
                                 (long long)w.size.data[top],
-                                w.empty_alternation ? Py_True : Py_False);
+                                w.empty_alternation ? Py_True : Py_False,
+                                PyBytes_FromStringAndSize(w.blob ? w.blob : "", w.blob_len));
         }
     }
-    Py_XDECREF(w.index);
     Py_XDECREF(w.leaves);
     Py_XDECREF(w.leaf_at);
     free(w.typ.data); free(w.a.data); free(w.b.data); free(w.offsets.data);
     free(w.children.data); free(w.scratch.data); free(w.nullable.data); free(w.size.data);
+    free(w.seen_key); free(w.seen_entry); free(w.by_shape); free(w.shape_hash.data);
+    free(w.leaf_obj); free(w.blob);
     return out;
 }
 

@@ -18,6 +18,7 @@ every non-empty set of NFA states the DFA builds can still reach acceptance.
 from __future__ import annotations
 
 import hashlib
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -472,7 +473,7 @@ class Program:
         native = tables is not None
         if tables is None:
             tables = _python_program(root)
-        top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, *facts = tables
+        top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, *facts, leaf_bytes = tables
         if native:  # (the integer tables come as bytes of int64)
             typ, arg_a, arg_b, offsets, children = (
                 np.frombuffer(a, dtype=np.int64) for a in (typ, arg_a, arg_b, offsets, children)
@@ -484,8 +485,8 @@ class Program:
         self.empty_alternation: bool = facts[2]  # an alternation of no items (empty language)
         self.typ, self.arg_a, self.arg_b = typ, arg_a, arg_b
         self.offsets, self.children = offsets, children
-        # The integer tables as raw 64-bit arrays (lengths first), the leaves as text.
-        digest = hashlib.blake2b(digest_size=16, person=b"sg-regex-ast")
+        # The integer tables as raw 64-bit arrays (lengths first), then the leaves' bytes.
+        digest = hashlib.blake2b(digest_size=16, person=b"sg-regex-ast-2")
         digest.update(array("q", [top, len(typ), len(children)]).tobytes())
         for numbers in (typ, arg_a, arg_b, offsets, children):
             if isinstance(numbers, np.ndarray):
@@ -495,13 +496,29 @@ class Program:
                 digest.update(array("q", numbers).tobytes())
             except OverflowError:  # (a count past 64 bits: spelled out instead)
                 digest.update(repr(numbers).encode())
-        digest.update(repr(leaves).encode("utf-8", "surrogatepass"))
+        digest.update(leaf_bytes)
         self.digest = digest.digest()
+
+
+def _leaf_bytes(leaves: list[str | iv.Ranges]) -> bytes:
+    """The leaves as the digest reads them (as `program_tables` writes them): per leaf, b"s",
+    its length and its code points (uint32), or b"r", its range count and the bounds (int64);
+    native byte order, as the integer tables."""
+    out = bytearray()
+    text_codec = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+    for leaf in leaves:
+        if isinstance(leaf, str):
+            out += b"s" + array("q", [len(leaf)]).tobytes()
+            out += leaf.encode(text_codec, "surrogatepass")
+        else:
+            out += b"r" + array("q", [len(leaf)]).tobytes()
+            out += array("q", [bound for pair in leaf for bound in pair]).tobytes()
+    return bytes(out)
 
 
 def _python_program(root: Node) -> tuple[Any, ...]:
     """`Program`'s tables by a Python walk (lists of ints): (top, typ, arg_a, arg_b, offsets,
-    children, leaves, leaf_at, nullable, NFA size, empty alternation)."""
+    children, leaves, leaf_at, nullable, NFA size, empty alternation, leaf bytes)."""
     index: dict[Node, int] = {}
     typ: list[int] = []
     arg_a: list[int] = []
@@ -564,7 +581,7 @@ def _python_program(root: Node) -> tuple[Any, ...]:
     size = min(nfa_size(root), 1 << 62)
     empty_alternation = any(t == 3 and not c for t, c in zip(typ, kids, strict=True))
     tables = (top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at)
-    return (*tables, empty[top], size, empty_alternation)
+    return (*tables, empty[top], size, empty_alternation, _leaf_bytes(leaves))
 
 
 def extension_function(name: str, *, switchable: bool = True) -> Any:

@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from structgen.automata import nfa, parse_regex
 from structgen.automata.dfa import ByteDFA, NFASource
@@ -138,6 +140,61 @@ def test_program_walk_in_c_on_schema_terminals_and_odd_nodes() -> None:
     for terminal in grammar.terminals:
         ours, theirs = nfa.Program(terminal.pattern), _python_program(terminal.pattern)
         assert ours.digest == theirs.digest
+
+
+def _ast_nodes() -> st.SearchStrategy[Any]:
+    """Small regex ASTs, built through the constructors (no flattening: any shape)."""
+    from structgen.automata.regex_syntax import (
+        Alternation,
+        CharClass,
+        Concat,
+        Empty,
+        Repeat,
+        String,
+    )
+
+    leaves = st.one_of(
+        st.just(Empty()),
+        st.text(alphabet="ab\ud800é", min_size=1, max_size=3).map(String),
+        st.sampled_from([((97, 98),), ((48, 57), (97, 97)), ((0x10000, 0x10FFFF),), ()]).map(
+            CharClass
+        ),
+    )
+    return st.recursive(
+        leaves,
+        lambda kids: st.one_of(
+            st.lists(kids, max_size=4).map(lambda xs: Concat(tuple(xs))),
+            st.lists(kids, max_size=4).map(lambda xs: Alternation(tuple(xs))),
+            st.tuples(kids, st.integers(0, 3), st.one_of(st.none(), st.integers(3, 5))).map(
+                lambda t: Repeat(*t)
+            ),
+        ),
+        max_leaves=12,
+    )
+
+
+@pytest.mark.skipif(nfa._PROGRAM_TABLES is None, reason="the extension predates program_tables")
+@settings(max_examples=300, deadline=None)
+@given(_ast_nodes(), _ast_nodes())
+def test_program_walk_dedupes_equal_nodes_as_python_does(a: Any, b: Any) -> None:
+    """The C walk finds equal nodes by structure, not by the nodes' own hash and ==: on ASTs
+    that repeat subtrees as the same object and as equal copies, it gives the Python walk's
+    tables, leaves and digest."""
+    import copy
+
+    from structgen.automata.regex_syntax import Alternation, Concat
+
+    node = Concat((a, b, copy.deepcopy(a), Alternation((b, a, copy.deepcopy(b)))))
+    c, py = nfa.Program(node), _python_program(node)
+    assert c.digest == py.digest
+    assert c.top == py.top and c.leaves == py.leaves and c.leaf_at == py.leaf_at
+    for name in ("typ", "arg_a", "arg_b", "offsets", "children"):
+        assert list(getattr(c, name)) == list(getattr(py, name)), name
+    assert (c.nullable, c.nfa_size, c.empty_alternation) == (
+        py.nullable,
+        py.nfa_size,
+        py.empty_alternation,
+    )
 
 
 @pytest.mark.skipif(nfa._JOIN_PIECES is None, reason="the extension predates join_pieces")
