@@ -396,25 +396,10 @@ def _not_in_set(words: frozenset[str], canonical: bool) -> Node:
             node = node.setdefault(ch, {})
         node[ends] = {}
     escapes = _CANONICAL_SHORT if canonical else SHORT_ESCAPES
-    unit = canonical_class(ANY_CHAR.ranges, controls=False) if canonical else _SIMPLE_UNIT
     raw_ok = _CANONICAL_RAW if canonical else _RAW_OK
-    tail = Repeat(unit, 0, None)
     short_of = {chr(cp): esc for cp, esc in escapes.items()}
     firsts: dict[str, Node | None] = {}
-    # The ways to leave the trie at a node depend only on its children's characters (most
-    # nodes have one), so each set of them is built once.
-    leaving: dict[tuple[str, ...], list[Node]] = {}
-
-    def leave(children: tuple[str, ...]) -> list[Node]:
-        out: list[Node] = []
-        raw = iv.difference(raw_ok, iv.from_points(ord(c) for c in children))
-        if raw:
-            out.append(Concat((CharClass(raw), tail)))
-        shorts = sorted(e for c, e in short_of.items() if c not in children)
-        if shorts:
-            letters = CharClass(iv.from_points(ord(e) for e in shorts))
-            out.append(Concat((String("\\"), letters, tail)))
-        return out
+    empty: Node = Empty()
 
     def first(ch: str) -> Node | None:
         if iv.contains(raw_ok, ord(ch)):
@@ -424,21 +409,54 @@ def _not_in_set(words: frozenset[str], canonical: bool) -> Node:
         return None  # no raw or short form: strings through it are left out
 
     def build(node: dict[str, Any]) -> Node:
-        children = tuple(sorted(k for k in node if k != ends))
-        parts: list[Node] = [] if ends in node else [Empty()]
-        out = leaving.get(children)
-        if out is None:
-            out = leaving[children] = leave(children)
-        parts += out
+        if len(node) == 1:  # (most trie nodes: one child, no word ends here)
+            children: tuple[str, ...] = tuple(node)
+            parts: list[Node] = [empty] if children[0] != ends else []
+            if not parts:
+                children = ()
+        else:
+            children = tuple(sorted(k for k in node if k != ends))
+            parts = [] if ends in node else [empty]
+        parts += _leaving(children, canonical)
         for ch in children:
-            if ch not in firsts:
-                firsts[ch] = first(ch)
-            head = firsts[ch]
+            head = firsts.get(ch)
+            if head is None and ch not in firsts:
+                head = firsts[ch] = first(ch)
             if head is not None:
                 parts.append(Concat((head, build(node[ch]))))
         return Alternation(tuple(parts)) if len(parts) > 1 else parts[0]
 
     return build(trie)
+
+
+def _leaving(children: tuple[str, ...], canonical: bool) -> list[Node]:
+    """The ways to leave the trie at a node whose children are `children`: a character that
+    is none of them (raw, or a short escape), then anything. They depend only on the children
+    (most nodes have one), so each set of them is built once per process."""
+    key = (children, canonical)
+    found = _LEAVING.get(key)
+    if found is None:  # (two threads may both build it: the same nodes)
+        escapes = _CANONICAL_SHORT if canonical else SHORT_ESCAPES
+        unit = canonical_class(ANY_CHAR.ranges, controls=False) if canonical else _SIMPLE_UNIT
+        raw_ok = _CANONICAL_RAW if canonical else _RAW_OK
+        tail = _TAILS.get(canonical)
+        if tail is None:
+            tail = _TAILS[canonical] = Repeat(unit, 0, None)
+        found = []
+        raw = iv.difference(raw_ok, iv.from_points(ord(c) for c in children))
+        if raw:
+            found.append(Concat((CharClass(raw), tail)))
+        shorts = sorted(e for cp, e in escapes.items() if chr(cp) not in children)
+        if shorts:
+            letters = CharClass(iv.from_points(ord(e) for e in shorts))
+            found.append(Concat((String("\\"), letters, tail)))
+        found = _LEAVING.put(key, found)
+    return found
+
+
+#: `_leaving`'s results, and the `tail` (any string body) of each mode
+_LEAVING: LRU[tuple[tuple[str, ...], bool], list[Node]] = LRU(4096)
+_TAILS: dict[bool, Node] = {}
 
 
 def any_of_literals(words: Sequence[str]) -> Node:
