@@ -169,15 +169,40 @@ class _Piece:
     its first node, as tuples and as arrays: an NFA's pool is made of pieces, placed at
     offsets, and the same piece serves every NFA that reads the same set."""
 
-    __slots__ = ("child", "counts", "hi", "lo", "nodes", "table")
+    __slots__ = ("_nodes", "child", "counts", "hi", "lo", "size", "table")
 
     def __init__(self, nodes: tuple[tuple[tuple[int, int, int], ...], ...]) -> None:
-        self.nodes = nodes
+        self._nodes: tuple[tuple[tuple[int, int, int], ...], ...] | None = nodes
+        self.size = len(nodes)
         self.counts = np.fromiter(map(len, nodes), np.int32, len(nodes))
         flat = [x for moves in nodes for move in moves for x in move]
         #: int32 [moves, 3]: lo, hi, child of each move (what the C join reads)
         self.table = np.array(flat, dtype=np.int32).reshape(-1, 3)
         self.lo, self.hi, self.child = (np.ascontiguousarray(self.table[:, k]) for k in range(3))
+
+    @classmethod
+    def chain(cls, data: bytes) -> _Piece:
+        """A string's bytes, one node each (the last completes the character): the arrays
+        made directly, the node tuples only if Python walks them (a schema's keys and names
+        are mostly new strings, and each piece cost a dozen small numpy calls)."""
+        piece = cls.__new__(cls)
+        n = len(data)
+        piece._nodes = None
+        piece.size = n
+        piece.counts = np.ones(n, dtype=np.int32)
+        piece.lo = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
+        piece.hi = piece.lo
+        piece.child = np.arange(1, n + 1, dtype=np.int32)
+        piece.child[-1] = -1
+        piece.table = np.stack((piece.lo, piece.hi, piece.child), axis=1)
+        return piece
+
+    @property
+    def nodes(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+        """The nodes as tuples of (lo, hi, child) moves."""
+        if self._nodes is None:
+            self._nodes = tuple(((lo, hi, c),) for lo, hi, c in self.table.tolist())
+        return self._nodes
 
     def placed(self, base: int) -> list[tuple[tuple[int, int, int], ...]]:
         """The nodes with child ids moved by `base` (-1, a complete character, stays)."""
@@ -202,9 +227,7 @@ def _string_piece(text: str) -> _Piece:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # a surrogate: no UTF-8 string can match
         return _Piece(((),))
-    nodes = [((b, b, k),) for k, b in enumerate(data, 1)]
-    nodes[-1] = ((data[-1], data[-1], -1),)
-    return _Piece(tuple(nodes))
+    return _Piece.chain(data)
 
 
 class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
@@ -225,7 +248,7 @@ class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
         base = self.size
         self.pieces.append(piece)
         self.bases.append(base)
-        self.size += len(piece.nodes)
+        self.size += piece.size
         self._nodes = None
         self._joined = None
         return base
@@ -638,7 +661,7 @@ def leaf_pieces(program: Program) -> LeafPieces:
         ranges = frozenset().union(*range_sets)
         if strings:
             ranges |= {(x, x) for x in np.concatenate(strings).tolist()}
-        sizes = np.fromiter((len(p.nodes) for p in pieces), np.int64, len(pieces))
+        sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
         found = program.pieces = LeafPieces(tuple(pieces), sizes, ranges, empty)
     return found
 

@@ -247,3 +247,18 @@ def test_program_facts_in_c_are_the_python_ones() -> None:
         assert c.nfa_size == nfa.nfa_size(node)
     assert nfa.Program(Alternation(())).empty_alternation
     assert not nfa.Program(Concat(())).empty_alternation
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=12))
+def test_string_pieces_are_the_tuple_built_ones(text: str) -> None:
+    """A string's piece made from its bytes directly (`_Piece.chain`) has the arrays and the
+    nodes of the one built from node tuples."""
+    data = text.encode("utf-8", "surrogatepass")
+    nodes = [((b, b, k),) for k, b in enumerate(data, 1)]
+    nodes[-1] = ((data[-1], data[-1], -1),)
+    old, new = nfa._Piece(tuple(nodes)), nfa._Piece.chain(data)
+    assert new.nodes == old.nodes and new.size == old.size
+    for name in ("counts", "table", "lo", "hi", "child"):
+        ours, theirs = getattr(new, name), getattr(old, name)
+        assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist(), name
