@@ -124,9 +124,49 @@ def _import_paths() -> list[str]:
 # ----------------------------------------------------------------------------- loading
 
 
+class _LarkLoader(lark.Lark):  # type: ignore[misc]
+    """`lark.Lark` without its Earley parser: structgen parses with its own, and Lark's
+    construction (FIRST sets, prediction tables) was most of a grammar's compile (SQL: 23 ms).
+    What that construction refuses is still refused, with Lark's own errors (`_lark_checks`)."""
+
+    def _build_parser(self) -> Any:
+        _lark_checks(self.rules, self.lexer_conf, self.options.start)
+        return None
+
+
+def _lark_checks(rules: list[Any], lexer_conf: Any, starts: list[str]) -> None:
+    """What building Lark's dynamic Earley parser checks: no rule twice, every nonterminal
+    used (the start rules among them) defined, every terminal's regexp readable by Python's
+    `re` and never empty (lark.parsers.grammar_analysis, lark.parser_frontends)."""
+    from lark.exceptions import GrammarError as LarkGrammarError
+    from lark.grammar import NonTerminal
+    from lark.utils import get_regexp_width
+
+    if len(rules) != len(set(rules)):
+        twice = sorted({str(r) for r in rules if rules.count(r) > 1})
+        raise LarkGrammarError(f"Rules defined twice: {', '.join(twice)}")
+    defined = {rule.origin for rule in rules}
+    for start in starts:
+        if NonTerminal(start) not in defined:
+            raise LarkGrammarError(f"Using an undefined rule: {NonTerminal(start)}")
+    for rule in rules:
+        for symbol in rule.expansion:
+            if not symbol.is_term and symbol not in defined:
+                raise LarkGrammarError(f"Using an undefined rule: {symbol}")
+    for terminal in lexer_conf.terminals:
+        regexp = terminal.pattern.to_regexp()
+        try:
+            width = get_regexp_width(regexp)[0]
+        except ValueError:
+            raise LarkGrammarError(f"Bad regexp in token {terminal.name}: {regexp}") from None
+        if width == 0:
+            raise LarkGrammarError("Dynamic Earley doesn't allow zero-width regexps", terminal)
+        lexer_conf.re_module.compile(regexp, lexer_conf.g_regex_flags)
+
+
 def _load_with_lark(text: str, start: str) -> Any:
     try:
-        return lark.Lark(
+        return _LarkLoader(
             text,
             parser="earley",
             lexer="dynamic",

@@ -298,3 +298,32 @@ def _derive_all(grammar: Grammar, *, max_len: int) -> set[str]:
         for rhs in by_lhs[form[index]]:
             frontier.append(form[:index] + rhs + form[index + 1 :])
     return out
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("start: A\nA: /a*/\n", "terminal A can match the empty string"),
+        ('start: A | B\nA: "x"\nB: /(a|)/\n', "terminal B can match the empty string"),
+        ('begin: "a"\n', "the start rule 'start' is not defined"),
+        ("start: A\nA: /a{2,1}/\n", "min repeat greater than max repeat"),
+        ('start: x y\nx: "a"\n', "Rule 'y' used but not defined"),
+    ],
+)
+def test_what_larks_earley_parser_refuses_is_refused_without_building_it(
+    text: str, message: str
+) -> None:
+    """structgen loads a grammar with Lark but does not build Lark's Earley parser (its own
+    parses); the checks that construction makes still apply, with the same errors."""
+    with pytest.raises(Exception):  # noqa: B017  (Lark lets its regex module's errors out)
+        lark.Lark(text, parser="earley", lexer="dynamic", keep_all_tokens=True)
+    with pytest.raises(GrammarError, match=re.escape(message)):
+        lark_to_ir(text)
+
+
+def test_grammars_lark_accepts_load_without_its_parser() -> None:
+    """A rule written twice (Lark folds it), an unused empty-matching terminal, a nullable
+    rule: accepted, as by Lark."""
+    for text in ('start: "a" | "a"\n', 'start: "a"\nA: /a*/\n', 'start: s\ns: "(" s ")" | \n'):
+        lark.Lark(text, parser="earley", lexer="dynamic", keep_all_tokens=True)
+        assert lark_to_ir(text).rules
