@@ -13,7 +13,7 @@ See docs/design/context-free.md.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from structgen.errors import GrammarError
@@ -246,6 +246,12 @@ class EarleyGrammar:
         return EarleySet(self, [], seed=True)
 
 
+def _NOTHING_EXPECTED() -> None:
+    """`EarleySet.scan`'s memo of terminals none of which is expected (a dead reference's
+    answer, but never dead)."""
+    return None
+
+
 class EarleySet:
     """One Earley item set: the parse after some terminals. Immutable once built."""
 
@@ -270,8 +276,9 @@ class EarleySet:
         self.predicted: dict[int, tuple[tuple[int, int], ...]]
         #: per-set caches of the engine layered on top (lexer, masks); keyed freely
         self.memo: dict[Any, Any] = {}
-        # (created on the first scan: many sets are never scanned)
-        self._children: weakref.WeakValueDictionary[frozenset[int], EarleySet] | None = None
+        # scan's results by the terminal set asked (created on the first scan: many sets are
+        # never scanned); weak references, so a parse state lives while a matcher holds it
+        self._children: dict[frozenset[int], Callable[[], EarleySet | None]] | None = None
         rules = grammar.rules
         nullable = grammar.nullable
         num_terminals = grammar.num_terminals
@@ -318,27 +325,34 @@ class EarleySet:
         self.expected = predicted_terminals.union(carried) if carried else predicted_terminals
 
     def scan(self, terminals: frozenset[int]) -> EarleySet | None:
-        """The set after reading one of `terminals` here (None if none is expected)."""
-        usable = terminals & self.expected
-        if not usable:
-            return None
+        """The set after reading one of `terminals` here (None if none is expected).
+
+        Remembered per `terminals` object asked (the lexer hands out one frozenset per lexer
+        state, so its hash is computed once): most scans repeat one already made."""
         children = self._children
         if children is None:
-            children = self._children = weakref.WeakValueDictionary()
-        child = children.get(usable)
+            children = self._children = {}
+        known = children.get(terminals)
+        if known is not None:
+            child = known()
+            if child is not None or known is _NOTHING_EXPECTED:
+                return child
+        usable = terminals & self.expected
+        if not usable:
+            children[terminals] = _NOTHING_EXPECTED
+            return None
+        items: list[Item] = []
+        for t in usable:
+            items.extend((rid, dot + 1, origin) for rid, dot, origin in self.by_next.get(t, ()))
+            items.extend((rid, dot + 1, self) for rid, dot in self.predicted.get(t, ()))
+        kernel = frozenset(items)
+        # Hash-consing: a set is determined by its kernel, and origins are themselves
+        # interned, so equal kernels mean equal parse futures. Reusing the object shares
+        # its cached masks, e.g. after every element of one JSON array.
+        interned = self.grammar.interned
+        child = interned.get(kernel)
         if child is None:
-            items: list[Item] = []
-            for t in usable:
-                items.extend((rid, dot + 1, origin) for rid, dot, origin in self.by_next.get(t, ()))
-                items.extend((rid, dot + 1, self) for rid, dot in self.predicted.get(t, ()))
-            kernel = frozenset(items)
-            # Hash-consing: a set is determined by its kernel, and origins are themselves
-            # interned, so equal kernels mean equal parse futures. Reusing the object shares
-            # its cached masks, e.g. after every element of one JSON array.
-            interned = self.grammar.interned
-            child = interned.get(kernel)
-            if child is None:
-                child = EarleySet(self.grammar, list(kernel))
-                interned[kernel] = child
-            children[usable] = child
+            child = EarleySet(self.grammar, list(kernel))
+            interned[kernel] = child
+        children[terminals] = weakref.ref(child)
         return child
