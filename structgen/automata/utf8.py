@@ -180,6 +180,7 @@ def _build_dag(ranges: Ranges) -> ByteDag:
         return nid
 
     root = visit(0)
+    visit = None  # type: ignore[assignment]  # (it refers to itself: a cycle)
     # renumber so the root is 0
     order = [root] + [i for i in range(len(nodes)) if i != root]
     new_id = {old: new for new, old in enumerate(order)}

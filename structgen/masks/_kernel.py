@@ -200,7 +200,7 @@ class Events:
     whose tokens die after `cut` bytes in DFA state `state`, where the automaton accepts.
     Also used as walk ranges (nodes `[lo, hi)` whose parent is at depth `cut`)."""
 
-    __slots__ = ("_groups", "cut", "hi", "lo", "state")
+    __slots__ = ("_groups", "_one_state", "cut", "hi", "lo", "state")
 
     def __init__(
         self,
@@ -214,6 +214,7 @@ class Events:
         self.cut = cut
         self.state = state
         self._groups: list[tuple[int, Events]] | None = None
+        self._one_state: int | None = None  # (all events in one state: the group is self)
 
     def __len__(self) -> int:
         return len(self.lo)
@@ -223,10 +224,18 @@ class Events:
 
     def groups(self) -> list[tuple[int, Events]]:
         """The events split by `state`: `(state, events)` pairs (computed once: walk results
-        are cached, and the mask of every parse state that reaches them asks again)."""
+        are cached, and the mask of every parse state that reaches them asks again). When all
+        are in one state the group is these events: only the state is kept (a list holding
+        `self` in `self` is a reference cycle, left to the cyclic collector when evicted)."""
+        if self._one_state is not None:
+            return [(self._one_state, self)]
         groups = self._groups
         if groups is None:
-            groups = self._groups = self._split()
+            groups = self._split()
+            if len(groups) == 1 and groups[0][1] is self:
+                self._one_state = groups[0][0]
+            else:
+                self._groups = groups
         return groups
 
     def _split(self) -> list[tuple[int, Events]]:

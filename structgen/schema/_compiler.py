@@ -261,10 +261,13 @@ class SchemaCompiler:
                 try:
                     out.append(self.value([*others, *branch]))
                 except Unsat as exc:
-                    first_unsat = first_unsat or exc
+                    first_unsat = first_unsat or exc.detached()
             if not out:
                 assert first_unsat is not None
-                raise first_unsat
+                try:
+                    raise first_unsat
+                finally:  # (see `_plain`)
+                    first_unsat = None
             return list(dict.fromkeys(out))
         return self._plain(flat)
 
@@ -288,9 +291,15 @@ class SchemaCompiler:
             try:
                 out.append(self._kind_rule(kind, flat, wanted))
             except Unsat as exc:
-                first = first or exc
+                first = first or exc.detached()
         if not out:
-            raise first or Unsat(ptr, "unsatisfiable")
+            try:
+                raise first or Unsat(ptr, "unsatisfiable")
+            finally:
+                # The traceback holds this frame: with the exception in a local, a reference
+                # cycle would keep every frame of it, and their locals (a schema's worth of
+                # subschemas), until a full collection (seconds, in a long-running process).
+                first = None
         return out
 
     def _kind_rule(self, kind: str, flat: list[Sub], kinds: frozenset[str]) -> str:

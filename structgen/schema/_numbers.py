@@ -231,7 +231,10 @@ def _frac_digits(lo: str | None, hi: str | None) -> Node:
             parts.append(concat([String(str(d)), nxt]))
         return alternation(parts)
 
-    return build(0, lo is not None, hi is not None, False)
+    try:
+        return build(0, lo is not None, hi is not None, False)
+    finally:
+        build = None  # type: ignore[assignment]  # (it refers to itself: a cycle)
 
 
 def _mag_frac(a: Decimal, b: Decimal | None) -> Node:

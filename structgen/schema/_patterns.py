@@ -81,10 +81,12 @@ class PatternReader:
             try:
                 self._parsed[key] = search_language(pattern, dialect=dialects)
             except RegexError as exc:
-                self._parsed[key] = exc
+                # kept without its traceback, and raised as a copy: a traceback holds this
+                # frame, which holds `self`, which holds the cache (a reference cycle)
+                self._parsed[key] = exc.with_traceback(None)
         found = self._parsed[key]
         if isinstance(found, RegexError):
-            raise found
+            raise _copy_error(found)  # (no local may hold what is raised: see above)
         return found
 
     def language(self, pattern: Any, ptr: str) -> SearchLanguage:
@@ -100,7 +102,8 @@ class PatternReader:
                     f"pattern {pattern!r}: {exc.reason}", pointer=ptr
                 ) from exc
             except RegexError as exc:
-                first = first or exc
+                # (kept without its traceback: that holds this frame, which holds `first`)
+                first = first or exc.with_traceback(None)
         assert first is not None
         where = f" at offset {first.offset}" if first.offset is not None else ""
         if self.lenient and not self.generate:
@@ -246,6 +249,13 @@ class PatternReader:
             return False
         pat = spec["pattern"]
         return pat is None or self.matches(pat, name, ptr, every=True)
+
+
+def _copy_error(exc: RegexError) -> RegexError:
+    """A fresh instance of a cached error (its arguments and attributes, no traceback)."""
+    fresh = type(exc).__new__(type(exc), *exc.args)
+    fresh.__dict__.update(exc.__dict__)
+    return fresh
 
 
 # ---------------------------------------------------------------------- jsonschema classes

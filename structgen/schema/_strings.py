@@ -114,7 +114,10 @@ def fixed_width_range(
         return alternation(parts)
 
     lo_d, hi_d = digits(lo), digits(hi)
-    return build(0, True, True)
+    try:
+        return build(0, True, True)
+    finally:
+        build = None  # type: ignore[assignment]  # (it refers to itself: a cycle)
 
 
 @lru_cache(maxsize=4096)  # (the same ranges recur in every string class)
@@ -426,7 +429,10 @@ def _not_in_set(words: frozenset[str], canonical: bool) -> Node:
                 parts.append(Concat((head, build(node[ch]))))
         return Alternation(tuple(parts)) if len(parts) > 1 else parts[0]
 
-    return build(trie)
+    try:
+        return build(trie)
+    finally:
+        build = None  # type: ignore[assignment]  # (it refers to itself: a cycle)
 
 
 def _leaving(children: tuple[str, ...], canonical: bool) -> list[Node]:

@@ -152,7 +152,9 @@ def find_unique_arrays(compiler: Any, known: frozenset[str]) -> tuple[UniqueArra
                 children.append((compiler.child(sub, value, key), (*path, ("names",)), False))
         return all(visit(child, p, ok, stack) for child, p, ok in children)
 
-    if not visit(compiler.root_sub(), (), True, ()):
+    complete = visit(compiler.root_sub(), (), True, ())
+    visit = None  # type: ignore[assignment]  # (it refers to itself and the compiler: a cycle)
+    if not complete:
         return None
     out: list[UniqueArray] = []
     for path, sub, stack in found:
