@@ -7,7 +7,7 @@ False instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "ArgumentError",
@@ -121,3 +121,14 @@ class ValidationFailedError(StructgenError):
 
     def __reduce__(self) -> tuple[type[ValidationFailedError], tuple[str, tuple[Any, ...]]]:
         return (type(self), (self.model, self.attempts))  # picklable across processes
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def detached(exc: _E) -> _E:
+    """`exc` without its traceback and chained exceptions, to be kept in a local or a cache:
+    caught, its traceback holds the frame that keeps it, a reference cycle that keeps every
+    frame of it and their locals until a full collection (internal; not exported)."""
+    exc.__traceback__ = exc.__context__ = exc.__cause__ = None
+    return exc

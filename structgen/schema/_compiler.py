@@ -31,12 +31,19 @@ from structgen.errors import (
     RegexError,
     SchemaError,
     UnsupportedSchemaError,
+    detached,
 )
 from structgen.grammar.ir import Grammar
 from structgen.schema._arrays import array_rule
 from structgen.schema._combinators import disjunction
 from structgen.schema._emitter import GrammarEmitter
-from structgen.schema._forms import Unsat, read_array, read_number, read_object, read_string
+from structgen.schema._forms import (
+    Unsat,
+    read_array,
+    read_number,
+    read_object,
+    read_string,
+)
 from structgen.schema._keywords import (
     ALL_KINDS,
     ANNOTATIONS,
@@ -261,7 +268,7 @@ class SchemaCompiler:
                 try:
                     out.append(self.value([*others, *branch]))
                 except Unsat as exc:
-                    first_unsat = first_unsat or exc.detached()
+                    first_unsat = first_unsat or detached(exc)
             if not out:
                 assert first_unsat is not None
                 try:
@@ -291,7 +298,7 @@ class SchemaCompiler:
             try:
                 out.append(self._kind_rule(kind, flat, wanted))
             except Unsat as exc:
-                first = first or exc.detached()
+                first = first or detached(exc)
         if not out:
             try:
                 raise first or Unsat(ptr, "unsatisfiable")

@@ -48,13 +48,6 @@ class Unsat(Exception):
         self.pointer = pointer
         self.reason = reason
 
-    def detached(self) -> Unsat:
-        """This exception without its traceback and chained exceptions, to be kept: caught,
-        its traceback holds the frame that keeps it, a reference cycle that keeps every frame
-        of it and their locals (a schema's worth of subschemas) until a full collection."""
-        self.__traceback__ = self.__context__ = self.__cause__ = None
-        return self
-
 
 def excluded_values(flat: list[Sub]) -> list[Any]:
     """Values the conjunction excludes one by one (negated `enum`/`const`)."""

@@ -35,7 +35,13 @@ from structgen.automata import (
     search_language,
 )
 from structgen.automata.codepoint_dfa import complement
-from structgen.errors import RegexError, SchemaError, StructgenError, UnsupportedSchemaError
+from structgen.errors import (
+    RegexError,
+    SchemaError,
+    StructgenError,
+    UnsupportedSchemaError,
+    detached,
+)
 
 __all__ = ["DIALECT_KEYWORD", "PatternReader", "model_dialect"]
 
@@ -81,9 +87,9 @@ class PatternReader:
             try:
                 self._parsed[key] = search_language(pattern, dialect=dialects)
             except RegexError as exc:
-                # kept without its traceback, and raised as a copy: a traceback holds this
-                # frame, which holds `self`, which holds the cache (a reference cycle)
-                self._parsed[key] = exc.with_traceback(None)
+                # kept detached, and raised as a copy: a traceback holds this frame, which
+                # holds `self`, which holds the cache (a reference cycle)
+                self._parsed[key] = detached(exc)
         found = self._parsed[key]
         if isinstance(found, RegexError):
             raise _copy_error(found)  # (no local may hold what is raised: see above)
@@ -102,8 +108,7 @@ class PatternReader:
                     f"pattern {pattern!r}: {exc.reason}", pointer=ptr
                 ) from exc
             except RegexError as exc:
-                # (kept without its traceback: that holds this frame, which holds `first`)
-                first = first or exc.with_traceback(None)
+                first = first or detached(exc)
         assert first is not None
         where = f" at offset {first.offset}" if first.offset is not None else ""
         if self.lenient and not self.generate:

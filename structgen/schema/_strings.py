@@ -412,14 +412,11 @@ def _not_in_set(words: frozenset[str], canonical: bool) -> Node:
         return None  # no raw or short form: strings through it are left out
 
     def build(node: dict[str, Any]) -> Node:
-        if len(node) == 1:  # (most trie nodes: one child, no word ends here)
+        if len(node) == 1 and ends not in node:  # (most trie nodes: one child)
             children: tuple[str, ...] = tuple(node)
-            parts: list[Node] = [empty] if children[0] != ends else []
-            if not parts:
-                children = ()
         else:
             children = tuple(sorted(k for k in node if k != ends))
-            parts = [] if ends in node else [empty]
+        parts: list[Node] = [] if ends in node else [empty]
         parts += _leaving(children, canonical)
         for ch in children:
             head = firsts.get(ch)
@@ -443,11 +440,8 @@ def _leaving(children: tuple[str, ...], canonical: bool) -> list[Node]:
     found = _LEAVING.get(key)
     if found is None:  # (two threads may both build it: the same nodes)
         escapes = _CANONICAL_SHORT if canonical else SHORT_ESCAPES
-        unit = canonical_class(ANY_CHAR.ranges, controls=False) if canonical else _SIMPLE_UNIT
         raw_ok = _CANONICAL_RAW if canonical else _RAW_OK
-        tail = _TAILS.get(canonical)
-        if tail is None:
-            tail = _TAILS[canonical] = Repeat(unit, 0, None)
+        tail = _any_body(canonical)
         found = []
         raw = iv.difference(raw_ok, iv.from_points(ord(c) for c in children))
         if raw:
@@ -460,9 +454,14 @@ def _leaving(children: tuple[str, ...], canonical: bool) -> list[Node]:
     return found
 
 
-#: `_leaving`'s results, and the `tail` (any string body) of each mode
 _LEAVING: LRU[tuple[tuple[str, ...], bool], list[Node]] = LRU(4096)
-_TAILS: dict[bool, Node] = {}
+
+
+@lru_cache(maxsize=2)
+def _any_body(canonical: bool) -> Node:
+    """Any encoded string body (one node per mode: the key languages share it)."""
+    unit = canonical_class(ANY_CHAR.ranges, controls=False) if canonical else _SIMPLE_UNIT
+    return Repeat(unit, 0, None)
 
 
 def any_of_literals(words: Sequence[str]) -> Node:
