@@ -328,23 +328,31 @@ def _decode(
     which = header["terminal_dfa"]
     if not isinstance(which, list) or len(which) != parser.num_terminals:
         raise SnapshotError("one automaton per terminal")
-    restored: dict[int, ByteDFA] = {}
-    dfas = []
-    for position, at in enumerate(which):
-        if not isinstance(at, int) or not 0 <= at < len(states):
-            raise SnapshotError("a terminal names no automaton")
-        dfa = restored.get(at)
-        if dfa is None:  # (terminals that share an automaton adopt it once)
-            dfa = live_terminal_dfa(batch.fingerprints[at], limits)
-            if dfa is None:
+    if not all(type(at) is int and 0 <= at < len(states) for at in which):
+        raise SnapshotError("a terminal names no automaton")
+    if states and max(states) > limits.max_dfa_states:
+        raise SnapshotError("an automaton has more states than the limits allow")
 
-                def rebuild(position: int = position) -> ByteDFA:
-                    return build_terminal_dfa(full_grammar().terminals[position], limits)
+    def restore_automata() -> tuple[ByteDFA, ...]:
+        """The terminals' automata: live shared ones where there are, else the file's (asked
+        for on the grammar's first step: the first mask is in the file)."""
+        restored: dict[int, ByteDFA] = {}
+        dfas = []
+        for position, at in enumerate(which):
+            dfa = restored.get(at)
+            if dfa is None:  # (terminals that share an automaton adopt it once)
+                dfa = live_terminal_dfa(batch.fingerprints[at], limits)
+                if dfa is None:
 
-                dfa = restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
-                dfa = adopt_terminal_dfa(dfa)
-            restored[at] = dfa
-        dfas.append(dfa)
+                    def rebuild(position: int = position) -> ByteDFA:
+                        return build_terminal_dfa(full_grammar().terminals[position], limits)
+
+                    dfa = restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
+                    dfa = adopt_terminal_dfa(dfa)
+                restored[at] = dfa
+            dfas.append(dfa)
+        return tuple(dfas)
+
     fingerprint = header["fingerprint"]
     token_ids = header["token_ids"]
     if not isinstance(fingerprint, str) or not fingerprint:
@@ -358,8 +366,11 @@ def _decode(
     if vocab.size % 32 and first_mask[-1] >> (vocab.size % 32):  # bits past the vocabulary
         raise SnapshotError("the first mask allows tokens outside the vocabulary")
     first_mask.setflags(write=False)
+    # a restored automaton's table: at least 16 rows of 256 int32 (`restore_dfa`)
+    table_bytes = sum(max(16, 1 << (n - 1).bit_length()) * 1024 for n in states)
     parts = RestoredParts(
-        tuple(dfas),
+        restore_automata,
+        table_bytes,
         fingerprint,
         frozenset(token_ids),
         full_grammar,

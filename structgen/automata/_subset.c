@@ -41,6 +41,7 @@
 #define SG_NOMEM 4
 #define SG_BAD_STATE 5
 #define SG_NEED_ROW 6
+#define SNAPSHOT_UNBUILT (-2) /* a row not built yet (snapshot.py, UNBUILT) */
 
 #define K_SPLIT 0
 #define K_CONSUME 1
@@ -1353,6 +1354,96 @@ static PyObject *uninitialised(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyByteArray_FromStringAndSize(NULL, n);
 }
 
+/* check_snapshots(rows, byte_classes, states, classes): None when a compile-cache file's
+ * automata are consistent, else the reason (snapshot.py, `SnapshotBatch.check`, whose numpy
+ * path it replaces: a file holds ~20 automata of a few states, and a dozen numpy calls over
+ * them cost more than one pass). `rows`: every automaton's rows (int32, n*k each, in order);
+ * `byte_classes`: 256 bytes per automaton; `states`, `classes`: each one's n and k. An
+ * automaton's classes are numbered 0..k-1 without gaps, its transitions lie in [UNBUILT, n),
+ * and a row is built (no UNBUILT) or not at all. */
+static PyObject *check_snapshots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 || !PyList_Check(args[2]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "check_snapshots(rows, byte_classes, states, classes)");
+        return NULL;
+    }
+    Py_ssize_t m = PyList_GET_SIZE(args[2]);
+    if (PyList_GET_SIZE(args[3]) != m)
+        return PyUnicode_FromString("the automata's fields disagree in number");
+    Py_buffer rows, classes;
+    if (PyObject_GetBuffer(args[0], &rows, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &classes, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&rows);
+        return NULL;
+    }
+    const char *why = NULL;
+    const int32_t *row = (const int32_t *)rows.buf;
+    const uint8_t *cls = (const uint8_t *)classes.buf;
+    Py_ssize_t total = rows.len / (Py_ssize_t)sizeof(int32_t), at = 0;
+    if (rows.len % (Py_ssize_t)sizeof(int32_t) || classes.len != 256 * m)
+        why = "the arrays' lengths do not match the automata";
+    for (Py_ssize_t i = 0; i < m && why == NULL; i++) {
+        long long n = PyLong_AsLongLong(PyList_GET_ITEM(args[2], i));
+        long long k = PyLong_AsLongLong(PyList_GET_ITEM(args[3], i));
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            why = "bad automaton size";
+            break;
+        }
+        if (n < 1 || k < 1 || k > 256 || n > (long long)INT32_MAX) {
+            why = "bad automaton size";
+            break;
+        }
+        unsigned char seen[256] = {0};
+        int distinct = 0, top = 0;
+        for (int b = 0; b < 256; b++) {
+            int c = cls[256 * i + b];
+            if (!seen[c]) {
+                seen[c] = 1;
+                distinct++;
+            }
+            if (c > top)
+                top = c;
+        }
+        if (top + 1 != k) {
+            why = "the class counts do not match the byte classes";
+            break;
+        }
+        if (distinct != k) {
+            why = "byte classes are not numbered without gaps";
+            break;
+        }
+        if (n * k > total - at) {
+            why = "the arrays' lengths do not match the automata";
+            break;
+        }
+        for (long long s = 0; s < n && why == NULL; s++) {
+            const int32_t *r = row + at + s * k;
+            int unbuilt = 0;
+            for (long long c = 0; c < k; c++) {
+                int32_t t = r[c];
+                if (t < SNAPSHOT_UNBUILT || t >= n) {
+                    why = "a transition leads out of the automaton";
+                    break;
+                }
+                unbuilt += t == SNAPSHOT_UNBUILT;
+            }
+            if (why == NULL && unbuilt != 0 && unbuilt != k)
+                why = "a row is built only in part";
+        }
+        at += n * k;
+    }
+    if (why == NULL && at != total)
+        why = "the arrays' lengths do not match the automata";
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&classes);
+    if (why == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(why);
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
@@ -1362,6 +1453,8 @@ static PyMethodDef methods[] = {
      "program_tables(root, node types): a regex AST's flat program (nfa.Program)"},
     {"join_pieces", (PyCFunction)(void (*)(void))join_pieces, METH_FASTCALL,
      "join_pieces(pieces, bases, size): an NFA pool's arrays (nfa.Pool.arrays)"},
+    {"check_snapshots", (PyCFunction)(void (*)(void))check_snapshots, METH_FASTCALL,
+     "check_snapshots(rows, byte_classes, states, classes): None, or why they are bad"},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,
      "uninitialised(nbytes): a bytearray whose contents are not written"},
     {NULL, NULL, 0, NULL},

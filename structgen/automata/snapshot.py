@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen.automata.dfa import ByteDFA, _Source, class_representatives
-from structgen.automata.nfa import AutomataLimits
+from structgen.automata.nfa import AutomataLimits, extension_function
 
 __all__ = [
     "DFASnapshot",
@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 UNBUILT = -2
+#: the batch check in C (`_subset.c`; None: the numpy path below)
+_CHECK_SNAPSHOTS = extension_function("check_snapshots")
 
 
 class SnapshotError(ValueError):
@@ -113,14 +115,31 @@ class SnapshotBatch:
             raise SnapshotError("the automata's fields disagree in number")
         if not m:
             return
-        ns = np.asarray(self.states, dtype=np.int64)
-        ks = np.asarray(self.classes, dtype=np.int64)
-        if ns.min() < 1 or ks.min() < 1 or ks.max() > 256:
-            raise SnapshotError("bad automaton size")
         if not all(0 <= st < n for st, n in zip(self.starts, self.states)):
             raise SnapshotError("a start state is out of range")
         if not all(0 <= a < 1 << 256 for a in self.alphabets):
             raise SnapshotError("an alphabet is not a set of bytes")
+        if self.accepting.shape != (sum(self.states),):
+            raise SnapshotError("the arrays' lengths do not match the automata")
+        native = _CHECK_SNAPSHOTS
+        if (
+            native is not None
+            and self.rows.dtype == np.int32
+            and self.byte_classes.dtype == np.uint8
+        ):
+            why = native(self.rows, self.byte_classes, self.states, self.classes)
+            if why is not None:
+                raise SnapshotError(why)
+            return
+        self.check_arrays()
+
+    def check_arrays(self) -> None:
+        """The sizes, byte classes and transitions part of `check`, in numpy (the C check's
+        fallback and oracle)."""
+        ns = np.asarray(self.states, dtype=np.int64)
+        ks = np.asarray(self.classes, dtype=np.int64)
+        if ns.min() < 1 or ks.min() < 1 or ks.max() > 256:
+            raise SnapshotError("bad automaton size")
         sizes = ns * ks
         if self.rows.shape != (int(sizes.sum()),) or self.accepting.shape != (int(ns.sum()),):
             raise SnapshotError("the arrays' lengths do not match the automata")

@@ -40,6 +40,10 @@ __all__ = ["GrammarEngine", "ParseState", "RestoredParts"]
 
 ParseState = tuple[EarleySet, int, bool]
 
+#: the initial lexer state of a restored engine whose automata are not restored yet (the first
+#: mask is in the cache file: they are restored when anything else is asked)
+PENDING_START = -2
+
 
 class _SharedUnion:
     """A union DFA of some terminal automata with its walker (mask caches), shared by every
@@ -132,10 +136,13 @@ class _Lexer:
 @dataclass(frozen=True, slots=True)
 class RestoredParts:
     """What a compile-cache file gives a `GrammarEngine` in place of building it: an automaton
-    per terminal (restored snapshots or live shared ones), the grammar's fingerprint and token
-    ids, and the full grammar on demand (its terminal patterns are read only for `to_text`)."""
+    per terminal (restored snapshots or live shared ones) on demand — a loaded grammar answers
+    its first mask from the file and restores them on its first step —, the grammar's
+    fingerprint and token ids, and the full grammar on demand (its terminal patterns are read
+    only for `to_text`)."""
 
-    terminal_dfas: tuple[ByteDFA, ...]
+    terminal_dfas: Callable[[], tuple[ByteDFA, ...]]
+    automata_bytes: int  # what the restored automata will hold (the cache budget's estimate)
     fingerprint: str
     token_ids: frozenset[int]
     grammar: Callable[[], Grammar]
@@ -165,10 +172,14 @@ class GrammarEngine:
             assert grammar is not None
             self._grammar: Grammar | None = grammar
             self._full_grammar: Callable[[], Grammar] | None = None
-            self.terminal_dfas = [terminal_dfa(t, limits) for t in grammar.terminals]
+            self._terminal_dfas: list[ByteDFA] | None = [
+                terminal_dfa(t, limits) for t in grammar.terminals
+            ]
+            self._restore: Callable[[], tuple[ByteDFA, ...]] | None = None
+            self._pending_bytes = 0
             self.fingerprint = grammar.fingerprint()
             self.token_ids = grammar_tokens(grammar)  # token terminals (read by CompiledGrammar)
-            dfas = zip(grammar.terminals, self.terminal_dfas)
+            dfas = zip(grammar.terminals, self._terminal_dfas)
             usable = [t.name for t, d in dfas if not d.is_empty]
             self.parser = EarleyGrammar(grammar, usable_terminals=usable)
             names = self.parser.terminal_names
@@ -176,7 +187,9 @@ class GrammarEngine:
         else:
             self._grammar = None
             self._full_grammar = restored.grammar
-            self.terminal_dfas = list(restored.terminal_dfas)
+            self._terminal_dfas = None
+            self._restore = restored.terminal_dfas
+            self._pending_bytes = restored.automata_bytes
             self.fingerprint = restored.fingerprint
             self.token_ids = restored.token_ids
             self.parser = restored.parser
@@ -185,21 +198,43 @@ class GrammarEngine:
         self._union: _SharedUnion | None = None
         self._lock = threading.RLock()
         self._initial = self.parser.initial_set()
-        # Set-up the first masks would otherwise pay: each built terminal's first row (a
-        # regex DFA moves to its C builder there), the grammar's lexer and the initial parse
-        # state's. A terminal whose NFA is deferred builds it when a lexer first reads it.
-        for dfa in self.terminal_dfas:
-            if not dfa.is_deferred:
-                dfa.row(dfa.start)
-        self.lexer(self._initial)
         if restored is not None and restored.first_mask is not None:
             # the file's copy of the first mask (a walk of the whole vocabulary otherwise)
-            _, lex_state, fresh = self.initial_state
-            self._initial.memo[("mask", lex_state, fresh)] = restored.first_mask
+            self._initial.memo[("mask", PENDING_START, True)] = restored.first_mask
+        else:
+            self._set_up_lexing()
         # Parse states are memoised weakly; the most recent ones are kept alive here so that the
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
+
+    def _set_up_lexing(self) -> None:
+        """Set-up the first masks would otherwise pay: each built terminal's first row (a regex
+        DFA moves to its C builder there), the grammar's lexer and the initial parse state's. A
+        terminal whose NFA is deferred builds it when a lexer first reads it."""
+        for dfa in self.terminal_dfas:
+            if not dfa.is_deferred:
+                dfa.row(dfa.start)
+        self.lexer(self._initial)
+
+    @property
+    def terminal_dfas(self) -> list[ByteDFA]:
+        """The automaton of each terminal (a loaded grammar restores them on first use)."""
+        dfas = self._terminal_dfas
+        if dfas is None:
+            with self._lock:
+                dfas = self._terminal_dfas
+                if dfas is None:
+                    assert self._restore is not None
+                    dfas = self._terminal_dfas = list(self._restore())
+                    self._restore = None
+                    self._pending_bytes = 0
+                    memo = self._initial.memo
+                    first = memo.get(("mask", PENDING_START, True))
+                    start = self.lexer(self._initial).start
+                    if first is not None:  # the saved first mask serves the real start too
+                        memo.setdefault(("mask", start, True), first)
+        return dfas
 
     @property
     def grammar(self) -> Grammar:
@@ -217,7 +252,10 @@ class GrammarEngine:
         """Estimated bytes of what this engine holds, by object id (shared automata appear in
         several grammars' parts and are counted once by the cache budget)."""
         mask = ((self.vocab.size + 31) // 32) * 4
-        parts = {id(d): d.memory_bytes() for d in self.terminal_dfas}
+        dfas = self._terminal_dfas or ()  # (not restored yet: estimated from the file)
+        parts = {id(d): d.memory_bytes() for d in dfas}
+        if self._pending_bytes:
+            parts[id(self._initial)] = self._pending_bytes
         union = self._union  # every lexer of the grammar is a start state of this one DFA
         if union is not None:
             parts[id(union)] = union.memory_bytes()
@@ -259,7 +297,16 @@ class GrammarEngine:
 
     @property
     def initial_state(self) -> ParseState:
+        if self._terminal_dfas is None:
+            return (self._initial, PENDING_START, True)
         return (self._initial, self.lexer(self._initial).start, True)
+
+    def _resolved(self, state: ParseState) -> ParseState:
+        """`state` with a real lexer state (`PENDING_START` restores the automata)."""
+        parse, lex_state, fresh = state
+        if lex_state == PENDING_START:
+            return (parse, self.lexer(parse).start, fresh)
+        return state
 
     def end_lexeme(self, parse: EarleySet, lexer_state: int) -> EarleySet | None:
         """The parse after the current lexeme ends in `lexer_state` (None: it cannot end)."""
@@ -274,6 +321,8 @@ class GrammarEngine:
 
     def advance(self, state: ParseState, data: bytes) -> ParseState | None:
         parse, lex_state, fresh = state
+        if lex_state == PENDING_START:
+            parse, lex_state, fresh = self._resolved(state)
         lexer = self.lexer(parse)
         dfa = lexer.dfa
         for byte in data:
@@ -296,7 +345,7 @@ class GrammarEngine:
 
     def is_accepting(self, state: ParseState) -> bool:
         parse, lex_state, fresh = state
-        if fresh:
+        if fresh:  # (a pending state is fresh)
             return parse.complete
         after = self.end_lexeme(parse, lex_state)
         return after is not None and after.complete
@@ -313,6 +362,8 @@ class GrammarEngine:
         cached: npt.NDArray[np.int32] | None = parse.memo.get(key)
         if cached is not None:
             return cached
+        if lex_state == PENDING_START:
+            return self.token_mask(self._resolved(state))
         walker = self.lexer(parse).walker
         inside = walker.mask_and_events(lex_state)
         if inside is not None:
@@ -404,7 +455,7 @@ class GrammarEngine:
         grow ends (the parser moves on) and the next one continues. It stops at any choice,
         including "end here or go on" and "stop (EOS) or go on".
         """
-        parse, lex_state, fresh = state
+        parse, lex_state, fresh = self._resolved(state)
         out = bytearray()
         while len(out) < limit:
             dfa = self.lexer(parse).dfa
@@ -436,7 +487,7 @@ class GrammarEngine:
         into the next keyword): the caller checks the text, and asks again with `spaced=True`,
         which puts the shortest `%ignore` text between the pieces.
         """
-        parse, lex_state, fresh = state
+        parse, lex_state, fresh = self._resolved(state)
         shortest = self._shortest_texts()
         separator = shortest.separator if spaced else b""
         if fresh:

@@ -17,18 +17,23 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import structgen
 from structgen import CompiledGrammar, Compiler, Matcher, SchemaOptions, allocate_bitmask
 from structgen.automata import AutomataLimits, compile_regex
 from structgen.automata.snapshot import (
+    _CHECK_SNAPSHOTS,
     DFASnapshot,
+    SnapshotBatch,
     SnapshotError,
     SnapshotSource,
     restore_dfa,
     snapshot_dfa,
 )
 from structgen.compile_cache import MAGIC, CompileCache, key_text
+from structgen.engines.grammar import PENDING_START
 from structgen.grammar.earley import EarleyGrammar
 from structgen.grammar.ir_codec import IRDataError, grammar_from_data, grammar_to_data
 from structgen.grammar.lark_frontend import load_builtin
@@ -203,6 +208,59 @@ class TestRoundTrip:
         sources = [dfa._source for dfa in loaded._engine.terminal_dfas]  # type: ignore[attr-defined]
         snapshots = [s for s in sources if isinstance(s, SnapshotSource)]
         assert snapshots and not any(s.rebuilt for s in snapshots)
+
+    def test_the_first_mask_is_read_without_restoring_the_automata(self, tmp_path: Path) -> None:
+        """A load gives the first mask from the file; the terminals' automata are restored on
+        the first step, after which a reset or a rollback to the start still finds that mask."""
+        vocab = load_vocab("llama3_1")
+        case = _Case(vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept")))
+        fresh = case(Compiler(vocab))
+        tokens = load_vocab_tokens("llama3_1", PERSON_TEXT)
+        expected = _walk(fresh, tokens)
+        structgen.clear_caches()
+        loaded = _loaded(case, tmp_path)
+        engine = loaded._engine
+        matcher = Matcher(loaded)
+        bitmask = allocate_bitmask(1, vocab.size, backend="numpy")
+        matcher.fill_bitmask(bitmask)
+        assert bitmask.tobytes() + bytes([matcher.can_terminate()]) == expected[0]
+        assert engine._terminal_dfas is None  # type: ignore[attr-defined]
+        assert engine.memory_parts()  # (the cache budget's estimate restores nothing)
+        assert engine._terminal_dfas is None  # type: ignore[attr-defined]
+        assert matcher.accept_token(tokens[0])
+        assert engine._terminal_dfas is not None  # type: ignore[attr-defined]
+        matcher.rollback(1)  # back to the state made before the automata were restored
+        matcher.fill_bitmask(bitmask)
+        assert bitmask.tobytes() + bytes([matcher.can_terminate()]) == expected[0]
+        assert matcher.accept_tokens(tokens) == len(tokens)
+        matcher.reset()  # a real lexer state now: the saved mask is found under it too
+        state = engine.initial_state
+        assert state[1] != PENDING_START
+        words = engine.cached_token_mask(state)
+        assert words is not None and words.tobytes() == expected[0][:-1]
+        assert _walk(loaded, tokens) == expected
+
+    def test_threads_restoring_a_loaded_grammar_at_once_agree(self, tmp_path: Path) -> None:
+        vocab = load_vocab("gpt2")
+        case = _Case(vocab, lambda c: c.json_schema(PERSON))
+        fresh = case(Compiler(vocab))
+        walks = [_random_tokens(fresh, seed) for seed in range(4)]
+        expected = [_walk(fresh, tokens) for tokens in walks]
+        structgen.clear_caches()
+        loaded = _loaded(case, tmp_path)
+        results: list[Any] = [None] * len(walks)
+        barrier = threading.Barrier(len(walks))
+
+        def run(i: int) -> None:
+            barrier.wait()
+            results[i] = _walk(loaded, walks[i])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(walks))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results == expected
 
     def test_a_restart_loads_the_file(self, tmp_path: Path) -> None:
         """In a fresh process: the file written here is found, trusted and gives the same
@@ -512,3 +570,76 @@ class TestPieces:
         bad = DFASnapshot(**{**fields, **change(snap)})
         with pytest.raises(SnapshotError):
             restore_dfa(bad, lambda: compile_regex("[a-c]+x"), AutomataLimits())
+
+
+def _batch_of(patterns: list[str]) -> SnapshotBatch:
+    snaps = []
+    for pattern in patterns:
+        dfa = compile_regex(pattern)
+        dfa.accepts(pattern.encode()[:3])  # a few rows built, the rest not
+        snaps.append(snapshot_dfa(dfa))
+    return SnapshotBatch(
+        rows=np.concatenate([s.rows.ravel() for s in snaps]),
+        accepting=np.concatenate([s.accepting for s in snaps]),
+        byte_classes=np.stack([s.byte_classes for s in snaps]),
+        states=[int(s.rows.shape[0]) for s in snaps],
+        classes=[int(s.rows.shape[1]) for s in snaps],
+        starts=[s.start for s in snaps],
+        empty=[s.empty for s in snaps],
+        alphabets=[s.alphabet for s in snaps],
+        fingerprints=[s.fingerprint for s in snaps],
+    )
+
+
+@pytest.mark.skipif(_CHECK_SNAPSHOTS is None, reason="the C extension is not built")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    patterns=st.lists(
+        st.sampled_from(["[a-c]+x", "ab|cd", "[0-9]{2,5}", "(a|b)*c", "x"]), min_size=1, max_size=4
+    ),
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(["row", "class", "states", "classes"]),
+            st.integers(0, 10_000),
+            st.integers(-4, 300),
+        ),
+        max_size=3,
+    ),
+)
+def test_the_c_batch_check_agrees_with_numpy(
+    patterns: list[str], edits: list[tuple[str, int, int]]
+) -> None:
+    """A cache file's automata are checked in C; the numpy check is the oracle, on batches
+    with transitions, byte classes and sizes tampered with."""
+    batch = _batch_of(patterns)
+    rows, classes = batch.rows.copy(), batch.byte_classes.copy()
+    states, counts = list(batch.states), list(batch.classes)
+    for what, where, value in edits:
+        if what == "row":
+            rows[where % len(rows)] = value
+        elif what == "class":
+            classes.reshape(-1)[where % classes.size] = value % 256
+        elif what == "states":
+            states[where % len(states)] = value
+        else:
+            counts[where % len(counts)] = value
+    native = _CHECK_SNAPSHOTS(rows, classes, states, counts)
+    tampered = SnapshotBatch(
+        rows=rows,
+        accepting=np.zeros(sum(states) if min(states) > 0 else 0, dtype=np.bool_),
+        byte_classes=classes,
+        states=states,
+        classes=counts,
+        starts=[0] * len(states),
+        empty=batch.empty,
+        alphabets=batch.alphabets,
+        fingerprints=batch.fingerprints,
+    )
+    try:
+        tampered.check_arrays()
+        oracle = None
+    except (SnapshotError, ValueError) as exc:
+        oracle = str(exc)
+    assert (native is None) == (oracle is None), (native, oracle)
+    if not edits:
+        assert native is None
