@@ -218,6 +218,7 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
             # a file without the start row would send the loaded grammar back to the schema
             # for that terminal at its first use.
             dfa.row(dfa.start)
+            _build_ahead(dfa)
             snapshots.append(snapshot_dfa(dfa))
         terminal_dfa.append(at)
     empty: np.ndarray[Any, Any] = np.zeros(0, dtype=np.uint8)
@@ -251,6 +252,26 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
     ).encode()
     rest = len(header).to_bytes(8, "little") + header + bytes(payload)
     return MAGIC + hashlib.sha256(rest).digest() + rest
+
+
+#: a saved terminal automaton that is cheap to build (from a regex) is saved with up to this
+#: many states built: the first mask reads few of a grammar's terminals (a `{`, a number), the
+#: next steps the others (each key of an object), which a loaded grammar would otherwise build
+#: again from its patterns (reading the whole grammar back first)
+BUILD_AHEAD_STATES = 64
+
+
+def _build_ahead(dfa: ByteDFA) -> None:
+    """Build `dfa`'s first `BUILD_AHEAD_STATES` states (in the order they are found) when its
+    rows come from a regex; products (whose rows search) and counters are saved as they are."""
+    from structgen.automata.dfa import DeferredNFASource, NFASource, TrieSource
+
+    if not isinstance(dfa._source, (DeferredNFASource, NFASource, TrieSource)):
+        return
+    state = 0
+    while state < min(dfa.num_states, BUILD_AHEAD_STATES):
+        dfa.row(state)
+        state += 1
 
 
 def _decode(

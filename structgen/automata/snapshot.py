@@ -236,6 +236,11 @@ class SnapshotSource(_Source):
         return self._fresh is not None
 
     def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
+        if isinstance(key, int):
+            row = self._snapshot.rows[key]
+            if row[0] != UNBUILT:  # (a saved row: its targets are saved states, ids as keys)
+                targets: list[int] = row.tolist()
+                return targets
         fresh = self._fresh_dfa()
         fid = self._to_fresh[key] if isinstance(key, int) else key[1]
         row = fresh.row(fid)
@@ -294,8 +299,9 @@ def restore_dfa(
     if n > limits.max_dfa_states:
         raise SnapshotError("the snapshot has more states than the limits allow")
     capacity = max(16, 1 << (n - 1).bit_length())
+    # rows are copied out of the snapshot as they are first read (`SnapshotSource.expand`): a
+    # loaded grammar reads a few of each terminal's saved rows, if any
     table = np.full((capacity, 256), UNBUILT, dtype=np.int32)
-    table[:n] = rows.take(snapshot.byte_classes, axis=1)
     accepting = np.zeros(capacity, dtype=np.bool_)
     accepting[:n] = snapshot.accepting
     classes = snapshot.byte_classes
@@ -316,7 +322,7 @@ def restore_dfa(
             "_keys": keys,
             "_table": table,
             "_accepting": accepting,
-            "_built": (rows[:, 0] != UNBUILT).tobytes(),
+            "_built": bytearray(n),
             "start": snapshot.start,
             "_empty": snapshot.empty,
             "_alphabet": snapshot.alphabet,

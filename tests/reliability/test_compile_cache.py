@@ -21,10 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import structgen
+import structgen.compile_cache
 from structgen import CompiledGrammar, Compiler, Matcher, SchemaOptions, allocate_bitmask
 from structgen.automata import AutomataLimits, compile_regex
 from structgen.automata.snapshot import (
     _CHECK_SNAPSHOTS,
+    UNBUILT,
     DFASnapshot,
     SnapshotBatch,
     SnapshotError,
@@ -185,7 +187,10 @@ class TestRoundTrip:
         assert _walk(loaded, tokens) == expected
         assert expected[-1][-1] == 1  # the engine may stop at the end
 
-    def test_leaving_the_saved_rows_rebuilds_the_automaton(self, tmp_path: Path) -> None:
+    def test_leaving_the_saved_rows_rebuilds_the_automaton(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(structgen.compile_cache, "BUILD_AHEAD_STATES", 1)
         vocab = load_vocab("gpt2")
         schema = {"type": "string", "pattern": "^([a-c]{2}[0-9]){2,6}x$"}
         case = _Case(vocab, lambda c: c.json_schema(schema))
@@ -198,6 +203,25 @@ class TestRoundTrip:
         assert _walk(loaded, tokens) == expected
         sources = [dfa._source for dfa in loaded._engine.terminal_dfas]
         assert any(isinstance(s, SnapshotSource) and s.rebuilt for s in sources)
+
+    def test_saved_rows_spare_the_next_steps_a_rebuild(self, tmp_path: Path) -> None:
+        """Regex terminals are saved with their first states built: a loaded grammar walks a
+        whole object (its keys and separators were not read by the first mask) with no
+        terminal saved whole built again (the large ones, a format, "any other key", are saved
+        in part)."""
+        vocab = load_vocab("llama3_1")
+        case = _Case(vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept")))
+        fresh = case(Compiler(vocab))
+        tokens = load_vocab_tokens("llama3_1", PERSON_TEXT)
+        expected = _walk(fresh, tokens)
+        structgen.clear_caches()
+        loaded = _loaded(case, tmp_path)
+        assert _walk(loaded, tokens) == expected
+        sources = [dfa._source for dfa in loaded._engine.terminal_dfas]  # type: ignore[attr-defined]
+        snapshots = [s for s in sources if isinstance(s, SnapshotSource)]
+        whole = [s for s in snapshots if (s._snapshot.rows[:, 0] != UNBUILT).all()]
+        assert len(whole) >= len(snapshots) // 2
+        assert not any(s.rebuilt for s in whole)
 
     def test_a_load_does_not_rebuild_deferred_terminals(self, tmp_path: Path) -> None:
         """Terminals whose NFAs wait for their first row are saved with that row: loading
