@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from structgen.automata import _native_subset
+from structgen.automata import _native_subset, dfa, snapshot
 from structgen.automata._native_subset import native_subset_available
 from structgen.masks import _kernel
 from tests.conftest import IN_CI
@@ -19,3 +19,5 @@ def test_c_extensions_are_built() -> None:
     assert native_subset_available(), "structgen.automata._subset did not build"
     assert _native_subset._ADDRESSES is not None
     assert _native_subset.native_byte_classes is not None
+    assert dfa._JOINT_CLASSES is not None and dfa._CLASS_FIRSTS is not None
+    assert snapshot._CHECK_SNAPSHOTS is not None

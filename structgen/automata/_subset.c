@@ -1444,6 +1444,102 @@ static PyObject *check_snapshots(PyObject *self, PyObject *const *args, Py_ssize
     return PyUnicode_FromString(why);
 }
 
+/* joint_classes(parts): bytes(256), the coarsest byte partition refining every part's (each a
+ * C-contiguous buffer of 256 class ids, uint8), classes numbered in order of their smallest
+ * byte (dfa.py, `_number_rows` over the parts stacked, whose numpy path it replaces: a grammar's
+ * union lexer joins the classes of every terminal, dozens of parts, at its first mask). Refined
+ * one part at a time: a byte's new class is its pair (class so far, part's class), numbered as
+ * the bytes are met in order, so the numbering is by smallest byte at every step. The pair
+ * table is -1 everywhere between calls (the GIL is held throughout; used entries are reset). */
+static int16_t *pair_ids = NULL;
+
+static PyObject *joint_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "joint_classes takes one sequence of class arrays");
+        return NULL;
+    }
+    if (pair_ids == NULL) {
+        pair_ids = malloc(sizeof(int16_t) * 65536);
+        if (pair_ids == NULL)
+            return PyErr_NoMemory();
+        memset(pair_ids, 0xff, sizeof(int16_t) * 65536);
+    }
+    PyObject *seq = PySequence_Fast(args[0], "joint_classes takes a sequence of class arrays");
+    if (seq == NULL)
+        return NULL;
+    uint8_t cur[256], out[256];
+    int keys[256];
+    memset(cur, 0, sizeof cur);
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_C_CONTIGUOUS) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (view.len != 256) {
+            PyBuffer_Release(&view);
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "a class array has 256 entries (uint8)");
+            return NULL;
+        }
+        const uint8_t *part = (const uint8_t *)view.buf;
+        int n = 0;
+        for (int b = 0; b < 256; b++) {
+            int key = (cur[b] << 8) | part[b];
+            int id = pair_ids[key];
+            if (id < 0) {
+                id = n;
+                pair_ids[key] = (int16_t)n;
+                keys[n++] = key;
+            }
+            out[b] = (uint8_t)id;
+        }
+        for (int t = 0; t < n; t++)
+            pair_ids[keys[t]] = -1;
+        PyBuffer_Release(&view);
+        memcpy(cur, out, sizeof cur);
+    }
+    Py_DECREF(seq);
+    return PyBytes_FromStringAndSize((const char *)cur, 256);
+}
+
+/* class_firsts(classes): the smallest byte of each class present in `classes` (a C-contiguous
+ * buffer of 256 uint8 ids), in order of class id, as int64 bytes (dfa.py,
+ * `class_representatives`, whose np.unique it replaces: every automaton, union and product
+ * asks once, a compile makes dozens). */
+static PyObject *class_firsts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "class_firsts takes one class array");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (view.len != 256) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "a class array has 256 entries (uint8)");
+        return NULL;
+    }
+    const uint8_t *cls = (const uint8_t *)view.buf;
+    int first[256];
+    for (int c = 0; c < 256; c++)
+        first[c] = -1;
+    for (int b = 255; b >= 0; b--)
+        first[cls[b]] = b;
+    PyBuffer_Release(&view);
+    int64_t out[256];
+    int n = 0;
+    for (int c = 0; c < 256; c++)
+        if (first[c] >= 0)
+            out[n++] = first[c];
+    return PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)n * (Py_ssize_t)sizeof(int64_t));
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
@@ -1453,6 +1549,10 @@ static PyMethodDef methods[] = {
      "program_tables(root, node types): a regex AST's flat program (nfa.Program)"},
     {"join_pieces", (PyCFunction)(void (*)(void))join_pieces, METH_FASTCALL,
      "join_pieces(pieces, bases, size): an NFA pool's arrays (nfa.Pool.arrays)"},
+    {"class_firsts", (PyCFunction)(void (*)(void))class_firsts, METH_FASTCALL,
+     "class_firsts(classes): int64 bytes, the smallest byte of each class"},
+    {"joint_classes", (PyCFunction)(void (*)(void))joint_classes, METH_FASTCALL,
+     "joint_classes(parts): bytes(256), the byte classes refining every part's"},
     {"check_snapshots", (PyCFunction)(void (*)(void))check_snapshots, METH_FASTCALL,
      "check_snapshots(rows, byte_classes, states, classes): None, or why they are bad"},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,

@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from structgen.automata.dfa import ByteDFA, _number_rows, _Source, class_representatives
+from structgen.automata.dfa import ByteDFA, _Source, class_representatives, joint_classes
 from structgen.automata.nfa import AutomataLimits, nfa_size
 from structgen.automata.regex_syntax import Concat, Node, Repeat, concat
 
@@ -116,8 +114,7 @@ class SequenceSource(_Source):
     def __init__(self, parts: Sequence[ByteDFA]) -> None:
         self.parts = list(parts)
         self.counts = any(p._source.counts for p in self.parts)
-        stacked = np.stack([p.byte_classes for p in self.parts], axis=1)
-        self.byte_classes = _number_rows(stacked)
+        self.byte_classes = joint_classes([p.byte_classes for p in self.parts])
         self.reps = class_representatives(self.byte_classes)
         self.num_classes = len(self.reps)
 

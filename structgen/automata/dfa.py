@@ -106,7 +106,18 @@ _CLASSES: LRU[frozenset[tuple[int, int]], npt.NDArray[np.uint8]] = LRU(1024)
 
 def class_representatives(classes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
     """The lowest byte of each byte class, by class id (ids are numbered from 0 without gaps)."""
+    if _CLASS_FIRSTS is not None:
+        return np.frombuffer(_CLASS_FIRSTS(classes), dtype=np.int64)
     return np.unique(classes, return_index=True)[1].astype(np.int64)
+
+
+def joint_classes(classes: Sequence[npt.NDArray[np.uint8]]) -> npt.NDArray[np.uint8]:
+    """The byte classes of automata run together (a union, a product, a sequence): two bytes
+    share a class iff they do in every part's `classes`; numbered by smallest byte. In C where
+    the extension is built (`joint_classes` in `_subset.c`), else `_number_rows` of the stack."""
+    if _JOINT_CLASSES is not None:
+        return np.frombuffer(_JOINT_CLASSES(classes), dtype=np.uint8)
+    return _number_rows(np.stack(classes, 1))
 
 
 def _number_rows(rows: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
@@ -180,6 +191,8 @@ STATE_BYTES = 256
 #: tables from this size on come from `_UNINITIALISED` (see `_table_memory`)
 BIG_TABLE_BYTES = 4 << 20
 _UNINITIALISED = extension_function("uninitialised", switchable=False)
+_JOINT_CLASSES = extension_function("joint_classes")
+_CLASS_FIRSTS = extension_function("class_firsts")
 
 
 def _table_memory(rows: int) -> IntArray:
@@ -908,7 +921,7 @@ class ProductSource(_Source):
     def __init__(self, parts: Sequence[ByteDFA], budget: int) -> None:
         self.parts = tuple(parts)
         self.budget = budget
-        self.byte_classes = _number_rows(np.stack([p.byte_classes for p in self.parts], 1))
+        self.byte_classes = joint_classes([p.byte_classes for p in self.parts])
         self.num_classes = int(self.byte_classes.max()) + 1
         self.reps = class_representatives(self.byte_classes)
         self.live: set[tuple[int, ...]] = set()
@@ -1139,7 +1152,7 @@ class UnionSource(_Source):
         if self.parts:
             # Two bytes share a class iff they do in every component: number the distinct
             # rows of component classes in order of smallest byte (so byte 0 is class 0).
-            self.byte_classes = _number_rows(np.stack([p.byte_classes for p in self.parts], 1))
+            self.byte_classes = joint_classes([p.byte_classes for p in self.parts])
         else:
             self.byte_classes = np.zeros(256, dtype=np.uint8)
         self.num_classes = int(self.byte_classes.max()) + 1
