@@ -35,6 +35,7 @@ class GrammarEmitter:
         self.terminals: dict[tuple[Node, tuple[Node, ...]], str] = {}
         self.term_defs: list[TerminalDef] = []
         self.key_rules: dict[str, str] = {}
+        self._puncts: dict[str, str] = {}  # `punct`'s terminal per text (asked per rule)
         self.counter = 0
         self.layout = options.layout
         ws = CharClass(((9, 10), (13, 13), (32, 32)))
@@ -71,6 +72,12 @@ class GrammarEmitter:
         any run (flexible), none (compact), json.dumps' `", "` and `": "` (spaced), or those of
         `json.dumps(indent=...)` (indented: a newline after `{ [ ,` and before `} ]`, optional
         around the brackets so that empty ones stay `{}`)."""
+        name = self._puncts.get(text)
+        if name is None:
+            name = self._puncts[text] = self._punct_terminal(text)
+        return name
+
+    def _punct_terminal(self, text: str) -> str:
         if self.layout == "compact":
             return self.terminal(String(text))
         if self.layout == "spaced":
