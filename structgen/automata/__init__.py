@@ -21,6 +21,7 @@ from structgen.automata.dfa import (
     NFASource,
     ProductSource,
     TrieSource,
+    literal_dfa,
 )
 from structgen.automata.dialects import Dialect, DialectSpec, dialects_of
 from structgen.automata.nfa import (
@@ -134,6 +135,12 @@ def compile_ast(
     limits = limits or _DEFAULT_LIMITS
     if fingerprint is None:
         fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
+    if type(node) is String and not node.text:  # (the empty string: no leaf to spell it)
+        node = Empty()
+    if LITERAL_DFAS and type(node) is String:
+        data = _utf8(node.text)  # (None: a lone surrogate, no UTF-8 spelling: the NFA says so)
+        if data is not None and len(data) < min(limits.max_dfa_states, limits.max_nfa_states):
+            return literal_dfa(data, fingerprint=fingerprint, limits=limits)
     # (a terminal's program is at hand from its fingerprint: its size without another walk)
     program = node_program(node) if defer else None
     size = nfa_size(node) if program is None else program.nfa_size
@@ -153,6 +160,17 @@ def compile_ast(
             return ByteDFA(deferred, fingerprint=fingerprint, limits=limits)
     nfa = build_nfa(node, max_states=limits.max_nfa_states, pattern=where)
     return ByteDFA(NFASource(nfa), fingerprint=fingerprint, limits=limits)
+
+
+#: a literal's automaton is built whole at once (`literal_dfa`), not through a regex program
+LITERAL_DFAS = True
+
+
+def _utf8(text: str) -> bytes | None:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 
 def _deferred_source(

@@ -845,6 +845,76 @@ class NFASource(_Source):
         return out
 
 
+# ---------------------------------------------------------------------- one literal
+
+
+class LiteralSource(_Source):
+    """One byte string: state `i` has read its first `i` bytes; only the last accepts. A
+    grammar's keys, keywords and punctuation are mostly literals: `literal_dfa` builds every
+    row at once (a chain), with no regex program, NFA or C context to set up."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        used = set(data)
+        self._used = sum(1 << b for b in used)
+        # each byte of the literal a class, the other bytes one
+        self.byte_classes = _classes_of_ranges(frozenset((b, b) for b in used))
+        self.num_classes = len(used) + (len(used) < 256)
+
+    def alphabet(self) -> int:
+        return self._used
+
+    def start_key(self) -> int:
+        return 0
+
+    def start_is_live(self) -> bool:
+        return True
+
+    def is_accepting(self, key: int) -> bool:
+        return key == len(self.data)
+
+    def expand(self, key: int, intern: Callable[[Hashable], int]) -> list[int]:
+        out = [-1] * self.num_classes
+        if key < len(self.data):
+            out[int(self.byte_classes[self.data[key]])] = intern(key + 1)
+        return out
+
+
+def literal_dfa(data: bytes, *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
+    """The DFA of exactly `data` (non-empty), every row built (`LiteralSource`)."""
+    source = LiteralSource(data)
+    n = len(data) + 1
+    capacity = max(16, 1 << (n - 1).bit_length())
+    table = np.full((capacity, 256), -2, dtype=np.int32)
+    table[:n] = -1
+    steps = np.arange(n - 1)
+    table[steps, np.frombuffer(data, dtype=np.uint8)] = steps + 1
+    accepting = np.zeros(capacity, dtype=np.bool_)
+    accepting[n - 1] = True
+    classes = source.byte_classes  # (read-only: shared by literals over the same bytes)
+    keys: list[Hashable] = list(range(n))
+    dfa = ByteDFA.__new__(ByteDFA)
+    dfa.__setstate__(
+        {
+            "_source": source,
+            "fingerprint": fingerprint,
+            "limits": limits,
+            "byte_classes": classes,
+            "num_byte_classes": source.num_classes,
+            "_retired": [],
+            "_ids": dict(zip(keys, keys)),
+            "_keys": keys,
+            "_table": table,
+            "_accepting": accepting,
+            "_built": b"\x01" * n,
+            "start": 0,
+            "_empty": False,
+            "_alphabet": source.alphabet(),
+        }
+    )
+    return dfa
+
+
 # ---------------------------------------------------------------------- finite sets of strings
 
 
