@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["ENV_VAR", "CompileCache", "key_text"]
 
 ENV_VAR = "STRUCTGEN_COMPILE_CACHE"
-FORMAT = 4
+FORMAT = 5
 MAGIC = b"structgen-compiled\n"
 SUFFIX = ".sgc"
 #: files larger than this are not written (a grammar whose automata grew huge)
@@ -223,6 +223,9 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
         terminal_dfa.append(at)
     empty: np.ndarray[Any, Any] = np.zeros(0, dtype=np.uint8)
     first_mask = put(engine.token_mask(engine.initial_state).astype("<i4"))
+    rows = np.concatenate([x.rows.ravel() for x in snapshots] or [empty.astype(np.int32)])
+    # 16 bits a transition when every state id fits (the rows are most of a file)
+    row_type = "<i2" if not len(rows) or int(rows.max()) < 1 << 15 else "<i4"
     dfas = {
         "states": [int(x.rows.shape[0]) for x in snapshots],
         "classes": [int(x.rows.shape[1]) for x in snapshots],
@@ -230,7 +233,8 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
         "empty": [x.empty for x in snapshots],
         "alphabets": [format(x.alphabet, "x") for x in snapshots],
         "fingerprints": [x.fingerprint for x in snapshots],
-        "rows": put(np.concatenate([x.rows.ravel() for x in snapshots] or [empty]).astype("<i4")),
+        "rows": put(rows.astype(row_type)),
+        "row_type": row_type,
         "accepting": put(np.concatenate([x.accepting for x in snapshots] or [empty]).astype("u1")),
         "byte_classes": put(np.concatenate([x.byte_classes for x in snapshots] or [empty])),
     }
@@ -329,12 +333,15 @@ def _decode(
     ir_text = bytes(array(ir_at, "u1", ir_at[1]))
 
     entries = header["dfas"]
+    row_type = entries["row_type"]
+    if row_type not in ("<i2", "<i4"):
+        raise SnapshotError("an unknown transition type")
     states = [int(n) for n in entries["states"]]
     total_rows = sum(n * int(k) for n, k in zip(states, entries["classes"]))
     classes = array(entries["byte_classes"], "u1", 256 * len(states)).reshape(-1, 256).copy()
     classes.flags.writeable = False  # (each automaton's row is a read-only view of it)
     batch = SnapshotBatch(
-        rows=array(entries["rows"], "<i4", total_rows).astype(np.int32),
+        rows=array(entries["rows"], row_type, total_rows).astype(np.int32),
         accepting=array(entries["accepting"], "u1", sum(states)).astype(np.bool_),
         byte_classes=classes,
         states=states,

@@ -425,6 +425,8 @@ class TestUntrustedFiles:
             pytest.param(lambda h, p: h.__setitem__("format", 0), id="format"),
             pytest.param(lambda h, p: h["dfas"].__setitem__("rows", [10**9, 4]), id="offset"),
             pytest.param(lambda h, p: h["first_mask"].__setitem__(1, 4), id="mask-length"),
+            pytest.param(lambda h, p: h["dfas"].__setitem__("row_type", "<f8"), id="row-type"),
+            pytest.param(lambda h, p: h["dfas"].__setitem__("row_type", "<i4"), id="row-width"),
             pytest.param(_bits_past_the_vocabulary, id="mask-bits"),
         ],
     )
@@ -442,7 +444,10 @@ class TestUntrustedFiles:
 
         def edit(header: dict[str, Any], payload: bytearray) -> None:
             offset, _ = header["dfas"]["rows"]
-            payload[offset : offset + 4] = (10**6).to_bytes(4, "little")
+            if header["dfas"]["row_type"] == "<i2":  # (16 bits a transition: ids below 2**15)
+                payload[offset : offset + 2] = (30_000).to_bytes(2, "little")
+            else:
+                payload[offset : offset + 4] = (10**6).to_bytes(4, "little")
 
         _rewrite(_only_file(tmp_path), edit)
         self._assert_rejected_then_rebuilt(tmp_path, grammar)
