@@ -102,6 +102,17 @@ def _loaded(compile_once: Any, cache: Path) -> CompiledGrammar:
     return grammar
 
 
+def _person_loaded(tmp_path: Path) -> tuple[CompiledGrammar, list[int], list[bytes]]:
+    """PERSON in accept mode over Llama-3.1: the grammar loaded from `tmp_path`, the sample
+    text's tokens, and the masks a compiled grammar gives along them (`_walk`)."""
+    vocab = load_vocab("llama3_1")
+    case = _Case(vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept")))
+    tokens = load_vocab_tokens("llama3_1", PERSON_TEXT)
+    expected = _walk(case(Compiler(vocab)), tokens)
+    structgen.clear_caches()
+    return _loaded(case, tmp_path), tokens, expected
+
+
 def _vocab_of(compile_once: Any) -> Vocabulary:
     vocab: Vocabulary = compile_once.vocab
     return vocab
@@ -177,13 +188,7 @@ class TestRoundTrip:
             assert _walk(loaded, tokens) == masks
 
     def test_a_sample_text_is_accepted_to_its_end(self, tmp_path: Path) -> None:
-        vocab = load_vocab("llama3_1")
-        case = _Case(vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept")))
-        fresh = case(Compiler(vocab))
-        tokens = load_vocab_tokens("llama3_1", PERSON_TEXT)
-        expected = _walk(fresh, tokens)
-        structgen.clear_caches()
-        loaded = _loaded(case, tmp_path)
+        loaded, tokens, expected = _person_loaded(tmp_path)
         assert _walk(loaded, tokens) == expected
         assert expected[-1][-1] == 1  # the engine may stop at the end
 
@@ -209,13 +214,7 @@ class TestRoundTrip:
         whole object (its keys and separators were not read by the first mask) with no
         terminal saved whole built again (the large ones, a format, "any other key", are saved
         in part)."""
-        vocab = load_vocab("llama3_1")
-        case = _Case(vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept")))
-        fresh = case(Compiler(vocab))
-        tokens = load_vocab_tokens("llama3_1", PERSON_TEXT)
-        expected = _walk(fresh, tokens)
-        structgen.clear_caches()
-        loaded = _loaded(case, tmp_path)
+        loaded, tokens, expected = _person_loaded(tmp_path)
         assert _walk(loaded, tokens) == expected
         sources = [dfa._source for dfa in loaded._engine.terminal_dfas]  # type: ignore[attr-defined]
         snapshots = [s for s in sources if isinstance(s, SnapshotSource)]
@@ -236,16 +235,10 @@ class TestRoundTrip:
     def test_the_first_mask_is_read_without_restoring_the_automata(self, tmp_path: Path) -> None:
         """A load gives the first mask from the file; the terminals' automata are restored on
         the first step, after which a reset or a rollback to the start still finds that mask."""
-        vocab = load_vocab("llama3_1")
-        case = _Case(vocab, lambda c: c.json_schema(PERSON, options=SchemaOptions(mode="accept")))
-        fresh = case(Compiler(vocab))
-        tokens = load_vocab_tokens("llama3_1", PERSON_TEXT)
-        expected = _walk(fresh, tokens)
-        structgen.clear_caches()
-        loaded = _loaded(case, tmp_path)
+        loaded, tokens, expected = _person_loaded(tmp_path)
         engine = loaded._engine
         matcher = Matcher(loaded)
-        bitmask = allocate_bitmask(1, vocab.size, backend="numpy")
+        bitmask = allocate_bitmask(1, loaded.vocab.size, backend="numpy")
         matcher.fill_bitmask(bitmask)
         assert bitmask.tobytes() + bytes([matcher.can_terminate()]) == expected[0]
         assert engine._terminal_dfas is None  # type: ignore[attr-defined]
