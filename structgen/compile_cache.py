@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from structgen.automata.dfa import table_capacity
 from structgen.automata.snapshot import (
     DFASnapshot,
     SnapshotBatch,
@@ -394,8 +395,8 @@ def _decode(
     if vocab.size % 32 and first_mask[-1] >> (vocab.size % 32):  # bits past the vocabulary
         raise SnapshotError("the first mask allows tokens outside the vocabulary")
     first_mask.setflags(write=False)
-    # a restored automaton's table: at least 16 rows of 256 int32 (`restore_dfa`)
-    table_bytes = sum(max(16, 1 << (n - 1).bit_length()) * 1024 for n in states)
+    # a restored automaton's table: rows of 256 int32 (`restore_dfa`)
+    table_bytes = sum(table_capacity(n) * 1024 for n in states)
     parts = RestoredParts(
         restore_automata,
         table_bytes,

@@ -1453,6 +1453,19 @@ static PyObject *check_snapshots(PyObject *self, PyObject *const *args, Py_ssize
  * table is -1 everywhere between calls (the GIL is held throughout; used entries are reset). */
 static int16_t *pair_ids = NULL;
 
+/* A class array's buffer (C-contiguous, 256 uint8 ids): 0, or -1 with an exception set. */
+static int class_buffer(PyObject *obj, Py_buffer *view)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len != 256) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "a class array has 256 entries (uint8)");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *joint_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -1475,14 +1488,8 @@ static PyObject *joint_classes(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < m; i++) {
         Py_buffer view;
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_C_CONTIGUOUS) < 0) {
+        if (class_buffer(PySequence_Fast_GET_ITEM(seq, i), &view) < 0) {
             Py_DECREF(seq);
-            return NULL;
-        }
-        if (view.len != 256) {
-            PyBuffer_Release(&view);
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "a class array has 256 entries (uint8)");
             return NULL;
         }
         const uint8_t *part = (const uint8_t *)view.buf;
@@ -1518,13 +1525,8 @@ static PyObject *class_firsts(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
+    if (class_buffer(args[0], &view) < 0)
         return NULL;
-    if (view.len != 256) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "a class array has 256 entries (uint8)");
-        return NULL;
-    }
     const uint8_t *cls = (const uint8_t *)view.buf;
     int first[256];
     for (int c = 0; c < 256; c++)

@@ -188,6 +188,12 @@ def _alphabet_of_ranges(ranges: Iterable[tuple[int, int]]) -> int:
 STATE_BYTES = 256
 
 
+def table_capacity(states: int) -> int:
+    """The rows of a table made for `states` states: a power of two, at least 16 (a new
+    `ByteDFA`'s, doubled as it grows)."""
+    return max(16, 1 << (states - 1).bit_length())
+
+
 #: tables from this size on come from `_UNINITIALISED` (see `_table_memory`)
 BIG_TABLE_BYTES = 4 << 20
 _UNINITIALISED = extension_function("uninitialised", switchable=False)
@@ -436,6 +442,47 @@ class ByteDFA:
                 state["_built"] = (self._table[:n, 0] != -2).astype(np.uint8).tobytes()
                 state["_table"][n:] = -2  # (C leaves rows past its states unwritten)
             return state
+
+    @classmethod
+    def from_arrays(
+        cls,
+        source: _Source,
+        *,
+        fingerprint: str,
+        limits: AutomataLimits,
+        byte_classes: npt.NDArray[np.uint8],
+        table: IntArray,
+        accepting: npt.NDArray[np.bool_],
+        states: int,
+        built: bytes | bytearray,
+        start: int = 0,
+        empty: bool = False,
+        alphabet: int | None = None,
+    ) -> ByteDFA:
+        """A DFA over arrays made elsewhere (a literal's chain, a restored snapshot): states
+        `0..states-1`, each keyed by its id; `built` marks the rows `table` holds already
+        (`table_capacity(states)` rows, the others `-2`); `byte_classes` read-only."""
+        keys: list[Hashable] = list(range(states))
+        dfa = cls.__new__(cls)
+        dfa.__setstate__(
+            {
+                "_source": source,
+                "fingerprint": fingerprint,
+                "limits": limits,
+                "byte_classes": byte_classes,
+                "num_byte_classes": int(byte_classes.max()) + 1,
+                "_retired": [],
+                "_ids": dict(zip(keys, keys)),
+                "_keys": keys,
+                "_table": table,
+                "_accepting": accepting,
+                "_built": built,
+                "start": start,
+                "_empty": empty,
+                "_alphabet": source.alphabet() if alphabet is None else alphabet,
+            }
+        )
+        return dfa
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -884,35 +931,23 @@ def literal_dfa(data: bytes, *, fingerprint: str, limits: AutomataLimits) -> Byt
     """The DFA of exactly `data` (non-empty), every row built (`LiteralSource`)."""
     source = LiteralSource(data)
     n = len(data) + 1
-    capacity = max(16, 1 << (n - 1).bit_length())
+    capacity = table_capacity(n)
     table = np.full((capacity, 256), -2, dtype=np.int32)
     table[:n] = -1
     steps = np.arange(n - 1)
     table[steps, np.frombuffer(data, dtype=np.uint8)] = steps + 1
     accepting = np.zeros(capacity, dtype=np.bool_)
     accepting[n - 1] = True
-    classes = source.byte_classes  # (read-only: shared by literals over the same bytes)
-    keys: list[Hashable] = list(range(n))
-    dfa = ByteDFA.__new__(ByteDFA)
-    dfa.__setstate__(
-        {
-            "_source": source,
-            "fingerprint": fingerprint,
-            "limits": limits,
-            "byte_classes": classes,
-            "num_byte_classes": source.num_classes,
-            "_retired": [],
-            "_ids": dict(zip(keys, keys)),
-            "_keys": keys,
-            "_table": table,
-            "_accepting": accepting,
-            "_built": b"\x01" * n,
-            "start": 0,
-            "_empty": False,
-            "_alphabet": source.alphabet(),
-        }
+    return ByteDFA.from_arrays(
+        source,
+        fingerprint=fingerprint,
+        limits=limits,
+        byte_classes=source.byte_classes,  # (read-only: shared by literals over the same bytes)
+        table=table,
+        accepting=accepting,
+        states=n,
+        built=b"\x01" * n,
     )
-    return dfa
 
 
 # ---------------------------------------------------------------------- finite sets of strings

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen.automata.dfa import ByteDFA, _Source, class_representatives
+from structgen.automata.dfa import ByteDFA, _Source, class_representatives, table_capacity
 from structgen.automata.nfa import AutomataLimits, extension_function
 
 __all__ = [
@@ -294,11 +294,10 @@ def restore_dfa(
     needs a row the snapshot lacks."""
     if not checked:
         snapshot.check()
-    rows = snapshot.rows
-    n, k = rows.shape
+    n = snapshot.rows.shape[0]
     if n > limits.max_dfa_states:
         raise SnapshotError("the snapshot has more states than the limits allow")
-    capacity = max(16, 1 << (n - 1).bit_length())
+    capacity = table_capacity(n)
     # rows are copied out of the snapshot as they are first read (`SnapshotSource.expand`): a
     # loaded grammar reads a few of each terminal's saved rows, if any
     table = np.full((capacity, 256), UNBUILT, dtype=np.int32)
@@ -308,24 +307,16 @@ def restore_dfa(
     if classes.flags.writeable:
         classes = classes.copy()
         classes.flags.writeable = False
-    keys: list[Hashable] = list(range(n))
-    dfa = ByteDFA.__new__(ByteDFA)
-    dfa.__setstate__(
-        {
-            "_source": SnapshotSource(snapshot, rebuild),
-            "fingerprint": snapshot.fingerprint,
-            "limits": limits,
-            "byte_classes": classes,
-            "num_byte_classes": k,
-            "_retired": [],
-            "_ids": dict(zip(keys, keys)),
-            "_keys": keys,
-            "_table": table,
-            "_accepting": accepting,
-            "_built": bytearray(n),
-            "start": snapshot.start,
-            "_empty": snapshot.empty,
-            "_alphabet": snapshot.alphabet,
-        }
+    return ByteDFA.from_arrays(
+        SnapshotSource(snapshot, rebuild),
+        fingerprint=snapshot.fingerprint,
+        limits=limits,
+        byte_classes=classes,
+        table=table,
+        accepting=accepting,
+        states=n,
+        built=bytearray(n),
+        start=snapshot.start,
+        empty=snapshot.empty,
+        alphabet=snapshot.alphabet,
     )
-    return dfa

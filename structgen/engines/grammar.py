@@ -176,7 +176,7 @@ class GrammarEngine:
                 terminal_dfa(t, limits) for t in grammar.terminals
             ]
             self._restore: Callable[[], tuple[ByteDFA, ...]] | None = None
-            self._pending_bytes = 0
+            self._restored_bytes = 0
             self.fingerprint = grammar.fingerprint()
             self.token_ids = grammar_tokens(grammar)  # token terminals (read by CompiledGrammar)
             dfas = zip(grammar.terminals, self._terminal_dfas)
@@ -189,7 +189,7 @@ class GrammarEngine:
             self._full_grammar = restored.grammar
             self._terminal_dfas = None
             self._restore = restored.terminal_dfas
-            self._pending_bytes = restored.automata_bytes
+            self._restored_bytes = restored.automata_bytes
             self.fingerprint = restored.fingerprint
             self.token_ids = restored.token_ids
             self.parser = restored.parser
@@ -227,8 +227,7 @@ class GrammarEngine:
                 if dfas is None:
                     assert self._restore is not None
                     dfas = self._terminal_dfas = list(self._restore())
-                    self._restore = None
-                    self._pending_bytes = 0
+                    self._restore = None  # (it holds the file's arrays)
                     memo = self._initial.memo
                     first = memo.get(("mask", PENDING_START, True))
                     start = self.lexer(self._initial).start
@@ -252,10 +251,11 @@ class GrammarEngine:
         """Estimated bytes of what this engine holds, by object id (shared automata appear in
         several grammars' parts and are counted once by the cache budget)."""
         mask = ((self.vocab.size + 31) // 32) * 4
-        dfas = self._terminal_dfas or ()  # (not restored yet: estimated from the file)
-        parts = {id(d): d.memory_bytes() for d in dfas}
-        if self._pending_bytes:
-            parts[id(self._initial)] = self._pending_bytes
+        dfas = self._terminal_dfas
+        if dfas is None:  # (not restored yet: estimated from the file)
+            parts = {id(self._initial): self._restored_bytes}
+        else:
+            parts = {id(d): d.memory_bytes() for d in dfas}
         union = self._union  # every lexer of the grammar is a start state of this one DFA
         if union is not None:
             parts[id(union)] = union.memory_bytes()
