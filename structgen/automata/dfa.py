@@ -1260,6 +1260,8 @@ class UnionSource(_Source):
             self.byte_classes = joint_classes([p.byte_classes for p in self.parts])
         else:
             self.byte_classes = np.zeros(256, dtype=np.uint8)
+        # A union counts when a component does: its states far from the bounds behave alike.
+        self.counts = any(p._source.counts for p in self.parts)
         self.num_classes = int(self.byte_classes.max()) + 1
         # each class's smallest byte (classes are numbered by it, so these come in order)
         self.reps = class_representatives(self.byte_classes)
@@ -1282,6 +1284,12 @@ class UnionSource(_Source):
     def is_accepting(self, key: tuple[tuple[int, int], ...]) -> bool:
         parts = self.parts
         return any(parts[i].is_accepting(s) for i, s in key)
+
+    def bounded_key(self, key: tuple[tuple[int, int], ...], depth: int) -> Hashable:
+        """Components run side by side: two tuples whose components behave alike on the next
+        `depth` bytes do too (and accept the same terminals there)."""
+        parts = self.parts
+        return tuple((i, parts[i].bounded_class(s, depth)) for i, s in key)
 
     def make_native(self, max_states: int) -> _NativeStates | None:
         if not (NATIVE_UNION and self.parts and _native_subset.native_subset_available()):

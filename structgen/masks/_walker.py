@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any, Protocol
 
 import numpy as np
@@ -239,6 +240,11 @@ def _frozen(words: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
     return words
 
 
+#: walks of a counting automaton's states are shared per `ByteDFA.bounded_class` (tests turn
+#: it off to compare)
+SHARE_COUNTED_WALKS = True
+
+
 class TokenMaskWalker:
     """Packed token masks of one automaton's states over one vocabulary, cached per state."""
 
@@ -251,6 +257,12 @@ class TokenMaskWalker:
         self._max_cached = max_cached_masks
         self._boundaries: dict[int, list[tuple[int, int, npt.NDArray[np.int64]]]] = {}
         self._events: dict[int, tuple[npt.NDArray[np.uint32], Events]] = {}
+        # the same, per class of states that behave alike over a token's length (automata that
+        # count: a long string's states far from its length bounds share one walk)
+        self._bounded_events: dict[Hashable, tuple[npt.NDArray[np.uint32], Events]] = {}
+        self._counts = SHARE_COUNTED_WALKS and bool(
+            getattr(getattr(dfa, "_source", None), "counts", False)
+        )
         self._continued: dict[bytes, tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]]
         self._continued = {}
         self._extra_bytes = 0  # arrays held beside `_cache` (events, boundaries, first bytes)
@@ -449,11 +461,23 @@ class TokenMaskWalker:
             return None
         with self._lock:
             hit = self._events.get(state)
+        if hit is not None:
+            return hit
+        bounded: Hashable = None
+        if self._counts:
+            # A state that behaves like one walked before on every token's bytes allows its
+            # tokens and has its boundary runs. (The events name the first state's boundary
+            # states; only what they accept is read, and that is alike: `ByteDFA.bounded_class`.)
+            bounded = self.dfa.bounded_class(state, native.max_depth)
+            with self._lock:
+                hit = self._bounded_events.get(bounded)
         if hit is None:
             words, events = self._whole_walk(native, state, boundaries=True)
             words.setflags(write=False)
             hit = (words, events)
-            self._store(self._events, state, hit)
+            if bounded is not None:
+                self._store(self._bounded_events, bounded, hit)
+        self._store(self._events, state, hit)
         return hit
 
     def _whole_walk(
