@@ -49,7 +49,20 @@ def lark_to_ir(text: str, start: str = "start") -> Grammar:
     Constructs the IR cannot express exactly (``%declare``d terminals, lookaround, anchors or
     lazy quantifiers in terminal regexes, terminals that match the empty string) raise
     ``GrammarError`` naming the terminal. Terminal priorities are ignored.
+
+    Most grammars are read without Lark (`lark_reader`, the same language, a fraction of the
+    time); the rest, and every grammar with an error, go through Lark.
     """
+    from structgen.grammar.lark_reader import read_lark
+
+    fast = read_lark(text, start)
+    if fast is not None:
+        return fast
+    return lark_to_ir_with_lark(text, start)
+
+
+def lark_to_ir_with_lark(text: str, start: str = "start") -> Grammar:
+    """`lark_to_ir` through Lark's own loader (every grammar; the reference for `lark_reader`)."""
     parser = _load_with_lark(text, start)
     terminal_defs = {str(t.name): t for t in parser.terminals}
     rules: list[Rule] = []
@@ -278,6 +291,13 @@ def _terminal_error(text: str, name: str, raw: Any, reason: str) -> GrammarError
     )
 
 
+#: exact lazy-free equivalents of the ``common.lark`` terminals that use lookbehind or ``*?``
+REWRITES = {
+    "ESCAPED_STRING": r'"(?:[^"\\\n]|\\[^\n])*"',
+    "C_COMMENT": r"/\*(?:[^*]|\*+[^*/])*\*+/",
+}
+
+
 @functools.cache
 def _known_rewrites() -> dict[tuple[str, frozenset[str]], Node]:
     """Exact lazy-free equivalents of ``common.lark`` terminals that use lookbehind or ``*?``.
@@ -286,10 +306,7 @@ def _known_rewrites() -> dict[tuple[str, frozenset[str]], Node]:
     to the first unescaped closing quote / the first ``*/``; the rewrites describe exactly those
     strings. The keys are taken from the installed Lark, so they follow its ``common.lark``.
     """
-    replacements = {
-        "ESCAPED_STRING": r'"(?:[^"\\\n]|\\[^\n])*"',
-        "C_COMMENT": r"/\*(?:[^*]|\*+[^*/])*\*+/",
-    }
+    replacements = REWRITES
     source = "start: " + " ".join(replacements) + "\n"
     source += "".join(f"%import common.{name}\n" for name in replacements)
     loaded = lark.Lark(source, parser="earley", lexer="dynamic")

@@ -1,0 +1,236 @@
+"""`lark_reader`: Lark grammar text read without Lark, checked against Lark itself.
+
+* literals' escapes evaluate as Lark's `eval_escaping` evaluates them (Hypothesis);
+* the reader takes the grammars users write (the shipped ones, the test suite's) and leaves the
+  rest to Lark (templates, %declare, other imports, every error: Lark's messages stay);
+* both directions of language equality, on shipped and on random grammars (Hypothesis):
+  sentences sampled from the reader's IR parse with Lark's own Earley parser, and sentences
+  sampled from the IR Lark's loader gives are accepted by the reader's IR.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import lark
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from lark.load_grammar import eval_escaping
+
+from structgen.automata import AutomataLimits
+from structgen.engines.grammar import GrammarEngine
+from structgen.errors import GrammarError
+from structgen.grammar.ir import Grammar
+from structgen.grammar.lark_frontend import (
+    builtin_names,
+    lark_to_ir,
+    lark_to_ir_with_lark,
+    load_builtin,
+)
+from structgen.grammar.lark_reader import _Fallback, _unescape, read_lark
+from structgen.grammar.sampler import sample_sentences
+from tests.conftest import load_vocab
+
+GRAMMARS = {
+    "options and groups": (
+        'start: item ("," item)* [";"] "."?\n'
+        'item: NAME ("=" value)? | "(" item+ ")"\n'
+        'value: NUMBER | STRING | "true"i | "none"\n'
+        "NAME: /[a-z_][a-z0-9_]*/\n"
+        'NUMBER: DIGIT+ ("." DIGIT+)?\n'
+        'DIGIT: "0".."9"\n'
+        "%import common.ESCAPED_STRING -> STRING\n"
+        '%ignore " "\n'
+    ),
+    "repetitions": ('start: "a"~3 B~1..2 c~0..20 d*\nB: "b"\nc: "c" | "C"\nd: ("x" | "y")~2\n'),
+    "modifiers, priorities, aliases": (
+        "?start: _item+ -> top\n"
+        "!_item.2: WORD\n"
+        '    | "[" named* "]"\n'
+        "named: WORD -> word\n"
+        '    | "<" _item ">" -> nested\n'
+        "WORD.3: /\\w+/i\n"
+        "%import common.WS\n"
+        "%ignore WS\n"
+    ),
+    "common imports": (
+        "start: (SIGNED_NUMBER | CNAME | C_COMMENT)+\n"
+        "%import common (SIGNED_NUMBER, CNAME, WS_INLINE)\n"
+        "%import common.C_COMMENT\n"
+        "%ignore WS_INLINE\n"
+    ),
+    "escapes": (
+        'start: "\\"" TEXT "\\"" | "\\\\" | /\\d+\\/\\d+/ | "tab\\there" | "\\x41\\u00e9"\n'
+        'TEXT: /[^"\\\\]+/\n'
+        "// a comment\n"
+        "# another\n"
+    ),
+}
+
+
+@functools.cache
+def lark_parser(text: str) -> lark.Lark:
+    return lark.Lark(text, parser="earley", lexer="dynamic_complete")  # (every lexeme length)
+
+
+def ir_accepts(grammar: Grammar | GrammarEngine, text: str) -> bool:
+    engine = (
+        grammar
+        if isinstance(grammar, GrammarEngine)
+        else GrammarEngine(grammar, load_vocab("gpt2"), limits=AutomataLimits())
+    )
+    state = engine.advance(engine.initial_state, text.encode())
+    return state is not None and engine.is_accepting(state)
+
+
+def assert_same_language(text: str, *, count: int = 12, seed: int = 0) -> None:
+    fast = read_lark(text)
+    assert fast is not None, "the reader left this grammar to Lark"
+    reference = lark_to_ir_with_lark(text)
+    parser = lark_parser(text)
+    engine = GrammarEngine(fast, load_vocab("gpt2"), limits=AutomataLimits())
+    reference_engine = GrammarEngine(reference, load_vocab("gpt2"), limits=AutomataLimits())
+    for sentence in sample_sentences(fast, count=count, seed=seed, max_terminals=25):
+        parser.parse(sentence)  # raises if Lark rejects what the reader's IR derives
+        assert ir_accepts(engine, sentence) == ir_accepts(reference_engine, sentence), sentence
+    for sentence in sample_sentences(reference, count=count, seed=seed, max_terminals=25):
+        # (the engine's lexer is greedy, see docs/design/grammars.md: the same on both IRs)
+        assert ir_accepts(engine, sentence) == ir_accepts(reference_engine, sentence), sentence
+    # the terminals the grammar names keep their names (anonymous ones may be named otherwise)
+    named = {t.name for t in reference.terminals if re.search(rf"\b{t.name}\b", text)}
+    assert named <= {t.name for t in fast.terminals}
+    assert set(reference.ignore) == set(fast.ignore) or all(
+        name.startswith("__IGNORE") for name in reference.ignore
+    )
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_shipped_grammars_are_read_without_lark(name: str) -> None:
+    assert_same_language(load_builtin(name), count=20)
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_constructs(name: str) -> None:
+    assert_same_language(GRAMMARS[name], count=20)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'start: pair{A}\npair{x}: x x\nA: "a"\n',  # templates
+        "start: A\n%declare A\n",
+        "%import json (value)\nstart: value\n",  # other libraries
+        'start: A\nA: "a"\n%override A: "b"\n',
+        "start: a\n",  # undefined rule
+        'start: "a"\nstart: "b"\n',  # defined twice
+        "start: A\nA: /a*/\n",  # empty-matching terminal
+        "start: A\nA: /(?<=x)a/\n",  # lookbehind
+        'start: _a\n_a: "a" -> x\n',  # an alias on an inlined rule
+        'start: ["a"] ["a"]\n',  # colliding options (Lark: rules defined twice)
+        'start: "a"? "a"?\n',  # (Lark merges these: equal spellings are left to Lark)
+        "start: A\nA: /a(/\n",  # bad regex
+        'start: "a" )\n',  # syntax error
+        "start: A\nA: B\nB: A\n",  # recursive terminals
+        'start: ""\n',  # empty literal
+    ],
+)
+def test_the_rest_goes_to_lark(text: str) -> None:
+    assert read_lark(text) is None
+    try:
+        expected: object = lark_to_ir_with_lark(text)
+    except GrammarError as exc:
+        expected = str(exc)
+    try:
+        got: object = lark_to_ir(text)
+    except GrammarError as exc:
+        got = str(exc)
+    assert got == expected  # (the same IR or the same error: both came from Lark)
+
+
+def test_start_rule_other_than_start() -> None:
+    text = 'expr: NUM ("+" NUM)*\nNUM: /[0-9]+/\n'
+    assert read_lark(text, "start") is None  # (Lark's error: no rule 'start')
+    fast = read_lark(text, "expr")
+    assert fast is not None and fast.start == "expr"
+    assert ir_accepts(fast, "1+22+3") and not ir_accepts(fast, "1+")
+
+
+# ----------------------------------------------------------------------------- escapes
+
+
+@given(st.text(alphabet="ab\\\"'xuU0123456789AFfnrtd/ \u00e9", max_size=14))
+@settings(max_examples=400, deadline=None)
+def test_escapes_evaluate_as_lark_evaluates_them(body: str) -> None:
+    """`_unescape` against Lark's own `eval_escaping` (+ its string step) on literal bodies."""
+    for regex in (False, True):
+        try:
+            expected: str | None = eval_escaping(body)
+            if not regex and expected is not None:
+                expected = expected.replace("\\\\", "\\")
+        except Exception:
+            expected = None
+        try:
+            got: str | None = _unescape(body, regex)
+        except _Fallback:
+            got = None
+        if got is not None:  # (the reader may leave more to Lark, never read differently)
+            assert got == expected, (body, regex)
+
+
+# ----------------------------------------------------------------------------- random grammars
+
+_LITERALS = ['"a"', '"b"', '"ab"', '"x"i', '"-"', '"("', '")"', "/[0-9]+/", "/c+/", '"d".."f"']
+
+
+@st.composite
+def _expansion(draw: st.DrawFn, depth: int, names: list[str]) -> str:
+    items = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.integers(0, 9 if depth < 2 else 5))
+        if kind <= 3:
+            atom = draw(st.sampled_from(_LITERALS))
+        elif kind <= 5:
+            atom = draw(st.sampled_from(names))
+        elif kind <= 7:
+            inner = " | ".join(
+                draw(_expansion(depth + 1, names)) for _ in range(draw(st.integers(1, 2)))
+            )
+            atom = f"({inner})" if kind == 6 else f"[{inner}]"
+        else:
+            atom = f"({draw(_expansion(depth + 1, names))})"
+        op = draw(st.sampled_from(["", "", "?", "*", "+", "~2", "~0..2"]))
+        items.append(atom + op)
+    return " ".join(items)
+
+
+@st.composite
+def random_grammars(draw: st.DrawFn) -> str:
+    names = ["r1", "r2", "T", "U"]
+    lines = [f"start: {draw(_expansion(0, names))}"]
+    # r1, r2 may recurse; each has a non-recursive alternative so sentences exist
+    for rule in ("r1", "r2"):
+        alts = [draw(_expansion(1, ["T", "U"])), draw(_expansion(1, names))]
+        lines.append(f"{rule}: " + "\n    | ".join(alts))
+    lines.append(f"T: {draw(st.sampled_from(_LITERALS))} ({draw(st.sampled_from(_LITERALS))})?")
+    u_body = draw(st.sampled_from(["INT", "/[xy]/", '"u"~1..3']))
+    lines.append(f"U.2: {u_body}")
+    lines.append("%import common.INT")
+    if draw(st.booleans()):
+        lines.append('%ignore " "')
+    return "\n".join(lines) + "\n"
+
+
+@given(random_grammars(), st.integers(0, 3))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_random_grammars_have_lark_language(text: str, seed: int) -> None:
+    try:
+        lark_to_ir_with_lark(text)
+    except GrammarError:  # (Lark refuses some: then the reader must have left it to Lark)
+        assert read_lark(text) is None
+        return
+    # (the reader leaves options that spell one alternative twice to Lark: Lark merges some
+    # such alternatives and refuses others)
+    assume(read_lark(text) is not None)
+    assert_same_language(text, count=4, seed=seed)
