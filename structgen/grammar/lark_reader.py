@@ -543,6 +543,7 @@ class _Builder:
         self.anonymous: dict[_Literal | _Range, str] = {}
         self.names = set(parser.terminals) | set(parser.imports)
         self.helpers = 0
+        self.repeats: dict[tuple[tuple[str, ...], ...], str] = {}
         # literals written as a whole terminal definition: a rule's equal literal is that one
         self.defined_as: dict[_Literal, str] = {}
         for name, body in parser.terminals.items():
@@ -586,12 +587,15 @@ class _Builder:
             return spellings
         assert isinstance(expr, _Rep)
         ways = self.alternatives(owner, expr.item)
-        if expr.hi is None:  # x+ (x* is optional x+): h -> h x | x
-            helper = self.helper(owner, "plus" if expr.lo else "star")
-            self.add(helper, [(helper, *way) for way in ways] + ways)
+        if expr.hi is None:  # x+ (x* is optional x+): h -> x | h x
+            key = tuple(ways)
+            helper = self.repeats.get(key)  # (one helper per repeated item, as in Lark)
+            if helper is None:
+                helper = self.repeats[key] = self.helper(owner, "plus" if expr.lo else "star")
+                self.add(helper, ways + [(helper, *way) for way in ways])
             return [(helper,)] if expr.lo else [(helper,), ()]
         if expr.lo == 0 and expr.hi == 1:  # x? and [x]: with and without
-            return [(), *ways]
+            return [*ways, ()]
         counts = range(expr.lo, expr.hi + 1)
         if len(counts) > SPELLED_REPEATS:
             if len(ways) != 1 or not ways[0]:
@@ -630,7 +634,7 @@ class _Builder:
 
     def helper(self, owner: str, kind: str) -> str:
         self.helpers += 1
-        return f"__{owner.lstrip('_')}_{kind}_{self.helpers}"
+        return f"__{owner.lstrip('_')}_{kind}_{self.helpers - 1}"
 
     def anonymous_terminal(self, literal: _Literal | _Range) -> str:
         name = self.anonymous.get(literal)
