@@ -137,10 +137,10 @@ def compile_ast(
         fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
     if type(node) is String and not node.text:  # (the empty string: no leaf to spell it)
         node = Empty()
-    if LITERAL_DFAS and type(node) is String:
-        data = _utf8(node.text)  # (None: a lone surrogate, no UTF-8 spelling: the NFA says so)
-        if data is not None and len(data) < min(limits.max_dfa_states, limits.max_nfa_states):
-            return literal_dfa(data, fingerprint=fingerprint, limits=limits)
+    if LITERAL_DFAS:
+        steps = _byte_chain(node)
+        if steps is not None and len(steps) < min(limits.max_dfa_states, limits.max_nfa_states):
+            return literal_dfa(steps, fingerprint=fingerprint, limits=limits)
     # (a terminal's program is at hand from its fingerprint: its size without another walk)
     program = node_program(node) if defer else None
     size = nfa_size(node) if program is None else program.nfa_size
@@ -164,6 +164,29 @@ def compile_ast(
 
 #: a literal's automaton is built whole at once (`literal_dfa`), not through a regex program
 LITERAL_DFAS = True
+
+
+def _byte_chain(node: Node) -> list[bytes] | None:
+    """`node` as a chain of byte sets (`literal_dfa`) when it is one: a literal, ASCII classes
+    (an ASCII case-insensitive keyword is ``[Ss][Ee]...``), or a concatenation of them; else
+    None."""
+    items = node.items if type(node) is Concat else (node,)
+    steps: list[bytes] = []
+    for item in items:
+        kind = type(item)
+        if kind is String:
+            data = _utf8(item.text)  # type: ignore[union-attr]
+            if data is None:  # (a lone surrogate, no UTF-8 spelling: the NFA says so)
+                return None
+            steps.extend(bytes((b,)) for b in data)
+        elif kind is CharClass:
+            ranges = item.ranges  # type: ignore[union-attr]
+            if not ranges or ranges[-1][1] > 0x7F:
+                return None
+            steps.append(bytes(b for lo, hi in ranges for b in range(lo, hi + 1)))
+        else:
+            return None
+    return steps or None
 
 
 def _utf8(text: str) -> bytes | None:

@@ -896,15 +896,16 @@ class NFASource(_Source):
 
 
 class LiteralSource(_Source):
-    """One byte string: state `i` has read its first `i` bytes; only the last accepts. A
-    grammar's keys, keywords and punctuation are mostly literals: `literal_dfa` builds every
-    row at once (a chain), with no regex program, NFA or C context to set up."""
+    """A chain of byte sets: state `i` has read `i` bytes, the `i`-th one from `steps[i]`; only
+    the last state accepts. One byte per step is a literal (a grammar's keys, keywords and
+    punctuation); a few per step is an ASCII case-insensitive keyword (`"select"i`).
+    `literal_dfa` builds every row at once, with no regex program, NFA or C context to set up."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        used = set(data)
+    def __init__(self, steps: Sequence[bytes]) -> None:
+        self.steps = tuple(steps)
+        used = set().union(*self.steps)
         self._used = sum(1 << b for b in used)
-        # each byte of the literal a class, the other bytes one
+        # each byte of the chain a class, the other bytes one
         self.byte_classes = _classes_of_ranges(frozenset((b, b) for b in used))
         self.num_classes = len(used) + (len(used) < 256)
 
@@ -918,24 +919,30 @@ class LiteralSource(_Source):
         return True
 
     def is_accepting(self, key: int) -> bool:
-        return key == len(self.data)
+        return key == len(self.steps)
 
     def expand(self, key: int, intern: Callable[[Hashable], int]) -> list[int]:
         out = [-1] * self.num_classes
-        if key < len(self.data):
-            out[int(self.byte_classes[self.data[key]])] = intern(key + 1)
+        if key < len(self.steps):
+            target = intern(key + 1)
+            for byte in self.steps[key]:
+                out[int(self.byte_classes[byte])] = target
         return out
 
 
-def literal_dfa(data: bytes, *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
-    """The DFA of exactly `data` (non-empty), every row built (`LiteralSource`)."""
-    source = LiteralSource(data)
-    n = len(data) + 1
+def literal_dfa(
+    data: bytes | Sequence[bytes], *, fingerprint: str, limits: AutomataLimits
+) -> ByteDFA:
+    """The DFA of exactly `data` (non-empty bytes), or of a chain of byte sets (each step's
+    allowed bytes), every row built (`LiteralSource`)."""
+    steps = [bytes((b,)) for b in data] if isinstance(data, bytes) else list(data)
+    source = LiteralSource(steps)
+    n = len(steps) + 1
     capacity = table_capacity(n)
     table = np.full((capacity, 256), -2, dtype=np.int32)
     table[:n] = -1
-    steps = np.arange(n - 1)
-    table[steps, np.frombuffer(data, dtype=np.uint8)] = steps + 1
+    for i, step in enumerate(steps):
+        table[i, np.frombuffer(step, dtype=np.uint8)] = i + 1
     accepting = np.zeros(capacity, dtype=np.bool_)
     accepting[n - 1] = True
     return ByteDFA.from_arrays(

@@ -122,3 +122,50 @@ def test_grammars_give_the_same_masks_with_literal_automata(
     kinds = {type(d._source).__name__ for d in engine.terminal_dfas}  # type: ignore[attr-defined]
     assert "LiteralSource" in kinds
     assert [_walk_masks(compiled, seed) for seed in range(3)] == expected
+
+
+_ASCII_CLASSES = st.lists(
+    st.tuples(st.integers(0, 0x7F), st.integers(0, 5)), min_size=1, max_size=3
+).map(lambda pairs: [(lo, min(lo + n, 0x7F)) for lo, n in pairs])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(TEXTS, _ASCII_CLASSES), min_size=1, max_size=5),
+    st.lists(st.binary(max_size=8), max_size=6),
+)
+def test_a_chain_of_byte_sets_is_the_nfa_automaton(items: list[object], extra: list[bytes]) -> None:
+    """Literals and ASCII classes in a row (a case-insensitive keyword is one) are built as a
+    chain; it accepts what the NFA path's automaton accepts."""
+    from structgen.automata import CharClass, concat
+    from structgen.automata.intervals import normalize
+
+    nodes = [String(i) if isinstance(i, str) else CharClass(normalize(i)) for i in items]
+    node = concat(nodes)
+    dfa = compile_ast(node, limits=LIMITS)
+    assert isinstance(dfa._source, LiteralSource)
+    reference = ByteDFA(
+        NFASource(build_nfa(node, max_states=LIMITS.max_nfa_states, pattern="chain")),
+        fingerprint="nfa",
+        limits=LIMITS,
+    )
+    assert _classes_are_consistent(dfa)
+    rng = random.Random(len(extra))
+    samples = list(extra)
+    for _ in range(12):  # members: one byte of each step
+        sample = bytes(rng.choice(step) for step in dfa._source.steps)  # type: ignore[attr-defined]
+        samples += [sample, sample[:-1], sample + b"x"]
+    for sample in samples:
+        assert dfa.accepts(sample) == reference.accepts(sample), sample
+
+
+def test_case_insensitive_keywords_are_chains() -> None:
+    from structgen.automata import literal_node
+
+    # (Lark's "select"i folds ASCII only; a Unicode fold would take ſ for s: not a chain)
+    dfa = compile_ast(literal_node("select", ignore_case=True, ascii_case=True), limits=LIMITS)
+    assert isinstance(dfa._source, LiteralSource)
+    assert not isinstance(compile_regex("(?i:select)")._source, LiteralSource)
+    assert dfa.accepts(b"SeLeCt") and not dfa.accepts(b"selec") and not dfa.accepts(b"selectx")
+    assert not isinstance(compile_regex("[a-z]+")._source, LiteralSource)
+    assert not isinstance(compile_regex("[é]x")._source, LiteralSource)  # (not one byte)
