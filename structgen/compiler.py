@@ -79,7 +79,7 @@ class CompiledGrammar:
         "_text_refused",
         "_text_words",
         "_tokens",
-        "fingerprint",
+        "_fingerprint",
         "kind",
         "source",
         "vocab",
@@ -107,10 +107,21 @@ class CompiledGrammar:
         token_ids: frozenset[int] = getattr(engine, "token_ids", frozenset())
         if token_ids:
             self._use_tokens(token_ids)
-        digest = hashlib.sha256(
-            f"{_COMPILER_VERSION}\0{kind}\0{engine.fingerprint}\0{vocab.fingerprint}".encode()
-        )
-        self.fingerprint = digest.hexdigest()
+        self._fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable digest of (structgen version, kind, what the engine runs, vocabulary):
+        computed when first asked (digesting a grammar's terminals is a few percent of a
+        compile, and most compiles never need it)."""
+        found = self._fingerprint
+        if found is None:
+            engine = self._engine
+            text = (
+                f"{_COMPILER_VERSION}\0{self.kind}\0{engine.fingerprint}\0{self.vocab.fingerprint}"
+            )
+            found = self._fingerprint = hashlib.sha256(text.encode()).hexdigest()
+        return found
 
     def _use_tokens(self, token_ids: frozenset[int]) -> None:
         from structgen.grammar.tokens import text_clashes, token_marker

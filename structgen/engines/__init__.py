@@ -30,8 +30,9 @@ __all__ = ["Engine", "GrammarEngine", "RegexEngine", "UniqueItemsEngine"]
 class Engine(Protocol):
     """What an engine provides (every method is safe to call from several threads)."""
 
-    #: stable digest of what the engine runs (part of `CompiledGrammar.fingerprint`)
-    fingerprint: str
+    @property
+    def fingerprint(self) -> str:
+        """Stable digest of what the engine runs (part of `CompiledGrammar.fingerprint`)."""
 
     @property
     def initial_state(self) -> Any:

@@ -177,7 +177,7 @@ class GrammarEngine:
             ]
             self._restore: Callable[[], tuple[ByteDFA, ...]] | None = None
             self._restored_bytes = 0
-            self.fingerprint = grammar.fingerprint()
+            self._fingerprint: str | None = None  # (digested when first asked)
             self.token_ids = grammar_tokens(grammar)  # token terminals (read by CompiledGrammar)
             dfas = zip(grammar.terminals, self._terminal_dfas)
             usable = [t.name for t, d in dfas if not d.is_empty]
@@ -190,7 +190,7 @@ class GrammarEngine:
             self._terminal_dfas = None
             self._restore = restored.terminal_dfas
             self._restored_bytes = restored.automata_bytes
-            self.fingerprint = restored.fingerprint
+            self._fingerprint = restored.fingerprint
             self.token_ids = restored.token_ids
             self.parser = restored.parser
             self.ignore = restored.ignore
@@ -216,6 +216,15 @@ class GrammarEngine:
             if not dfa.is_deferred:
                 dfa.row(dfa.start)
         self.lexer(self._initial)
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable sha256 of the grammar (`Grammar.fingerprint`), digested when first asked."""
+        found = self._fingerprint
+        if found is None:
+            assert self._grammar is not None
+            found = self._fingerprint = self._grammar.fingerprint()
+        return found
 
     @property
     def terminal_dfas(self) -> list[ByteDFA]:
