@@ -277,7 +277,18 @@ def literal_node(text: str, *, ignore_case: bool = False, ascii_case: bool = Fal
     folding only A-Z/a-z with ``ascii_case`` (``re.IGNORECASE | re.ASCII``)."""
     if not ignore_case:
         return String(text) if text else Empty()
+    if ascii_case:  # (A-Z/a-z each a pair, the rest itself: no fold tables needed)
+        return concat(_ascii_fold(c) for c in text)
     return concat(_fold_char(ord(c), ascii_case) for c in text)
+
+
+def _ascii_fold(c: str) -> Node:
+    """`_fold_char(ord(c), True)`, directly: a Lark grammar's `"select"i` keywords are folded
+    at every compile."""
+    if "a" <= c <= "z" or "A" <= c <= "Z":
+        upper, lower = ord(c.upper()), ord(c.lower())
+        return CharClass(((upper, upper), (lower, lower)))
+    return String(c)
 
 
 @lru_cache(maxsize=8192)

@@ -18,6 +18,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from structgen.automata import (
     CharClass,
@@ -67,8 +68,7 @@ _TOKENS = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
+class _Tok(NamedTuple):
     kind: str
     text: str
 

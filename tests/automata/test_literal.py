@@ -169,3 +169,16 @@ def test_case_insensitive_keywords_are_chains() -> None:
     assert dfa.accepts(b"SeLeCt") and not dfa.accepts(b"selec") and not dfa.accepts(b"selectx")
     assert not isinstance(compile_regex("[a-z]+")._source, LiteralSource)
     assert not isinstance(compile_regex("[é]x")._source, LiteralSource)  # (not one byte)
+
+
+def test_ascii_folding_takes_no_tables() -> None:
+    """`literal_node(ascii_case=True)` folds A-Z/a-z directly, as the fold tables do."""
+    from structgen.automata import regex_syntax as rs
+
+    for cp in [*range(0x80), 0xE9, 0x17F, 0x212A, 0x1F600]:
+        c = chr(cp)
+        assert rs._ascii_fold(c) == rs._fold_char(cp, True), hex(cp)
+    text = "Select ſ K x_1"
+    assert rs.literal_node(text, ignore_case=True, ascii_case=True) == rs.concat(
+        rs._fold_char(ord(c), True) for c in text
+    )
