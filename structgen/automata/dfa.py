@@ -1074,15 +1074,25 @@ class ProductSource(_Source):
                 return False
         return True
 
-    def successors(self, key: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
-        """``(class, tuple)`` for every class on which every component moves."""
+    def _columns(self, key: tuple[int, ...]) -> list[list[int]]:
+        """Each component's row at the product's class representatives."""
         columns = []
         for part, rows, state in zip(self.parts, self._rows, key):
             row = rows.get(state)
             if row is None:
                 row = rows[state] = part.row(state)[self.reps].tolist()
             columns.append(row)
+        return columns
+
+    def successors(self, key: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
+        """``(class, tuple)`` for every class on which every component moves."""
+        columns = self._columns(key)
         return [(c, combo) for c, combo in enumerate(zip(*columns)) if -1 not in combo]
+
+    def successor_tuples(self, key: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The distinct tuples ``key`` moves to (many classes lead to one: a search needs each
+        once, and no class)."""
+        return [t for t in dict.fromkeys(zip(*self._columns(key))) if -1 not in t]
 
     def _guide(self, key: tuple[int, ...]) -> int:
         """How much is left to do from ``key``: the components' distances to acceptance summed
@@ -1093,22 +1103,25 @@ class ProductSource(_Source):
                 total += table.shortest.get(state, 0)
         return total
 
-    def _hopeless(self, key: tuple[int, ...]) -> bool:
-        """Whether the components' distances alone prove `key` dead: some component needs a
-        longer continuation than another can still accept (a length bound against patterns
-        that each need several more bytes), which spares exhausting the tuples behind it."""
+    def _guide_unless_hopeless(self, key: tuple[int, ...]) -> int:
+        """`_guide(key)`, or -1 when the components' distances alone prove `key` dead: some
+        component needs a longer continuation than another can still accept (a length bound
+        against patterns that each need several more bytes), which spares exhausting the
+        tuples behind it."""
+        total = 0
         need = 0
         room = -1
         for table, state in zip(self._distances or (), key):
             if table is None:
                 continue
             shortest = table.shortest.get(state, 0)
+            total += shortest
             if shortest > need:
                 need = shortest
             longest = table.longest.get(state)
             if longest is not None and (room < 0 or longest < room):
                 room = longest
-        return 0 <= room < need
+        return -1 if 0 <= room < need else total
 
     def is_live(self, key: tuple[int, ...]) -> bool:
         if key in self.live:
@@ -1146,7 +1159,7 @@ class ProductSource(_Source):
                 frontier = [(self._guide(k), -o, k) for _, o, k in frontier]
                 order = -order
                 heapq.heapify(frontier)
-            for _, nxt in self.successors(cur):
+            for nxt in self.successor_tuples(cur):
                 if nxt in parent or nxt in self.dead:
                     continue
                 parent[nxt] = cur
@@ -1156,10 +1169,13 @@ class ProductSource(_Source):
                         self.live.add(node)
                         node = parent[node]
                     return True
-                if guided and self._hopeless(nxt):
-                    continue  # dead (marked so with the rest if the search finds nothing)
+                rank = 0
+                if guided:
+                    rank = self._guide_unless_hopeless(nxt)
+                    if rank < 0:
+                        continue  # dead (marked so with the rest if the search finds nothing)
                 order += step
-                heapq.heappush(frontier, (self._guide(nxt) if guided else 0, order, nxt))
+                heapq.heappush(frontier, (rank, order, nxt))
         self.dead.update(parent)
         return False
 
