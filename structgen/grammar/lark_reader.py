@@ -164,6 +164,8 @@ def _unescape(body: str, regex: bool) -> str:
             out.append('"')
             i += 2
         elif e == "\\":
+            if body.startswith('"', i + 2):
+                raise _Fallback  # (Lark's evaluation then drops one of the backslashes)
             out.append("\\\\")
             i += 2
         else:
@@ -419,8 +421,12 @@ class _Terminals:
         self.nodes: dict[str, Node] = {}
         self.building: set[str] = set()
 
-    def node(self, name: str) -> Node:
-        """`name`'s AST (a terminal of the grammar or imported from common.lark)."""
+    def node(self, name: str, *, whole: bool = True) -> Node:
+        """`name`'s AST (a terminal of the grammar or imported from common.lark). A rewritten
+        common terminal stands only as a whole terminal (`lark_frontend` rewrites Lark's
+        compiled pattern, which inside another terminal is no longer that pattern)."""
+        if not whole and self.imports.get(name) in _rewrites():
+            raise _Fallback
         found = self.nodes.get(name)
         if found is not None:
             return found
@@ -452,7 +458,7 @@ class _Terminals:
             if expr.name[0].islower():
                 raise _Fallback  # a rule inside a terminal: Lark's error
             if scope is self.defs:
-                return self.node(expr.name)
+                return self.node(expr.name, whole=False)
             # inside common.lark: its own names (not rewritten: only whole imports are)
             return self._common(expr.name)
         if isinstance(expr, _Seq):

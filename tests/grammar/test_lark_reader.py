@@ -44,6 +44,7 @@ GRAMMARS = {
         "%import common.ESCAPED_STRING -> STRING\n"
         '%ignore " "\n'
     ),
+    "wide repetitions": 'start: "x"~2..70 ";"\n',
     "repetitions": ('start: "a"~3 B~1..2 c~0..20 d*\nB: "b"\nc: "c" | "C"\nd: ("x" | "y")~2\n'),
     "modifiers, priorities, aliases": (
         "?start: _item+ -> top\n"
@@ -135,6 +136,9 @@ def test_constructs(name: str) -> None:
         'start: "a"\nstart: "b"\n',  # defined twice
         "start: A\nA: /a*/\n",  # empty-matching terminal
         "start: A\nA: /(?<=x)a/\n",  # lookbehind
+        # (a rewritten common terminal inside another: Lark's compiled pattern decides)
+        'start: S\nS: ESCAPED_STRING "x"\n%import common.ESCAPED_STRING\n',
+        "start: S\nS: ESCAPED_STRING\n%import common.ESCAPED_STRING\n",
         'start: _a\n_a: "a" -> x\n',  # an alias on an inlined rule
         'start: ["a"] ["a"]\n',  # colliding options (Lark: rules defined twice)
         'start: "a"? "a"?\n',  # (Lark merges these: equal spellings are left to Lark)
