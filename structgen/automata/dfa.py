@@ -930,12 +930,9 @@ class LiteralSource(_Source):
         return out
 
 
-def literal_dfa(
-    data: bytes | Sequence[bytes], *, fingerprint: str, limits: AutomataLimits
-) -> ByteDFA:
-    """The DFA of exactly `data` (non-empty bytes), or of a chain of byte sets (each step's
-    allowed bytes), every row built (`LiteralSource`)."""
-    steps = [bytes((b,)) for b in data] if isinstance(data, bytes) else list(data)
+def literal_dfa(steps: Sequence[bytes], *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
+    """The DFA of a chain of byte sets (`steps`, non-empty: each step's allowed bytes; one byte
+    each for a literal), every row built (`LiteralSource`)."""
     source = LiteralSource(steps)
     n = len(steps) + 1
     capacity = table_capacity(n)

@@ -251,6 +251,37 @@ def _translate_other_error(text: str, exc: Exception) -> GrammarError:
 # ----------------------------------------------------------------------------- terminals
 
 
+class UnsupportedPattern(Exception):
+    """A Lark regex literal the IR cannot express exactly (the reason is the message)."""
+
+
+def string_leaf(value: str, flags: Iterable[str]) -> Node:
+    """The AST of a Lark string literal (non-empty) with its flags."""
+    # `"select"i`: ASCII case folding, so keywords never match `ſ`/`İ`/Kelvin-sign spellings
+    return literal_node(value, ignore_case="i" in flags, ascii_case=True)
+
+
+def regex_leaf(value: str, flags: Iterable[str]) -> Node:
+    """The AST of a Lark regex literal with its flags, meaning what Lark's matcher means;
+    `UnsupportedPattern` when it cannot (lazy quantifiers, anchors, what `parse_regex`
+    refuses). Used by both loaders (`lark_reader` too), so they read literals alike."""
+    flags = frozenset(flags)
+    issue = _lark_semantics_issue(value, flags)
+    if issue is not None:
+        offset, reason = issue
+        raise UnsupportedPattern(f"{reason} (at offset {offset} of /{value}/)")
+    try:
+        # /.../i folds case in ASCII unless the terminal asks for Unicode with the `u` flag
+        return parse_regex(
+            value,
+            flags="".join(sorted(flags)),
+            ascii_case="u" not in flags,
+            word_boundaries=False,
+        )
+    except RegexError as exc:
+        raise UnsupportedPattern(f"{exc.reason} in /{value}/") from exc
+
+
 def _terminal_node(text: str, name: str, pattern: Any) -> Node:
     value = str(pattern.value)
     flags = frozenset(str(f) for f in pattern.flags)
@@ -258,25 +289,14 @@ def _terminal_node(text: str, name: str, pattern: Any) -> Node:
     if getattr(pattern, "type", None) == "str":
         if not value:
             raise _terminal_error(text, name, raw, "it is the empty string")
-        # `"select"i`: ASCII case folding, so keywords never match `ſ`/`İ`/Kelvin-sign spellings
-        return literal_node(value, ignore_case="i" in flags, ascii_case=True)
+        return string_leaf(value, flags)
     rewrite = _known_rewrites().get((value, flags))
     if rewrite is not None:
         return rewrite
-    issue = _lark_semantics_issue(value, flags)
-    if issue is not None:
-        offset, reason = issue
-        raise _terminal_error(text, name, raw, f"{reason} (at offset {offset} of /{value}/)")
     try:
-        # /.../i folds case in ASCII unless the terminal asks for Unicode with the `u` flag
-        node = parse_regex(
-            value,
-            flags="".join(sorted(flags)),
-            ascii_case="u" not in flags,
-            word_boundaries=False,
-        )
-    except RegexError as exc:
-        raise _terminal_error(text, name, raw, f"{exc.reason} in /{value}/") from exc
+        node = regex_leaf(value, flags)
+    except UnsupportedPattern as exc:
+        raise _terminal_error(text, name, raw, str(exc)) from exc
     if _nullable(node):
         raise _terminal_error(
             text, name, raw, "it can match the empty string; a terminal must consume text"
@@ -306,17 +326,22 @@ def _known_rewrites() -> dict[tuple[str, frozenset[str]], Node]:
     to the first unescaped closing quote / the first ``*/``; the rewrites describe exactly those
     strings. The keys are taken from the installed Lark, so they follow its ``common.lark``.
     """
-    replacements = REWRITES
-    source = "start: " + " ".join(replacements) + "\n"
-    source += "".join(f"%import common.{name}\n" for name in replacements)
+    source = "start: " + " ".join(REWRITES) + "\n"
+    source += "".join(f"%import common.{name}\n" for name in REWRITES)
     loaded = lark.Lark(source, parser="earley", lexer="dynamic")
     out: dict[tuple[str, frozenset[str]], Node] = {}
     for terminal in loaded.terminals:
-        replacement = replacements.get(str(terminal.name))
+        replacement = rewrite_nodes().get(str(terminal.name))
         if replacement is not None:
             key = (str(terminal.pattern.value), frozenset(str(f) for f in terminal.pattern.flags))
-            out[key] = parse_regex(replacement)
+            out[key] = replacement
     return out
+
+
+@functools.cache
+def rewrite_nodes() -> dict[str, Node]:
+    """The rewrites' ASTs by common terminal name (`lark_reader` looks them up by name)."""
+    return {name: parse_regex(regex) for name, regex in REWRITES.items()}
 
 
 def _lark_semantics_issue(pattern: str, flags: Iterable[str]) -> tuple[int, str] | None:

@@ -20,17 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import lark.load_grammar
+
 from structgen.automata import (
     CharClass,
     Node,
     alternation,
     concat,
-    literal_node,
-    parse_regex,
     repeat,
 )
-from structgen.errors import RegexError
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
+from structgen.grammar.lark_frontend import (
+    UnsupportedPattern,
+    _nullable,
+    regex_leaf,
+    rewrite_nodes,
+    string_leaf,
+)
 
 __all__ = ["read_lark"]
 
@@ -203,7 +209,6 @@ class _Parser:
         self.i = 0
         self.rules: dict[str, _Alt] = {}
         self.terminals: dict[str, _Alt] = {}
-        self.order: list[str] = []  # rules in definition order
         self.ignore: list[_Expr] = []
         self.imports: dict[str, str] = {}  # local name -> name in common.lark
 
@@ -250,8 +255,6 @@ class _Parser:
         if name in self.rules or name in self.terminals or name in self.imports:
             raise _Fallback  # (defined twice: Lark's error)
         into[name] = body
-        if rule:
-            self.order.append(name)
 
     def directive(self) -> None:
         word = self.take("directive").text
@@ -358,8 +361,6 @@ class _Parser:
 @functools.cache
 def _common_terminals() -> dict[str, _Alt]:
     """The terminal definitions of Lark's ``common.lark`` (read with this reader)."""
-    import lark
-
     path = Path(lark.__file__).resolve().parent / "grammars" / "common.lark"
     parser = _Parser(_tokens(path.read_text(encoding="utf-8")))
     parser.file()
@@ -371,45 +372,8 @@ def _common_terminals() -> dict[str, _Alt]:
 # --------------------------------------------------------------------------- terminals
 
 
-#: readable names for anonymous punctuation terminals (as Lark names them)
-_PUNCTUATION = {
-    ".": "DOT",
-    ",": "COMMA",
-    ":": "COLON",
-    ";": "SEMICOLON",
-    "+": "PLUS",
-    "-": "MINUS",
-    "*": "STAR",
-    "/": "SLASH",
-    "\\": "BACKSLASH",
-    "|": "VBAR",
-    "?": "QMARK",
-    "!": "BANG",
-    "@": "AT",
-    "#": "HASH",
-    "$": "DOLLAR",
-    "%": "PERCENT",
-    "^": "CIRCUMFLEX",
-    "&": "AMPERSAND",
-    "_": "UNDERSCORE",
-    "<": "LESSTHAN",
-    ">": "MORETHAN",
-    "=": "EQUAL",
-    '"': "DBLQUOTE",
-    "'": "QUOTE",
-    "`": "BACKQUOTE",
-    "~": "TILDE",
-    "(": "LPAR",
-    ")": "RPAR",
-    "{": "LBRACE",
-    "}": "RBRACE",
-    "[": "LSQB",
-    "]": "RSQB",
-    "\n": "NEWLINE",
-    "\r\n": "CRLF",
-    "\t": "TAB",
-    " ": "SPACE",
-}
+#: readable names Lark gives anonymous punctuation terminals (cosmetic: any name would do)
+_PUNCTUATION: dict[str, str] = getattr(lark.load_grammar, "_TERMINAL_NAMES", {})
 
 
 class _Terminals:
@@ -425,7 +389,7 @@ class _Terminals:
         """`name`'s AST (a terminal of the grammar or imported from common.lark). A rewritten
         common terminal stands only as a whole terminal (`lark_frontend` rewrites Lark's
         compiled pattern, which inside another terminal is no longer that pattern)."""
-        if not whole and self.imports.get(name) in _rewrites():
+        if not whole and self.imports.get(name) in rewrite_nodes():
             raise _Fallback
         found = self.nodes.get(name)
         if found is not None:
@@ -434,7 +398,7 @@ class _Terminals:
             body, scope = self.defs[name], self.defs
         elif name in self.imports:
             original = self.imports[name]
-            rewrite = _rewrites().get(original)
+            rewrite = rewrite_nodes().get(original)
             if rewrite is not None:  # (common terminals written with lookbehind or `*?`)
                 self.nodes[name] = rewrite
                 return rewrite
@@ -483,48 +447,24 @@ class _Terminals:
 
 
 def _leaf(literal: _Literal) -> Node:
-    """A literal's AST, as `lark_frontend._terminal_node` builds it from Lark's pattern."""
-    from structgen.grammar import lark_frontend as frontend
-
+    """A literal's AST, built as `lark_frontend` builds it from Lark's pattern."""
     if not literal.regex:
-        return literal_node(literal.value, ignore_case="i" in literal.flags, ascii_case=True)
+        return string_leaf(literal.value, literal.flags)
     value, flags = literal.value, literal.flags
     if "l" in flags:
         raise _Fallback  # (LOCALE needs bytes patterns: Lark's error)
     try:
         re.compile(value, _python_flags(flags))  # Lark refuses what Python's `re` does
-    except re.error:
-        raise _Fallback from None
-    if frontend._lark_semantics_issue(value, flags) is not None:
-        raise _Fallback
-    try:
-        return parse_regex(value, flags=flags, ascii_case="u" not in flags, word_boundaries=False)
-    except RegexError:
+        return regex_leaf(value, flags)
+    except (re.error, UnsupportedPattern):
         raise _Fallback from None
 
 
 def _python_flags(flags: str) -> int:
     out = 0
     for flag in flags:
-        out |= {
-            "i": re.I,
-            "m": re.M,
-            "s": re.S,
-            "u": re.U,
-            "x": re.X,
-        }[flag]
+        out |= {"i": re.I, "m": re.M, "s": re.S, "u": re.U, "x": re.X}[flag]
     return out
-
-
-@functools.cache
-def _rewrites() -> dict[str, Node]:
-    """`lark_frontend`'s exact equivalents of the common terminals it rewrites, by name."""
-    from structgen.grammar import lark_frontend as frontend
-
-    return {
-        "ESCAPED_STRING": parse_regex(frontend.REWRITES["ESCAPED_STRING"]),
-        "C_COMMENT": parse_regex(frontend.REWRITES["C_COMMENT"]),
-    }
 
 
 # --------------------------------------------------------------------------- rules
@@ -690,8 +630,8 @@ def _read(text: str, start: str) -> Grammar:
         raise _Fallback
     terminals = _Terminals(parser)
     builder = _Builder(parser, terminals)
-    for name in parser.order:
-        builder.rule(name, parser.rules[name])
+    for name, body in parser.rules.items():  # (in definition order)
+        builder.rule(name, body)
     ignore: list[str] = []
     for number, expr in enumerate(parser.ignore):
         if isinstance(expr, _Alt) and len(expr.options) == 1 and len(expr.options[0].items) == 1:
@@ -724,8 +664,6 @@ def _read(text: str, start: str) -> Grammar:
     lhs = {rule.lhs for rule in rules}
     order = {name: None for rule in rules for name in rule.rhs if name not in lhs}
     order.update(dict.fromkeys(ignore))
-    from structgen.grammar.lark_frontend import _nullable
-
     defs = []
     for name in order:
         node = terminals.nodes[name]
