@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from functools import partial
 
+from structgen.automata.chains import Block, chain_blocks, chain_fingerprint, literal_dfa
 from structgen.automata.counted import COUNT_ABOVE, compile_counted
 from structgen.automata.dfa import (
     ByteDFA,
@@ -21,7 +22,6 @@ from structgen.automata.dfa import (
     NFASource,
     ProductSource,
     TrieSource,
-    literal_dfa,
 )
 from structgen.automata.dialects import Dialect, DialectSpec, dialects_of
 from structgen.automata.nfa import (
@@ -69,6 +69,7 @@ __all__ = [
     "UnsupportedRegexError",
     "alternation",
     "alternatives",
+    "chain_dfa",
     "compile_ast",
     "compile_regex",
     "concat",
@@ -133,14 +134,13 @@ def compile_ast(
     (`DeferredNFASource`; a grammar's terminals) — the limits are checked now all the same.
     """
     limits = limits or _DEFAULT_LIMITS
-    if fingerprint is None:
-        fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
     if type(node) is String and not node.text:  # (the empty string: no leaf to spell it)
         node = Empty()
-    if LITERAL_DFAS:
-        steps = _byte_chain(node)
-        if steps is not None and len(steps) < min(limits.max_dfa_states, limits.max_nfa_states):
-            return literal_dfa(steps, fingerprint=fingerprint, limits=limits)
+    chain = chain_dfa(node, limits=limits, fingerprint=fingerprint)
+    if chain is not None:
+        return chain
+    if fingerprint is None:
+        fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
     # (a terminal's program is at hand from its fingerprint: its size without another walk)
     program = node_program(node) if defer else None
     size = nfa_size(node) if program is None else program.nfa_size
@@ -162,38 +162,34 @@ def compile_ast(
     return ByteDFA(NFASource(nfa), fingerprint=fingerprint, limits=limits)
 
 
-#: a literal's automaton is built whole at once (`literal_dfa`), not through a regex program
+#: a chain of literals, classes and small choices (a JSON key's spellings) is built directly
+#: (`chains.literal_dfa`), not through a regex program and NFA
 LITERAL_DFAS = True
 
 
-def _byte_chain(node: Node) -> list[bytes] | None:
-    """`node` as a chain of byte sets (`literal_dfa`) when it is one: a literal, ASCII classes
-    (an ASCII case-insensitive keyword is ``[Ss][Ee]...``), or a concatenation of them; else
-    None."""
-    items = node.items if type(node) is Concat else (node,)
-    steps: list[bytes] = []
-    for item in items:
-        kind = type(item)
-        if kind is String:
-            data = _utf8(item.text)  # type: ignore[union-attr]
-            if data is None:  # (a lone surrogate, no UTF-8 spelling: the NFA says so)
-                return None
-            steps.extend(bytes((b,)) for b in data)
-        elif kind is CharClass:
-            ranges = item.ranges  # type: ignore[union-attr]
-            if not ranges or ranges[-1][1] > 0x7F:
-                return None
-            steps.append(bytes(b for lo, hi in ranges for b in range(lo, hi + 1)))
-        else:
-            return None
-    return steps or None
-
-
-def _utf8(text: str) -> bytes | None:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
+def chain_dfa(
+    node: Node, *, limits: AutomataLimits | None = None, fingerprint: str | None = None
+) -> ByteDFA | None:
+    """The DFA of `node` built directly when it is a chain of literals, classes and small
+    choices (`chains.py`: a literal, a keyword, a JSON key in all its spellings), else None.
+    ``fingerprint`` defaults to the chain's own (`chain_fingerprint`: no walk of the AST)."""
+    if not LITERAL_DFAS:
         return None
+    limits = limits or _DEFAULT_LIMITS
+    blocks = chain_blocks(node)
+    if blocks is None or _chain_states(blocks) >= _chain_limit(limits):
+        return None
+    if fingerprint is None:
+        fingerprint = chain_fingerprint(blocks)
+    return literal_dfa(blocks, fingerprint=fingerprint, limits=limits)
+
+
+def _chain_states(blocks: Sequence[Block]) -> int:
+    return 1 + sum([block.size for block in blocks])
+
+
+def _chain_limit(limits: AutomataLimits) -> int:
+    return min(limits.max_dfa_states, limits.max_nfa_states)
 
 
 def _deferred_source(

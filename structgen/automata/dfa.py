@@ -892,68 +892,6 @@ class NFASource(_Source):
         return out
 
 
-# ---------------------------------------------------------------------- one literal
-
-
-class LiteralSource(_Source):
-    """A chain of byte sets: state `i` has read `i` bytes, the `i`-th one from `steps[i]`; only
-    the last state accepts. One byte per step is a literal (a grammar's keys, keywords and
-    punctuation); a few per step is an ASCII case-insensitive keyword (`"select"i`).
-    `literal_dfa` builds every row at once, with no regex program, NFA or C context to set up."""
-
-    def __init__(self, steps: Sequence[bytes]) -> None:
-        self.steps = tuple(steps)
-        used = set().union(*self.steps)
-        self._used = sum(1 << b for b in used)
-        # each byte of the chain a class, the other bytes one
-        self.byte_classes = _classes_of_ranges(frozenset((b, b) for b in used))
-        self.num_classes = len(used) + (len(used) < 256)
-
-    def alphabet(self) -> int:
-        return self._used
-
-    def start_key(self) -> int:
-        return 0
-
-    def start_is_live(self) -> bool:
-        return True
-
-    def is_accepting(self, key: int) -> bool:
-        return key == len(self.steps)
-
-    def expand(self, key: int, intern: Callable[[Hashable], int]) -> list[int]:
-        out = [-1] * self.num_classes
-        if key < len(self.steps):
-            target = intern(key + 1)
-            for byte in self.steps[key]:
-                out[int(self.byte_classes[byte])] = target
-        return out
-
-
-def literal_dfa(steps: Sequence[bytes], *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
-    """The DFA of a chain of byte sets (`steps`, non-empty: each step's allowed bytes; one byte
-    each for a literal), every row built (`LiteralSource`)."""
-    source = LiteralSource(steps)
-    n = len(steps) + 1
-    capacity = table_capacity(n)
-    table = np.full((capacity, 256), -2, dtype=np.int32)
-    table[:n] = -1
-    for i, step in enumerate(steps):
-        table[i, np.frombuffer(step, dtype=np.uint8)] = i + 1
-    accepting = np.zeros(capacity, dtype=np.bool_)
-    accepting[n - 1] = True
-    return ByteDFA.from_arrays(
-        source,
-        fingerprint=fingerprint,
-        limits=limits,
-        byte_classes=source.byte_classes,  # (read-only: shared by literals over the same bytes)
-        table=table,
-        accepting=accepting,
-        states=n,
-        built=b"\x01" * n,
-    )
-
-
 # ---------------------------------------------------------------------- finite sets of strings
 
 

@@ -11,7 +11,14 @@ from typing import Any
 
 from structgen._budget import forget_on_failure, keep_alive, undo_on_failure
 from structgen._lru import LRU
-from structgen.automata import AutomataLimits, ByteDFA, Node, compile_ast, intersect_all
+from structgen.automata import (
+    AutomataLimits,
+    ByteDFA,
+    Node,
+    chain_dfa,
+    compile_ast,
+    intersect_all,
+)
 from structgen.grammar.ir import TerminalDef, node_digest
 
 __all__ = ["adopt_terminal_dfa", "build_terminal_dfa", "live_terminal_dfa", "terminal_dfa"]
@@ -62,6 +69,10 @@ def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA
     """A new lazy DFA of the terminal (not shared: `terminal_dfa` is the cached way)."""
     where = f"terminal {terminal.name}"
     if not terminal.intersect:
+        # (a key, a literal: built whole, fingerprinted by its blocks without digesting the AST)
+        chain = chain_dfa(terminal.pattern, limits=limits)
+        if chain is not None:
+            return chain
         return compile_ast(
             terminal.pattern,
             limits=limits,

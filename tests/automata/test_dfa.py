@@ -77,7 +77,7 @@ class TestInterface:
         assert dfa.num_byte_classes == 3  # '"', a-z, everything else
 
     def test_table_and_accepting_views(self) -> None:
-        dfa = compile_regex("ab|c")
+        dfa = compile_regex("(ab|c)d*")  # (a regex automaton: `ab|c` alone is a chain, built whole)
         assert dfa.table.shape == (dfa.num_states, 256)
         assert (dfa.table[dfa.start] == -2).all()  # lazy: nothing built yet
         dfa.row(dfa.start)

@@ -1,6 +1,7 @@
-"""Literal automata (`LiteralSource`, `literal_dfa`): a `String` node's DFA is built whole at
-once, with no regex program or NFA, and is the automaton the NFA path builds — same language,
-consistent byte classes, every row built — inside regexes, schemas and grammars alike."""
+"""Chain automata (`structgen/automata/chains.py`): a literal, a keyword or a JSON key in all
+its spellings is built directly as a chain of blocks, with no regex program or NFA, and is the
+automaton the NFA path builds — same language, consistent byte classes, every state live —
+inside regexes, schemas and grammars alike."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import structgen
 import structgen.automata as automata
 from structgen import Compiler, Matcher, SchemaOptions, allocate_bitmask
 from structgen.automata import AutomataLimits, String, compile_ast, compile_regex
-from structgen.automata.dfa import ByteDFA, LiteralSource, NFASource
+from structgen.automata.chains import LiteralSource
+from structgen.automata.dfa import ByteDFA, NFASource
 from structgen.automata.nfa import build_nfa
 from structgen.automata.snapshot import restore_dfa, snapshot_dfa
 from structgen.grammar.lark_frontend import load_builtin
@@ -149,26 +151,54 @@ def test_a_chain_of_byte_sets_is_the_nfa_automaton(items: list[object], extra: l
         fingerprint="nfa",
         limits=LIMITS,
     )
+    assert _agree(dfa, reference, extra, seed=len(extra))
+
+
+def _sample(dfa: ByteDFA, rng: random.Random) -> bytes:
+    """A random member of the language (every state of these automata is live)."""
+    state, out = dfa.start, bytearray()
+    while True:
+        row = dfa.row(state)
+        moves = np.flatnonzero(row >= 0)
+        if dfa.is_accepting(state) and (not len(moves) or rng.random() < 0.2):
+            return bytes(out)
+        byte = int(rng.choice(moves))
+        out.append(byte)
+        state = int(row[byte])
+
+
+def _agree(dfa: ByteDFA, reference: ByteDFA, extra: list[bytes], seed: int) -> bool:
+    """Same verdicts on members of either language, on their cuts and extensions, and on
+    `extra`; consistent byte classes; every state reached live."""
     assert _classes_are_consistent(dfa)
-    rng = random.Random(len(extra))
+    rng = random.Random(seed)
     samples = list(extra)
-    for _ in range(12):  # members: one byte of each step
-        sample = bytes(rng.choice(step) for step in dfa._source.steps)  # type: ignore[attr-defined]
-        samples += [sample, sample[:-1], sample + b"x"]
+    for source in (dfa, reference) * 6:
+        sample = _sample(source, rng)
+        cut = rng.randrange(len(sample) + 1)
+        samples += [sample, sample[:cut], sample + b"x", sample[:cut] + b"\\" + sample[cut:]]
     for sample in samples:
         assert dfa.accepts(sample) == reference.accepts(sample), sample
+    assert all(dfa.is_live(s) for s in range(dfa.num_states))
+    return True
 
 
 def test_case_insensitive_keywords_are_chains() -> None:
     from structgen.automata import literal_node
 
-    # (Lark's "select"i folds ASCII only; a Unicode fold would take ſ for s: not a chain)
+    # (Lark's "select"i folds ASCII only; a Unicode fold also takes ſ for s: a block of two)
     dfa = compile_ast(literal_node("select", ignore_case=True, ascii_case=True), limits=LIMITS)
     assert isinstance(dfa._source, LiteralSource)
-    assert not isinstance(compile_regex("(?i:select)")._source, LiteralSource)
+    assert not dfa.accepts("ſelect".encode())
+    unicode_fold = compile_regex("(?i:select)")
+    assert isinstance(unicode_fold._source, LiteralSource)
+    assert unicode_fold.accepts("ſElect".encode()) and not unicode_fold.accepts(b"selec")
     assert dfa.accepts(b"SeLeCt") and not dfa.accepts(b"selec") and not dfa.accepts(b"selectx")
     assert not isinstance(compile_regex("[a-z]+")._source, LiteralSource)
-    assert not isinstance(compile_regex("[é]x")._source, LiteralSource)  # (not one byte)
+    accented = compile_regex("[éè]x")  # (a few code points: a block of their UTF-8 spellings)
+    assert isinstance(accented._source, LiteralSource)
+    assert accented.accepts("éx".encode()) and accented.accepts("èx".encode())
+    assert not accented.accepts(b"ex") and not accented.accepts("é".encode())
 
 
 def test_ascii_folding_takes_no_tables() -> None:
@@ -182,3 +212,112 @@ def test_ascii_folding_takes_no_tables() -> None:
     assert rs.literal_node(text, ignore_case=True, ascii_case=True) == rs.concat(
         rs._fold_char(ord(c), True) for c in text
     )
+
+
+def _reference(node: object) -> ByteDFA:
+    nfa = build_nfa(node, max_states=LIMITS.max_nfa_states, pattern="ref")  # type: ignore[arg-type]
+    return ByteDFA(NFASource(nfa), fingerprint="nfa", limits=LIMITS)
+
+
+def _spell(text: str, rng: random.Random) -> bytes:
+    """One of the spellings JSON allows for `text` (raw, short escapes, `\\uXXXX` in either
+    case, surrogate pairs)."""
+    out = []
+    for ch in text:
+        cp = ord(ch)
+        short = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n",
+                 "\r": "\\r", "\t": "\\t"}.get(ch)  # fmt: skip
+        raw_ok = cp >= 0x20 and ch not in '"\\'
+        choice = rng.randrange(3)
+        if choice == 0 and raw_ok:
+            out.append(ch)
+        elif choice == 1 and short:
+            out.append(short)
+        else:
+            units = [cp] if cp < 0x10000 else [0xD800 + ((cp - 0x10000) >> 10),
+                                               0xDC00 + ((cp - 0x10000) & 0x3FF)]  # fmt: skip
+            for unit in units:
+                digits = f"{unit:04x}"
+                out.append("\\u" + "".join(d.upper() if rng.random() < 0.5 else d for d in digits))
+    return "".join(out).encode()
+
+
+KEYS = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(KEYS, st.integers(0, 10**6))
+def test_a_json_key_in_every_spelling_is_a_chain(text: str, seed: int) -> None:
+    """A key's accept-mode language (each character raw, short-escaped or `\\uXXXX` in either
+    case) is built as a chain; it accepts exactly the NFA path's spellings, and every spelling
+    JSON allows decodes back to the key."""
+    import json
+
+    from structgen.automata import concat
+    from structgen.schema._strings import literal_body
+
+    node = concat([String('"'), literal_body(text), String('"')])
+    dfa = compile_ast(node, limits=LIMITS)
+    assert isinstance(dfa._source, LiteralSource)
+    # the spine's rows are built at once, the escapes' when first read
+    source = dfa._source
+    assert dfa.num_states == source.num_laid_out == sum(b.width for b in source.blocks) + 1
+    assert sum(dfa._built) == len(source.blocks) + 1
+    rng = random.Random(seed)
+    spelled = [b'"' + _spell(text, rng) + b'"' for _ in range(6)]
+    for data in spelled:
+        assert json.loads(data) == text
+        assert dfa.accepts(data), data
+    assert _agree(dfa, _reference(node), spelled, seed)
+
+
+_PIECES = st.one_of(
+    TEXTS.map(String),
+    _ASCII_CLASSES.map(lambda r: __import__("structgen.automata").automata.CharClass(
+        __import__("structgen.automata.intervals").automata.intervals.normalize(r))),
+    st.lists(TEXTS, min_size=1, max_size=4).map(
+        lambda words: __import__("structgen.automata").automata.alternation(
+            [String(w) for w in words])),
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_PIECES, min_size=1, max_size=5), st.lists(st.binary(max_size=8), max_size=4))
+def test_any_chain_of_choices_is_the_nfa_automaton(items: list[object], extra: list[bytes]) -> None:
+    """Literals, classes and choices of words in a row: a chain where each choice is
+    prefix-free (no word a prefix of another), else the NFA path; the same language either
+    way."""
+    from structgen.automata import concat
+
+    node = concat(items)  # type: ignore[arg-type]
+    dfa = compile_ast(node, limits=LIMITS)
+    assert _agree(dfa, _reference(node), extra, seed=len(items))
+
+
+def test_what_is_not_a_chain() -> None:
+    from structgen.automata import alternation, concat
+
+    prefix = concat([String("x"), alternation([String("a"), String("ab")])])
+    dfa = compile_ast(prefix, limits=LIMITS)  # (`a` is a prefix of `ab`: not prefix-free)
+    assert not isinstance(dfa._source, LiteralSource)
+    assert dfa.accepts(b"xa") and dfa.accepts(b"xab") and not dfa.accepts(b"xb")
+    assert not isinstance(compile_regex("a(b|)")._source, LiteralSource)  # (a choice of "")
+    assert not isinstance(compile_regex("[^a]x")._source, LiteralSource)  # (a wide class)
+
+
+def test_chain_fingerprints_are_stable_and_tell_languages_apart() -> None:
+    from structgen.automata import chain_dfa, concat
+    from structgen.schema._strings import literal_body
+
+    def key(text: str) -> ByteDFA:
+        found = chain_dfa(concat([String('"'), literal_body(text), String('"')]))
+        assert found is not None
+        return found
+
+    assert key("name").fingerprint == key("name").fingerprint
+    assert len({key(t).fingerprint for t in ["name", "nam", "namе", "Name", "a/b"]}) == 5
+    # (a chain's fingerprint does not depend on how its AST was spelled)
+    assert (
+        chain_dfa(String("ab")).fingerprint
+        == chain_dfa(concat([String("a"), String("b")])).fingerprint
+    )  # type: ignore[union-attr]

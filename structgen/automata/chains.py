@@ -1,0 +1,369 @@
+"""Chains of spellings: a terminal that is one fixed sequence of small finite choices — a
+literal, an ASCII case-insensitive keyword, a JSON key spelled every way JSON allows (each
+character raw or as a `\\uXXXX` escape in either case of hex) — built as a DFA directly, with
+no regex program, NFA or subset construction at compile time.
+
+The language is a concatenation of *blocks*. A block is a finite, prefix-free set of byte
+strings (no spelling of one character is a prefix of another), made deterministic once and
+cached: a byte set is a block of one state; a JSON key's character ``s`` is the block
+``s | \\u0073``. Because each block is prefix-free, the blocks chain without any further
+determinisation: leaving a block is entering the next one.
+
+Layout (`literal_dfa`): state ids are given block by block — a block's start (its *spine*
+state), then the states one byte into the block (its *first* states) — and the final,
+accepting state last. Spine rows are written at once from the blocks' cached rows (a
+few numpy operations for the whole chain); the other rows are built on first visit
+(`LiteralSource.expand`), as the walks of a vocabulary seldom leave the spine (an escape is
+read only by the tokens that spell one). See docs/design/automata.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_right
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache, reduce
+from itertools import accumulate
+from operator import or_
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from structgen._lru import LRU
+from structgen.automata.dfa import ByteDFA, _classes_of_ranges, _Source, table_capacity
+from structgen.automata.intervals import Ranges
+from structgen.automata.nfa import AutomataLimits
+from structgen.automata.regex_syntax import (
+    Alternation,
+    CharClass,
+    Concat,
+    Empty,
+    Node,
+    Repeat,
+    String,
+)
+
+__all__ = ["Block", "LiteralSource", "chain_blocks", "chain_fingerprint", "literal_dfa"]
+
+#: a block is made of at most this many spellings (an alternation with more is not a chain)
+MAX_SPELLINGS = 64
+#: a class of at most this many non-ASCII code points is spelled one code point at a time
+MAX_CLASS_POINTS = 16
+#: a block has at most this many states
+MAX_BLOCK_STATES = 256
+
+
+_DEAD = -(1 << 30)
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """A prefix-free finite set of byte strings as a small DFA over local states ``0..size-1``
+    (0 the start), leaving to local ``size`` (the next block's start).
+
+    ``moves[s]``: local state `s`'s transitions, ``(bytes read, target local)``. ``first``: the
+    local states one byte from the start, in the order their ids are given. ``row``: the
+    start's 256 transitions as int32 bytes, relative to the block's first id (the next block
+    is ``1 + len(first)``, a first state its rank from 1; dead `_DEAD`, below -1 whatever id is
+    added). ``used``: the bytes read, as a bitset (bit b: byte b)."""
+
+    moves: tuple[tuple[tuple[bytes, int], ...], ...]
+    first: tuple[int, ...]
+    rank: tuple[int, ...]  # local state -> its rank in `first` (0: not a first state)
+    row: bytes
+    used: int
+    size: int  # local states
+    width: int  # ids laid out up front: the start and the first states
+    digest: bytes  # of `moves` (which spell the language): a chain's fingerprint joins them
+
+
+def _block(spellings: Sequence[tuple[int, ...]]) -> Block | None:
+    """The block of `spellings` (each a non-empty chain of byte sets, as bitsets), determinised
+    by subset construction over (spelling, position) pairs; None when the set is not
+    prefix-free (some spelling, read whole, could also go on) or the block grows too big."""
+    if not spellings or any(not s or not all(s) for s in spellings):
+        return None
+    start = frozenset((i, 0) for i in range(len(spellings)))
+    ids: dict[frozenset[tuple[int, int]], int] = {start: 0}
+    order = [start]
+    table: list[dict[int, int | None]] = []  # per local: byte -> target local (None: leave)
+    for state in order:  # (grows as new subsets are found)
+        targets: dict[int, set[tuple[int, int]]] = {}
+        for which, pos in state:
+            mask = spellings[which][pos]
+            for byte in _bits(mask):
+                targets.setdefault(byte, set()).add((which, pos + 1))
+        row: dict[int, int | None] = {}
+        for byte, after in sorted(targets.items()):  # (ascending: a canonical numbering)
+            done = [1 for which, pos in after if pos == len(spellings[which])]
+            if done:
+                if len(done) != len(after):
+                    return None  # a spelling ends where another goes on
+                row[byte] = None
+                continue
+            key = frozenset(after)
+            local = ids.get(key)
+            if local is None:
+                if len(order) >= MAX_BLOCK_STATES:
+                    return None
+                local = ids[key] = len(order)
+                order.append(key)
+            row[byte] = local
+        table.append(row)
+    size = len(order)
+    moves = []
+    used = 0
+    for row in table:
+        by_target: dict[int, bytearray] = {}
+        for byte, target in row.items():
+            by_target.setdefault(size if target is None else target, bytearray()).append(byte)
+            used |= 1 << byte
+        moves.append(tuple((bytes(sorted(b)), t) for t, b in sorted(by_target.items())))
+    first = tuple(sorted({t for t in table[0].values() if t is not None}))
+    rank = [0] * size
+    for r, local in enumerate(first, 1):
+        rank[local] = r
+    start_row = np.full(256, _DEAD, dtype=np.int32)
+    for byte, target in table[0].items():
+        start_row[byte] = 1 + len(first) if target is None else rank[target]
+    frozen = tuple(moves)
+    digest = hashlib.blake2b(repr(frozen).encode(), digest_size=16).digest()
+    return Block(
+        frozen, first, tuple(rank), start_row.tobytes(), used, size, 1 + len(first), digest
+    )
+
+
+def _bits(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+@lru_cache(maxsize=512)
+def _set_block(mask: int) -> Block:
+    """The block of one byte from the set `mask` (a literal's byte: one bit)."""
+    block = _block([(mask,)])
+    assert block is not None
+    return block
+
+
+def _spellings(node: Node, limit: int) -> list[tuple[int, ...]] | None:
+    """`node`'s language as at most `limit` chains of byte sets, or None (an infinite or too
+    big language, a code point with no UTF-8 spelling)."""
+    kind = type(node)
+    if kind is String:
+        data = _utf8(node.text)  # type: ignore[union-attr]
+        return None if data is None else [tuple(1 << b for b in data)]
+    if kind is CharClass:
+        return _class_spellings(node.ranges, limit)  # type: ignore[union-attr]
+    if kind is Empty:
+        return [()]
+    if kind is Alternation:
+        out: list[tuple[int, ...]] = []
+        for item in node.items:  # type: ignore[union-attr]
+            if len(out) >= limit:
+                return None
+            part = _spellings(item, limit - len(out))
+            if part is None:
+                return None
+            out.extend(part)
+        return out
+    if kind is Concat:
+        return _product(node.items, limit)  # type: ignore[union-attr]
+    if kind is Repeat and node.max == node.min and node.min <= 8:  # type: ignore[union-attr]
+        return _product((node.item,) * node.min, limit)  # type: ignore[union-attr]
+    return None
+
+
+def _product(items: Sequence[Node], limit: int) -> list[tuple[int, ...]] | None:
+    """The spellings of `items` one after another (every combination)."""
+    out: list[tuple[int, ...]] = [()]
+    for item in items:
+        options = _spellings(item, limit)
+        if options is None or len(out) * len(options) > limit:
+            return None
+        out = [a + b for a in out for b in options]
+    return out
+
+
+def _class_spellings(
+    ranges: tuple[tuple[int, int], ...], limit: int
+) -> list[tuple[int, ...]] | None:
+    """A class's spellings: its ASCII part one byte set, each other code point its UTF-8 bytes."""
+    ascii_mask = 0
+    points: list[int] = []
+    for lo, hi in ranges:
+        for cp in range(lo, min(hi, 0x7F) + 1):
+            ascii_mask |= 1 << cp
+        if hi > 0x7F:
+            low = max(lo, 0x80)
+            if len(points) + hi - low >= min(MAX_CLASS_POINTS, limit):
+                return None
+            points.extend(range(low, hi + 1))
+    out: list[tuple[int, ...]] = [(ascii_mask,)] if ascii_mask else []
+    for cp in points:
+        data = _utf8(chr(cp)) if cp <= 0x10FFFF else None
+        if data is None:
+            return None
+        out.append(tuple(1 << b for b in data))
+    return out if len(out) <= limit else None
+
+
+def _utf8(text: str) -> bytes | None:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # (a lone surrogate: no UTF-8 spelling; the NFA path says so)
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _node_block(node: Node) -> Block | None:
+    """The block of a choice (`Alternation`) or a class; cached (a key's characters repeat)."""
+    spellings = _spellings(node, MAX_SPELLINGS)
+    return None if spellings is None else _block(spellings)
+
+
+def chain_blocks(node: Node) -> list[Block] | None:
+    """`node` as a chain of blocks (`literal_dfa`) when it is one: a concatenation of literals,
+    classes and finite prefix-free choices (a JSON key's characters); else None."""
+    items = node.items if type(node) is Concat else (node,)  # type: ignore[union-attr]
+    blocks: list[Block] = []
+    for item in items:
+        kind = type(item)
+        if kind is String:
+            data = _utf8(item.text)  # type: ignore[union-attr]
+            if data is None:
+                return None
+            blocks.extend(_set_block(1 << b) for b in data)
+            continue
+        if kind is CharClass:
+            ranges = item.ranges  # type: ignore[union-attr]
+            if ranges and ranges[-1][1] <= 0x7F:
+                blocks.append(_set_block(_ascii_mask(ranges)))
+                continue
+        elif kind is not Alternation:
+            return None
+        block = _node_block(item)
+        if block is None:
+            return None
+        blocks.append(block)
+    return blocks or None
+
+
+def chain_fingerprint(blocks: Sequence[Block]) -> str:
+    """A stable digest of the chain's language (its blocks' moves, in order): a chain's
+    automaton is fingerprinted without walking its AST."""
+    data = b"".join([block.digest for block in blocks])
+    return hashlib.blake2b(b"chain-1\0" + data, digest_size=32).hexdigest()
+
+
+def _ascii_mask(ranges: Ranges) -> int:
+    mask = 0
+    for lo, hi in ranges:
+        mask |= ((1 << (hi - lo + 1)) - 1) << lo
+    return mask
+
+
+class LiteralSource(_Source):
+    """A chain of blocks (see the module docstring). Keys: a state's id for the states laid
+    out up front (spine, first and final states), ``(block, local state)`` for the others."""
+
+    def __init__(self, blocks: Sequence[Block]) -> None:
+        self.blocks = tuple(blocks)
+        # the id of each block's start (and after the last, the final state's)
+        self.spine = [0, *accumulate(block.width for block in self.blocks)]
+        self.final = self.spine[-1]
+        self._used = reduce(or_, (block.used for block in self.blocks))
+        self.byte_classes = _classes_of_mask(self._used)
+        self.num_classes = int(self.byte_classes.max()) + 1
+
+    @property
+    def num_laid_out(self) -> int:
+        """States with an id from the start (`literal_dfa`)."""
+        return self.final + 1
+
+    def alphabet(self) -> int:
+        return self._used
+
+    def start_key(self) -> int:
+        return 0
+
+    def start_is_live(self) -> bool:
+        return True
+
+    def is_accepting(self, key: Any) -> bool:
+        return type(key) is int and key == self.final
+
+    def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
+        if key == self.final:
+            return [-1] * self.num_classes
+        if type(key) is tuple:
+            i, local = key
+            base = self.spine[i]
+        else:  # (an id laid out up front: a first state)
+            i = bisect_right(self.spine, key) - 1
+            base = self.spine[i]
+            local = self.blocks[i].first[key - base - 1]
+        block = self.blocks[i]
+        out = [-1] * self.num_classes
+        classes = self.byte_classes
+        for data, target in block.moves[local]:
+            if target == block.size:
+                sid = intern(self.spine[i + 1])
+            elif block.rank[target]:
+                sid = intern(base + block.rank[target])
+            else:
+                sid = intern((i, target))
+            for byte in data:
+                out[int(classes[byte])] = sid
+        return out
+
+
+_CLASSES_BY_MASK: LRU[int, npt.NDArray[np.uint8]] = LRU(1024)
+
+
+def _classes_of_mask(used: int) -> npt.NDArray[np.uint8]:
+    """Each byte read its own class, the other bytes one (read-only; shared by chains that read
+    the same bytes)."""
+    hit = _CLASSES_BY_MASK.get(used)
+    if hit is None:
+        hit = _classes_of_ranges(frozenset((b, b) for b in _bits(used)))
+        hit = _CLASSES_BY_MASK.put(used, hit)
+    return hit
+
+
+def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
+    """The DFA of a chain of blocks (non-empty), spine rows built (`LiteralSource`)."""
+    source = LiteralSource(blocks)
+    n = source.num_laid_out
+    capacity = table_capacity(n)
+    table = np.full((capacity, 256), -2, dtype=np.int32)
+    rows = np.frombuffer(b"".join([block.row for block in source.blocks]), dtype=np.int32)
+    rows = rows.reshape(-1, 256)
+    if n == len(rows) + 1:  # (no first states: the spine is every state but the final one)
+        np.maximum(rows + np.arange(n - 1, dtype=np.int32)[:, None], -1, out=table[: n - 1])
+        built = bytearray(b"\x01" * n)
+    else:
+        spine = np.asarray(source.spine[:-1], dtype=np.int32)
+        table[spine] = np.maximum(rows + spine[:, None], -1)
+        built = bytearray(n)
+        for sid in source.spine:
+            built[sid] = 1
+    table[source.final] = -1
+    accepting = np.zeros(capacity, dtype=np.bool_)
+    accepting[source.final] = True
+    return ByteDFA.from_arrays(
+        source,
+        fingerprint=fingerprint,
+        limits=limits,
+        byte_classes=source.byte_classes,  # (read-only: shared by chains over the same bytes)
+        table=table,
+        accepting=accepting,
+        states=n,
+        built=built,
+    )
