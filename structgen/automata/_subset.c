@@ -1542,6 +1542,101 @@ static PyObject *class_firsts(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)n * (Py_ssize_t)sizeof(int64_t));
 }
 
+/* chain_table(rows, spine, capacity): a chain's table (chains.py, `literal_dfa`) as a bytearray
+ * of `capacity` rows of 256 int32: -2 (not built) everywhere but the spine rows and the final
+ * state's. `rows` holds one row per block (int32, relative to the block's first id; dead rows
+ * are far below -1), `spine` the blocks' first ids and then the final state's (int32): row i is
+ * written at spine[i] as rows[i] + spine[i], clamped to -1; the final row is all -1. One call
+ * where numpy took a dozen (a schema builds a key automaton per property). */
+static PyObject *chain_table(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "chain_table takes rows, spine and capacity");
+        return NULL;
+    }
+    Py_ssize_t capacity = PyLong_AsSsize_t(args[2]);
+    if (capacity < 0 && PyErr_Occurred())
+        return NULL;
+    Py_buffer rows, spine;
+    if (PyObject_GetBuffer(args[0], &rows, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &spine, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&rows);
+        return NULL;
+    }
+    Py_ssize_t m = spine.len / (Py_ssize_t)sizeof(int32_t) - 1;
+    const int32_t *ids = (const int32_t *)spine.buf;
+    int bad = m < 1 || rows.len != m * 256 * (Py_ssize_t)sizeof(int32_t) || capacity > (1 << 24);
+    for (Py_ssize_t i = 0; !bad && i <= m; i++)
+        bad = ids[i] < 0 || ids[i] >= capacity || (i > 0 && ids[i] <= ids[i - 1]);
+    if (bad) {
+        PyBuffer_Release(&rows);
+        PyBuffer_Release(&spine);
+        PyErr_SetString(PyExc_ValueError, "chain_table: rows, spine and capacity do not fit");
+        return NULL;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, capacity * 256 * (Py_ssize_t)sizeof(int32_t));
+    if (out == NULL) {
+        PyBuffer_Release(&rows);
+        PyBuffer_Release(&spine);
+        return NULL;
+    }
+    int32_t *table = (int32_t *)PyByteArray_AS_STRING(out);
+    for (size_t k = 0, cells = (size_t)capacity * 256; k < cells; k++)
+        table[k] = -2;
+    const int32_t *rel = (const int32_t *)rows.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int32_t base = ids[i];
+        int32_t *row = table + (size_t)base * 256;
+        const int32_t *src = rel + (size_t)i * 256;
+        for (int b = 0; b < 256; b++) {
+            int32_t v = src[b] + base;
+            row[b] = v < -1 ? -1 : v;
+        }
+    }
+    int32_t *last = table + (size_t)ids[m] * 256;
+    for (int b = 0; b < 256; b++)
+        last[b] = -1;
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&spine);
+    return out;
+}
+
+/* mask_classes(mask): bytes(256), the byte classes of a chain (chains.py): each byte whose bit
+ * is set in `mask` (a 32-byte little-endian bitset) its own class, the other bytes one class,
+ * numbered in order of smallest byte. */
+static PyObject *mask_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "mask_classes takes one 32-byte bitset");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (view.len != 32) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "mask_classes takes a 32-byte bitset");
+        return NULL;
+    }
+    const uint8_t *bits = (const uint8_t *)view.buf;
+    uint8_t out[256];
+    int next = 0, other = -1;
+    for (int b = 0; b < 256; b++) {
+        if (bits[b >> 3] >> (b & 7) & 1) {
+            out[b] = (uint8_t)next++;
+        } else {
+            if (other < 0)
+                other = next++;
+            out[b] = (uint8_t)other;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBytes_FromStringAndSize((const char *)out, 256);
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
@@ -1557,6 +1652,10 @@ static PyMethodDef methods[] = {
      "joint_classes(parts): bytes(256), the byte classes refining every part's"},
     {"check_snapshots", (PyCFunction)(void (*)(void))check_snapshots, METH_FASTCALL,
      "check_snapshots(rows, byte_classes, states, classes): None, or why they are bad"},
+    {"mask_classes", (PyCFunction)(void (*)(void))mask_classes, METH_FASTCALL,
+     "mask_classes(mask): bytes(256), each byte of a 32-byte bitset its own class"},
+    {"chain_table", (PyCFunction)(void (*)(void))chain_table, METH_FASTCALL,
+     "chain_table(rows, spine, capacity): a chain's table, spine and final rows written"},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,
      "uninitialised(nbytes): a bytearray whose contents are not written"},
     {NULL, NULL, 0, NULL},

@@ -20,6 +20,7 @@ read only by the tokens that spell one). See docs/design/automata.md.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ import numpy.typing as npt
 from structgen._lru import LRU
 from structgen.automata.dfa import ByteDFA, _classes_of_ranges, _Source, table_capacity
 from structgen.automata.intervals import Ranges
-from structgen.automata.nfa import AutomataLimits
+from structgen.automata.nfa import AutomataLimits, extension_function
 from structgen.automata.regex_syntax import (
     Alternation,
     CharClass,
@@ -280,7 +281,8 @@ class LiteralSource(_Source):
         self.final = self.spine[-1]
         self._used = reduce(or_, (block.used for block in self.blocks))
         self.byte_classes = _classes_of_mask(self._used)
-        self.num_classes = int(self.byte_classes.max()) + 1
+        read = self._used.bit_count()
+        self.num_classes = read + (read < 256)
 
     @property
     def num_laid_out(self) -> int:
@@ -324,12 +326,16 @@ class LiteralSource(_Source):
         return out
 
 
+_CHAIN_TABLE = extension_function("chain_table")
+_MASK_CLASSES = extension_function("mask_classes")
+
 _CLASSES_BY_MASK: LRU[int, npt.NDArray[np.uint8]] = LRU(1024)
 
 
 def _classes_of_mask(used: int) -> npt.NDArray[np.uint8]:
-    """Each byte read its own class, the other bytes one (read-only; shared by chains that read
-    the same bytes)."""
+    """Each byte read its own class, the other bytes one (read-only)."""
+    if _MASK_CLASSES is not None:
+        return np.frombuffer(_MASK_CLASSES(used.to_bytes(32, "little")), dtype=np.uint8)
     hit = _CLASSES_BY_MASK.get(used)
     if hit is None:
         hit = _classes_of_ranges(frozenset((b, b) for b in _bits(used)))
@@ -342,26 +348,28 @@ def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLi
     source = LiteralSource(blocks)
     n = source.num_laid_out
     capacity = table_capacity(n)
-    table = np.full((capacity, 256), -2, dtype=np.int32)
-    rows = np.frombuffer(b"".join([block.row for block in source.blocks]), dtype=np.int32)
-    rows = rows.reshape(-1, 256)
-    if n == len(rows) + 1:  # (no first states: the spine is every state but the final one)
-        np.maximum(rows + np.arange(n - 1, dtype=np.int32)[:, None], -1, out=table[: n - 1])
-        built = bytearray(b"\x01" * n)
+    rows = b"".join([block.row for block in source.blocks])
+    if _CHAIN_TABLE is not None:
+        spine_ids = array("i", source.spine).tobytes()
+        table = np.frombuffer(_CHAIN_TABLE(rows, spine_ids, capacity), dtype=np.int32)
+        table = table.reshape(capacity, 256)
     else:
+        table = np.full((capacity, 256), -2, dtype=np.int32)
         spine = np.asarray(source.spine[:-1], dtype=np.int32)
-        table[spine] = np.maximum(rows + spine[:, None], -1)
-        built = bytearray(n)
-        for sid in source.spine:
-            built[sid] = 1
-    table[source.final] = -1
+        relative = np.frombuffer(rows, dtype=np.int32).reshape(-1, 256)
+        table[spine] = np.maximum(relative + spine[:, None], -1)
+        table[source.final] = -1
+    built = bytearray(n)
+    for sid in source.spine:
+        built[sid] = 1
     accepting = np.zeros(capacity, dtype=np.bool_)
     accepting[source.final] = True
     return ByteDFA.from_arrays(
         source,
         fingerprint=fingerprint,
         limits=limits,
-        byte_classes=source.byte_classes,  # (read-only: shared by chains over the same bytes)
+        byte_classes=source.byte_classes,
+        num_classes=source.num_classes,
         table=table,
         accepting=accepting,
         states=n,

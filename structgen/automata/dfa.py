@@ -458,10 +458,12 @@ class ByteDFA:
         start: int = 0,
         empty: bool = False,
         alphabet: int | None = None,
+        num_classes: int | None = None,
     ) -> ByteDFA:
         """A DFA over arrays made elsewhere (a literal's chain, a restored snapshot): states
         `0..states-1`, each keyed by its id; `built` marks the rows `table` holds already
-        (`table_capacity(states)` rows, the others `-2`); `byte_classes` read-only."""
+        (`table_capacity(states)` rows, the others `-2`); `byte_classes` read-only
+        (`num_classes` of them, counted when not given)."""
         keys: list[Hashable] = list(range(states))
         dfa = cls.__new__(cls)
         dfa.__setstate__(
@@ -470,7 +472,9 @@ class ByteDFA:
                 "fingerprint": fingerprint,
                 "limits": limits,
                 "byte_classes": byte_classes,
-                "num_byte_classes": int(byte_classes.max()) + 1,
+                "num_byte_classes": (
+                    int(byte_classes.max()) + 1 if num_classes is None else num_classes
+                ),
                 "_retired": [],
                 "_ids": dict(zip(keys, keys)),
                 "_keys": keys,

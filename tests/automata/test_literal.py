@@ -321,3 +321,42 @@ def test_chain_fingerprints_are_stable_and_tell_languages_apart() -> None:
         chain_dfa(String("ab")).fingerprint
         == chain_dfa(concat([String("a"), String("b")])).fingerprint
     )  # type: ignore[union-attr]
+
+
+@settings(max_examples=60, deadline=None)
+@given(KEYS)
+def test_the_c_helpers_write_what_numpy_writes(text: str) -> None:
+    """`chain_table` and `mask_classes` (C) against their numpy fallbacks: the same table,
+    built flags and classes."""
+    from structgen.automata import chains, concat
+    from structgen.schema._strings import literal_body
+
+    if chains._CHAIN_TABLE is None or chains._MASK_CLASSES is None:
+        pytest.skip("the extension is not built")
+    blocks = chains.chain_blocks(concat([String('"'), literal_body(text), String('"')]))
+    assert blocks is not None
+    native = chains.literal_dfa(blocks, fingerprint="x", limits=LIMITS)
+    saved = chains._CHAIN_TABLE, chains._MASK_CLASSES
+    chains._CHAIN_TABLE = chains._MASK_CLASSES = None
+    try:
+        fallback = chains.literal_dfa(blocks, fingerprint="x", limits=LIMITS)
+    finally:
+        chains._CHAIN_TABLE, chains._MASK_CLASSES = saved
+    assert np.array_equal(native._table, fallback._table)
+    assert np.array_equal(native.byte_classes, fallback.byte_classes)
+    assert native.num_byte_classes == fallback.num_byte_classes
+    assert native._built == fallback._built
+
+
+def test_chain_table_refuses_what_does_not_fit() -> None:
+    from structgen.automata import chains
+
+    if chains._CHAIN_TABLE is None:
+        pytest.skip("the extension is not built")
+    row = np.full(256, -1, dtype=np.int32).tobytes()
+    ids = np.array([0, 1], dtype=np.int32).tobytes()
+    assert len(chains._CHAIN_TABLE(row, ids, 16)) == 16 * 1024
+    backwards = np.array([1, 0], dtype=np.int32).tobytes()
+    for rows, spine, capacity in [(row * 2, ids, 16), (row, ids, 1), (row, backwards, 16)]:
+        with pytest.raises(ValueError):
+            chains._CHAIN_TABLE(rows, spine, capacity)
