@@ -11,7 +11,7 @@ checks. See docs/design/automata.md.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
 from structgen.automata.chains import Block, chain_blocks, chain_fingerprint, literal_dfa
@@ -123,22 +123,27 @@ def compile_ast(
     node: Node,
     *,
     limits: AutomataLimits | None = None,
-    fingerprint: str | None = None,
+    fingerprint: str | Callable[[], str] | None = None,
     pattern: str | None = None,
     defer: bool = False,
 ) -> ByteDFA:
     """The DFA of an AST (e.g. a grammar terminal assembled from ``parse_regex`` pieces).
 
-    ``fingerprint`` defaults to a digest of the AST; ``pattern`` names the source in errors.
+    ``fingerprint`` defaults to a digest of the AST (a chain's: of its blocks); a callable is
+    called only for a node that is not a chain (a chain is fingerprinted by its blocks, with
+    no walk of the AST); ``pattern`` names the source in errors.
     ``defer``: where it is safe, build the NFA only with the automaton's first row
     (`DeferredNFASource`; a grammar's terminals) — the limits are checked now all the same.
     """
     limits = limits or _DEFAULT_LIMITS
     if type(node) is String and not node.text:  # (the empty string: no leaf to spell it)
         node = Empty()
-    chain = chain_dfa(node, limits=limits, fingerprint=fingerprint)
+    given = None if callable(fingerprint) else fingerprint
+    chain = chain_dfa(node, limits=limits, fingerprint=given)
     if chain is not None:
         return chain
+    if callable(fingerprint):
+        fingerprint = fingerprint()
     if fingerprint is None:
         fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
     # (a terminal's program is at hand from its fingerprint: its size without another walk)

@@ -229,10 +229,15 @@ def _node_block(node: Node) -> Block | None:
     return None if spellings is None else _block(spellings)
 
 
+_CHAIN_ITEMS = (String, CharClass, Alternation)
+
+
 def chain_blocks(node: Node) -> list[Block] | None:
     """`node` as a chain of blocks (`literal_dfa`) when it is one: a concatenation of literals,
     classes and finite prefix-free choices (a JSON key's characters); else None."""
     items = node.items if type(node) is Concat else (node,)  # type: ignore[union-attr]
+    if not all(type(item) in _CHAIN_ITEMS for item in items):  # (before any block is made)
+        return None
     blocks: list[Block] = []
     for item in items:
         kind = type(item)

@@ -10,7 +10,7 @@ Surrogates (U+D800..U+DFFF) have no UTF-8 encoding and are always left out.
 
 from __future__ import annotations
 
-from functools import cache, lru_cache
+from functools import lru_cache
 
 from structgen.automata import intervals as iv
 from structgen.automata.intervals import Ranges
@@ -102,27 +102,11 @@ class ByteDag:
 
 
 _TAIL: Ranges = ((0x80, iv.MAX_CODE_POINT),)
-_STANDARD_TAIL_MIN_RANGES = 64  # smaller tails build faster than a lookup would save
 
 
-@cache
-def _standard_tails() -> frozenset[Ranges]:
-    """The non-ASCII parts of the Unicode classes `\\w`, `\\W`, `\\d`, `\\D` that are large."""
-    from structgen.automata import unicode_tables as ut
-
-    tails = set()
-    for base in (ut.word_ranges(), ut.digit_ranges()):
-        for ranges in (base, iv.complement(base)):
-            tail = iv.intersect(ranges, _TAIL)
-            if len(tail) >= _STANDARD_TAIL_MIN_RANGES:
-                tails.add(tail)
-    return frozenset(tails)
-
-
-@cache
-def _standard_tail_dag(tail: Ranges) -> ByteDag:
-    """The DAG of one standard class's non-ASCII part (at most four: built once per process,
-    like the Unicode tables they come from)."""
+@lru_cache(maxsize=1024)
+def _tail_dag(tail: Ranges) -> ByteDag:
+    """The DAG of a class's non-ASCII part, shared by the classes that differ only in ASCII."""
     return _build_dag(tail)
 
 
@@ -130,16 +114,17 @@ def _standard_tail_dag(tail: Ranges) -> ByteDag:
 def byte_dag(ranges: Ranges) -> ByteDag:
     """The minimal-ish UTF-8 DAG of a code point set (cached per set).
 
-    Classes made of `\\w` or `\\d` (or their negations) plus some ASCII, such as `[\\w.-]`, share
-    the DAG of their non-ASCII part: it is the costly one (`\\w` has ~700 ranges beyond ASCII),
-    and it is the same for all of them.
+    Classes with the same non-ASCII part share its DAG (`_tail_dag`): classes such as `[\\w.-]`
+    (`\\w` has ~700 ranges beyond ASCII) and the many "any character but these" of a schema's
+    keys (`[^"\\\\ab]`: every character beyond ASCII) differ only in ASCII, which is one byte
+    and one edge each.
     """
     tail = iv.intersect(ranges, _TAIL)
-    if len(tail) >= _STANDARD_TAIL_MIN_RANGES and tail in _standard_tails():
-        shared = _standard_tail_dag(tail)
+    if tail and tail != ranges:
+        shared = _tail_dag(tail)
         head = tuple((lo, hi, -1) for lo, hi in iv.intersect(ranges, ((0, 0x7F),)))
-        # ASCII bytes end a character at once; the root is never a child, so the other nodes
-        # keep their ids
+        # ASCII bytes end a character at once; the root is never a child (its edges read lead
+        # bytes, every other node's continuation bytes), so the other nodes keep their ids
         return ByteDag((head + shared.nodes[0], *shared.nodes[1:]))
     return _build_dag(ranges)
 

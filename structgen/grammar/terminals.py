@@ -15,7 +15,6 @@ from structgen.automata import (
     AutomataLimits,
     ByteDFA,
     Node,
-    chain_dfa,
     compile_ast,
     intersect_all,
 )
@@ -69,15 +68,12 @@ def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA
     """A new lazy DFA of the terminal (not shared: `terminal_dfa` is the cached way)."""
     where = f"terminal {terminal.name}"
     if not terminal.intersect:
-        # (a key, a literal: built whole, fingerprinted by its blocks without digesting the AST)
-        chain = chain_dfa(terminal.pattern, limits=limits)
-        if chain is not None:
-            return chain
+        # (a key, a literal: a chain, fingerprinted by its blocks without digesting the AST)
         return compile_ast(
             terminal.pattern,
             limits=limits,
             pattern=where,
-            fingerprint=node_digest(terminal.pattern).hex(),
+            fingerprint=lambda: node_digest(terminal.pattern).hex(),
             defer=DEFER_NFAS,
         )
     parts = [terminal.pattern, *terminal.intersect]

@@ -89,16 +89,20 @@ class TestSequences:
 
 
 class TestSharedTails:
-    """Classes built on `\\w`/`\\d` (or their negations) plus ASCII share the non-ASCII DAG."""
+    """Classes with the same non-ASCII part (built on `\\w`/`\\d` or their negations plus ASCII,
+    "any character but these ASCII ones") share its DAG."""
 
-    @pytest.mark.parametrize("pattern", [r"[\w.-]", r"\w", r"\W", r"[^\d]", r"[\D ]", r"[\w\d_-]"])
+    @pytest.mark.parametrize(
+        "pattern",
+        [r"[\w.-]", r"\w", r"\W", r"[^\d]", r"[\D ]", r"[\w\d_-]", r'[^"\\ab]', "[a-cé-ü]", "[aé]"],
+    )
     def test_same_language_as_building_it_alone(self, pattern: str) -> None:
         from structgen.automata.regex_syntax import parse_regex
-        from structgen.automata.utf8 import _TAIL, _build_dag, _standard_tail_dag
+        from structgen.automata.utf8 import _TAIL, _build_dag, _tail_dag
 
         ranges = parse_regex(pattern).ranges  # type: ignore[attr-defined]
         shared, alone = byte_dag(ranges), _build_dag(ranges)
-        tail = _standard_tail_dag(iv.intersect(ranges, _TAIL))
+        tail = _tail_dag(iv.intersect(ranges, _TAIL))
         assert shared.nodes[1:] == tail.nodes[1:]  # the shared DAG was used
         rng = random.Random(5)
         points = list(range(0x800)) + [rng.randrange(0x110000) for _ in range(20_000)]
