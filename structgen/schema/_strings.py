@@ -312,8 +312,10 @@ def length_body(min_len: int, max_len: int | None, *, canonical: bool = False) -
     return repeat(unit, min_len, max_len)
 
 
+@lru_cache(maxsize=4096)
 def literal_body(text: str, *, canonical: bool = False) -> Node:
-    """Every encoding of exactly `text` (with `canonical`: json.dumps' one)."""
+    """Every encoding of exactly `text` (with `canonical`: json.dumps' one). Cached: the same
+    keys ("id", "name", "type") come back object after object and schema after schema."""
     if not text:
         return Empty()
     return String(canonical_text(text)) if canonical else encode(String(text))
