@@ -43,31 +43,31 @@ class RefIndex:
         return Sub(self.root, "", self.root_base)
 
     def _index(self, sub: Sub) -> None:
-        """Record every `$id` and `$anchor` with its base URI (iteratively: deep documents)."""
-        stack = [sub]
+        """Record every `$id` and `$anchor` with its base URI (iteratively: deep documents).
+
+        A node's place is kept as (parent's place, key) and spelled as a JSON pointer only for
+        the nodes recorded: most schemas have none, and escaping every key cost more than the
+        walk."""
+        stack: list[tuple[Any, Any, str]] = [(sub.schema, sub.ptr, sub.base)]
         while stack:
-            s = stack.pop()
-            node = s.schema
+            node, where, base = stack.pop()
             if isinstance(node, list):
-                stack.extend(Sub(v, f"{s.ptr}/{i}", s.base) for i, v in enumerate(node))
+                stack.extend((v, (where, i), base) for i, v in enumerate(node))
                 continue
             if not isinstance(node, dict):
                 continue
-            base = s.base
             sid = node.get("$id")
             if isinstance(sid, str) and not sid.startswith("#"):
                 base = urldefrag(urljoin(base, sid))[0]
-                self.ids.setdefault(base, Sub(node, s.ptr, base))
-            elif isinstance(sid, str) or (isinstance(node.get("id"), str) and self.legacy):
-                pass
+                self.ids.setdefault(base, Sub(node, _spelled(where), base))
             anchor = node.get("$anchor")
             if isinstance(anchor, str):
-                self.anchors.setdefault(f"{base}#{anchor}", Sub(node, s.ptr, base))
+                self.anchors.setdefault(f"{base}#{anchor}", Sub(node, _spelled(where), base))
             for key, value in node.items():
                 if key in ("enum", "const", "examples", "default"):
                     continue
                 if isinstance(value, (dict, list)):
-                    stack.append(Sub(value, pointer(s.ptr, key), base))
+                    stack.append((value, (where, key), base))
 
     def resolve(self, ref: Any, sub: Sub) -> Sub:
         """The subschema `ref` (the `$ref` of `sub`) names."""
@@ -122,3 +122,13 @@ class RefIndex:
         if isinstance(sid, str) and not sid.startswith("#"):
             base = urldefrag(urljoin(base, sid))[0]
         return Sub(value, ptr, base)
+
+
+def _spelled(where: Any) -> str:
+    """The JSON pointer of a place kept as nested (parent's place, key) pairs around a root
+    pointer string (`RefIndex._index`)."""
+    keys: list[str | int] = []
+    while type(where) is tuple:
+        where, key = where
+        keys.append(key)
+    return pointer(where, *reversed(keys))
