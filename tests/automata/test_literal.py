@@ -360,3 +360,18 @@ def test_chain_table_refuses_what_does_not_fit() -> None:
     for rows, spine, capacity in [(row * 2, ids, 16), (row, ids, 1), (row, backwards, 16)]:
         with pytest.raises(ValueError):
             chains._CHAIN_TABLE(rows, spine, capacity)
+
+
+def test_a_key_chain_snapshots_and_rebuilds_past_its_snapshot() -> None:
+    """A restored key automaton answers from its snapshot (the spine, one escape read), and
+    past it (another escape) from a rebuilt chain, mapped state by state."""
+    from structgen.automata import concat
+    from structgen.schema._strings import literal_body
+
+    node = concat([String('"'), literal_body("név"), String('"')])
+    dfa = compile_ast(node, limits=LIMITS)
+    assert dfa.accepts('"\\u006eév"'.encode())  # (builds the rows of the first escape only)
+    restored = restore_dfa(snapshot_dfa(dfa), lambda: compile_ast(node, limits=LIMITS), LIMITS)
+    assert restored.accepts(b'"\\u006e\\u00E9v"') and restored.accepts('"név"'.encode())
+    assert restored.accepts(b'"n\\u00e9\\u0076"') and not restored.accepts(b'"n\\u00e9\\u0077"')
+    assert not restored.accepts(b'"nev"') and not restored.accepts(b'"\\u006E\\u00e9v')
