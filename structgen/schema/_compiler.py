@@ -99,6 +99,9 @@ class SchemaCompiler:
         self.memo: dict[tuple[Any, ...], str] = {}
         self.ref_memo: dict[str, str] = {}
         self.keep: list[Any] = []
+        # schemas whose keywords were checked, by id (held: an id is not reused meanwhile); a
+        # subschema is flattened once per conjunction it takes part in
+        self._checked: dict[int, Any] = {}
         self.branches = 0
         self.legacy = isinstance(root, dict) and any(
             d in str(root.get("$schema", "")) for d in _LEGACY_DRAFTS
@@ -218,7 +221,9 @@ class SchemaCompiler:
                 raise Unsat(sub.ptr, "the schema is false")
             if not isinstance(schema, dict):
                 raise SchemaError("a schema must be an object or a boolean", pointer=sub.ptr)
-            check_keywords(schema, sub.ptr, self.legacy)
+            if id(schema) not in self._checked:
+                check_keywords(schema, sub.ptr, self.legacy)
+                self._checked[id(schema)] = schema
             rest = schema
             if "$ref" in schema:
                 target = self.resolve(schema["$ref"], sub)
