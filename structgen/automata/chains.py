@@ -11,10 +11,10 @@ determinisation: leaving a block is entering the next one.
 
 Layout (`literal_dfa`): state ids are given block by block — a block's start (its *spine*
 state), then the states one byte into the block (its *first* states) — and the final,
-accepting state last. Spine rows are written at once from the blocks' cached rows (a
-few numpy operations for the whole chain); the other rows are built on first visit
-(`LiteralSource.expand`), as the walks of a vocabulary seldom leave the spine (an escape is
-read only by the tokens that spell one). See docs/design/automata.md.
+accepting state last. Spine rows are written at once from the blocks' cached rows (one C
+call for the whole chain, a few numpy operations without the extension); the other rows are
+built on first visit (`LiteralSource.expand`), as the walks of a vocabulary seldom leave the
+spine (an escape is read only by the tokens that spell one). See docs/design/chains.md.
 """
 
 from __future__ import annotations
@@ -33,8 +33,13 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen._lru import LRU
-from structgen.automata.dfa import ByteDFA, _classes_of_ranges, _Source, table_capacity
-from structgen.automata.intervals import Ranges
+from structgen.automata.dfa import (
+    ByteDFA,
+    _alphabet_of_ranges,
+    _classes_of_ranges,
+    _Source,
+    table_capacity,
+)
 from structgen.automata.nfa import AutomataLimits, extension_function
 from structgen.automata.regex_syntax import (
     Alternation,
@@ -196,11 +201,9 @@ def _class_spellings(
     ranges: tuple[tuple[int, int], ...], limit: int
 ) -> list[tuple[int, ...]] | None:
     """A class's spellings: its ASCII part one byte set, each other code point its UTF-8 bytes."""
-    ascii_mask = 0
+    ascii_mask = _alphabet_of_ranges((lo, min(hi, 0x7F)) for lo, hi in ranges if lo <= 0x7F)
     points: list[int] = []
     for lo, hi in ranges:
-        for cp in range(lo, min(hi, 0x7F) + 1):
-            ascii_mask |= 1 << cp
         if hi > 0x7F:
             low = max(lo, 0x80)
             if len(points) + hi - low >= min(MAX_CLASS_POINTS, limit):
@@ -240,21 +243,13 @@ def chain_blocks(node: Node) -> list[Block] | None:
         return None
     blocks: list[Block] = []
     for item in items:
-        kind = type(item)
-        if kind is String:
+        if type(item) is String:
             data = _utf8(item.text)  # type: ignore[union-attr]
             if data is None:
                 return None
             blocks.extend(_set_block(1 << b) for b in data)
             continue
-        if kind is CharClass:
-            ranges = item.ranges  # type: ignore[union-attr]
-            if ranges and ranges[-1][1] <= 0x7F:
-                blocks.append(_set_block(_ascii_mask(ranges)))
-                continue
-        elif kind is not Alternation:
-            return None
-        block = _node_block(item)
+        block = _node_block(item)  # (a class or a choice)
         if block is None:
             return None
         blocks.append(block)
@@ -266,13 +261,6 @@ def chain_fingerprint(blocks: Sequence[Block]) -> str:
     automaton is fingerprinted without walking its AST."""
     data = b"".join([block.digest for block in blocks])
     return hashlib.blake2b(b"chain-1\0" + data, digest_size=32).hexdigest()
-
-
-def _ascii_mask(ranges: Ranges) -> int:
-    mask = 0
-    for lo, hi in ranges:
-        mask |= ((1 << (hi - lo + 1)) - 1) << lo
-    return mask
 
 
 class LiteralSource(_Source):
