@@ -21,9 +21,12 @@ from structgen.automata.nfa import ByteNFA, Pool, extension_function
 
 __all__ = [
     "BUDGET",
+    "COUNTED",
     "GROW",
     "LIMIT",
     "NEED_ROW",
+    "SEQUENCE",
+    "UNION",
     "NativeSubset",
     "NativeUnion",
     "native_subset_available",
@@ -64,7 +67,7 @@ def _load() -> Any:
         return None
     try:
         lib = ctypes.CDLL(spec.origin)
-        lib.sg_union_walk_build  # noqa: B018 - present in this build?
+        lib.sg_union_set_mode  # noqa: B018 - present in this build?
     except (OSError, AttributeError):
         return None
     lib.sg_subset_new.restype = _P
@@ -103,6 +106,8 @@ def _load() -> Any:
     lib.sg_union_intern.argtypes = [_P, _P, ctypes.c_int64]
     lib.sg_union_build.restype = ctypes.c_int
     lib.sg_union_build.argtypes = [_P, ctypes.c_int32]
+    lib.sg_union_set_mode.restype = ctypes.c_int
+    lib.sg_union_set_mode.argtypes = [_P, ctypes.c_int32, _P, ctypes.c_int64, ctypes.c_int64]
     if hasattr(lib, "sg_nfa_build"):  # (Thompson's construction: `_thompson.c`)
         lib.sg_nfa_build.restype = _P
         lib.sg_nfa_build.argtypes = [*[_P] * 5, ctypes.c_int32, _P, _P]
@@ -278,23 +283,44 @@ class NativeSubset(_NativeStates):
 
 
 UnionKey = tuple[tuple[int, int], ...]
+SequenceKey = frozenset[tuple[int, int]]
+CountedKey = tuple[int, int]
+
+#: the kinds of composed DFA the C union context builds (`sg_union_set_mode`)
+UNION, SEQUENCE, COUNTED = range(3)
+_BETWEEN_UNITS = 0xFFFFFFFF  # a counted key's unit state -1, as C keeps it
 
 
 class NativeUnion(_NativeStates):
-    """One union DFA's C context (a grammar lexer): the components' arrays and the interned
-    tuples of component states. ``parts`` are the components' ``ByteDFA``s."""
+    """One composed DFA's C context: a union (a grammar lexer), a sequence or a counted
+    repetition (`counted.py`) over the components ``parts`` (``ByteDFA``s), with the interned
+    keys of component states. A sequence needs each part's start in ``starts``; a counted
+    repetition has one part (the unit) and the bounds ``lo``, ``hi`` (None: unbounded)."""
 
     walk_build = UNION_WALK_BUILD
 
     def __init__(
-        self, parts: list[Any], byte_classes: npt.NDArray[np.uint8], max_states: int
+        self,
+        parts: list[Any],
+        byte_classes: npt.NDArray[np.uint8],
+        max_states: int,
+        *,
+        mode: int = UNION,
+        lo: int = 0,
+        hi: int | None = None,
     ) -> None:
         assert _LIB is not None
         self.parts = parts
+        self.mode = mode
         self._classes = np.ascontiguousarray(byte_classes, dtype=np.uint8)
         ctx = _LIB.sg_union_new(len(parts), self._classes.ctypes.data, max_states)
         self._adopt(ctx, _LIB.sg_union_free, "union")
         self._need = np.zeros(2, dtype=np.int64)
+        if mode != UNION:
+            starts = np.array([p.start for p in parts], dtype=np.int32)
+            bound = -1 if hi is None else hi
+            if _LIB.sg_union_set_mode(self.ctx, mode, starts.ctypes.data, lo, bound) != 0:
+                raise ValueError(f"bad composed DFA mode {mode} over {len(parts)} parts")
         for i in range(len(parts)):
             self.refresh_part(i)
 
@@ -322,11 +348,22 @@ class NativeUnion(_NativeStates):
         self.parts[i].row(state)
         self.refresh_part(i)
 
-    def intern(self, key: UnionKey) -> int:
+    def intern(self, key: Any) -> int:
         """The id of a (non-empty) key, created if new: id or ``-1 - code``."""
-        arr = np.array([(i << 32) | s for i, s in key], dtype=np.int64)
+        if self.mode == COUNTED:
+            k, q = key
+            elements = [k << 32 | (q & _BETWEEN_UNITS)]
+        else:
+            elements = sorted(i << 32 | s for i, s in key)
+        arr = np.array(elements, dtype=np.int64)
         return int(_LIB.sg_union_intern(self.ctx, addresses(arr)[0], len(arr)))
 
-    def key(self, state: int) -> UnionKey:
-        """The key of ``state`` (as ``UnionSource`` writes it)."""
-        return tuple((e >> 32, e & 0xFFFFFFFF) for e in self._elements(state))
+    def key(self, state: int) -> UnionKey | SequenceKey | CountedKey:
+        """The key of ``state`` (as ``UnionSource``, ``SequenceSource`` or ``CountedSource``
+        writes it)."""
+        elements = self._elements(state)
+        if self.mode == COUNTED:
+            k, q = elements[0] >> 32, elements[0] & _BETWEEN_UNITS
+            return (k, -1 if q == _BETWEEN_UNITS else q)
+        pairs = ((e >> 32, e & 0xFFFFFFFF) for e in elements)
+        return frozenset(pairs) if self.mode == SEQUENCE else tuple(pairs)

@@ -17,6 +17,11 @@
  * builder when it has one) and interns, per byte class, the components that move. A component
  * whose rows Python builds and whose row is not there yet stops the build with SG_NEED_ROW
  * (`sg_union_need` says which); Python builds it, refreshes the component's arrays and retries.
+ * The same context builds two more kinds of composed DFA (`sg_union_set_mode`), with the same
+ * components and stops: a *sequence* (`counted.SequenceSource`: elements as the union's, any
+ * number per component, closed under "component i accepts: component i + 1 starts"; accepting
+ * when the last component accepts) and a *counted repetition* (`counted.CountedSource`: one
+ * element `count << 32 | unit state`, unit state 0xFFFFFFFF between units).
  *
  * Python owns the tables and accepting arrays and keeps the limits: when a new state would need a
  * bigger table, pass `max_states`, or is due for a compile-budget check (every 1024 states) the
@@ -534,17 +539,26 @@ typedef struct {
     void *ctx;
 } sg_part;
 
+#define U_UNION 0
+#define U_SEQUENCE 1
+#define U_COUNTED 2
+#define BETWEEN_UNITS 0xFFFFFFFFll /* a counted key's unit state between two units */
+
 typedef struct {
     sg_states st;
     int32_t n_parts;
     sg_part *parts;
+    int32_t mode;             /* U_UNION, U_SEQUENCE, U_COUNTED */
+    int32_t *starts;          /* per component: its start state (sequence, counted) */
+    int64_t lo, hi;           /* counted: the bounds (hi -1: none) */
     uint8_t classes[256];
     uint8_t reps[256];        /* the smallest byte of each class */
     int32_t n_classes;
     int64_t need_part, need_state;  /* after SG_NEED_ROW: the row Python must build */
     int32_t *moves;           /* scratch: [n_classes][elements] component targets */
     int64_t moves_cap;
-    int64_t *target;          /* scratch: one element per component at most */
+    int64_t *target;          /* scratch: a row's target key (`target_cap` elements) */
+    int64_t target_cap;
     int64_t *base;            /* scratch: the key's components, `component << 32` */
     int32_t row[256];
     uint64_t memo_hash[256];
@@ -555,7 +569,7 @@ void sg_union_free(sg_union *u)
 {
     if (!u) return;
     states_free(&u->st);
-    free(u->parts); free(u->moves); free(u->target); free(u->base);
+    free(u->parts); free(u->moves); free(u->target); free(u->base); free(u->starts);
     free(u);
 }
 
@@ -568,8 +582,10 @@ sg_union *sg_union_new(int32_t n_parts, const uint8_t *classes, int64_t max_stat
     if (!u) return NULL;
     u->parts = (sg_part *)calloc((size_t)n_parts, sizeof(sg_part));
     u->target = (int64_t *)malloc((size_t)n_parts * sizeof(int64_t));
+    u->target_cap = n_parts;
     u->base = (int64_t *)malloc((size_t)n_parts * sizeof(int64_t));
-    if (!u->parts || !u->target || !u->base || states_init(&u->st, max_states)) {
+    u->starts = (int32_t *)calloc((size_t)n_parts, sizeof(int32_t));
+    if (!u->parts || !u->target || !u->base || !u->starts || states_init(&u->st, max_states)) {
         sg_union_free(u);
         return NULL;
     }
@@ -607,11 +623,53 @@ void sg_union_need(sg_union *u, int64_t *out)
     out[1] = u->need_state;
 }
 
+/* Makes the context a sequence or a counted repetition (before any state is interned):
+ * `starts` holds each component's start state; a counted repetition has one component (the
+ * unit) and the bounds `lo`, `hi` (-1: unbounded). 0, or -1 for a bad mode. */
+int sg_union_set_mode(sg_union *u, int32_t mode, const int32_t *starts, int64_t lo, int64_t hi)
+{
+    if (mode < U_UNION || mode > U_COUNTED || (mode == U_COUNTED && u->n_parts != 1)) return -1;
+    pthread_mutex_lock(&u->st.lock);
+    u->mode = mode;
+    memcpy(u->starts, starts, (size_t)u->n_parts * sizeof(int32_t));
+    u->lo = lo;
+    u->hi = hi;
+    pthread_mutex_unlock(&u->st.lock);
+    return 0;
+}
+
 static uint8_t union_accepting(sg_union *u, const int64_t *a, int64_t n)
 {
+    if (u->mode == U_COUNTED) {
+        int64_t k = a[0] >> 32;
+        return (a[0] & 0xFFFFFFFF) == BETWEEN_UNITS && k >= u->lo && (u->hi < 0 || k <= u->hi);
+    }
+    if (u->mode == U_SEQUENCE) {
+        int64_t last = u->n_parts - 1;
+        for (int64_t k = n - 1; k >= 0 && a[k] >> 32 == last; k--)  /* (sorted: last ones last) */
+            if (u->parts[last].accepting[a[k] & 0xFFFFFFFF]) return 1;
+        return 0;
+    }
     for (int64_t k = 0; k < n; k++)
         if (u->parts[a[k] >> 32].accepting[a[k] & 0xFFFFFFFF]) return 1;
     return 0;
+}
+
+/* Whether a key from Python names states the components have: a union's one per live
+ * component, a sequence's any number, a counted repetition's one (count, unit state). */
+static int key_valid(sg_union *u, const int64_t *a, int64_t n)
+{
+    if (n <= 0 || (u->mode == U_UNION && n > u->n_parts) || (u->mode == U_COUNTED && n != 1))
+        return 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = a[k] >> 32, s = a[k] & 0xFFFFFFFF;
+        if (u->mode == U_COUNTED) {
+            if (i < 0 || (s != BETWEEN_UNITS && s >= u->parts[0].capacity)) return 0;
+        } else if (i < 0 || i >= u->n_parts || s >= u->parts[i].capacity) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* Creates the state of a sorted, unique, non-empty element set (the start state, unpickling):
@@ -620,16 +678,80 @@ int64_t sg_union_intern(sg_union *u, const int64_t *a, int64_t n)
 {
     pthread_mutex_lock(&u->st.lock);
     int64_t r = -SG_BAD_STATE;
-    if (n > 0 && n <= u->n_parts) {
-        r = 0;
-        for (int64_t k = 0; k < n; k++) {
-            int64_t i = a[k] >> 32, s = a[k] & 0xFFFFFFFF;
-            if (i < 0 || i >= u->n_parts || s >= u->parts[i].capacity) r = -SG_BAD_STATE;
-        }
-        if (r == 0) r = intern(&u->st, a, n, union_accepting(u, a, n));
-    }
+    if (key_valid(u, a, n)) r = intern(&u->st, a, n, union_accepting(u, a, n));
     pthread_mutex_unlock(&u->st.lock);
     return r < 0 ? -1 + r : r;
+}
+
+/* Component `i`'s row of state `s` (built by its C builder first), or NULL after setting the
+ * need (Python must build it, or refresh a stale view). */
+static const int32_t *part_row(sg_union *u, int32_t i, int32_t s)
+{
+    sg_part *p = &u->parts[i];
+    if (p->build ? p->build(p->ctx, s, &p->table, &p->accepting) != 0 : s >= p->capacity) {
+        u->need_part = i;  /* its C builder stopped (e.g. a bigger table first), or the */
+        u->need_state = s; /* Python-built component's view is stale */
+        return NULL;
+    }
+    return p->table + (int64_t)s * 256;
+}
+
+/* A counted repetition's row (`CountedSource.expand`): from (count k, unit state q) each byte
+ * moves the unit; a unit that completes counts one more (capped at `lo` when unbounded) and
+ * stands between units, where the next one starts unless `hi` were passed. */
+static int counted_build_locked(sg_union *u, int32_t *out, int64_t e)
+{
+    int64_t k = e >> 32, q = e & 0xFFFFFFFF;
+    int32_t nc = u->n_classes;
+    if (q == BETWEEN_UNITS) {
+        if (u->hi >= 0 && k >= u->hi) {
+            for (int32_t c = 0; c < nc; c++) u->row[c] = -1;
+            publish_row(out, u->row, u->classes);
+            return SG_OK;
+        }
+        q = u->starts[0];
+    }
+    const int32_t *prow = part_row(u, 0, (int32_t)q);
+    if (!prow) return SG_NEED_ROW;
+    for (int32_t c = 0; c < nc; c++)
+        if (prow[u->reps[c]] == -2) {
+            u->need_part = 0;
+            u->need_state = q;
+            return SG_NEED_ROW;
+        }
+    const uint8_t *acc = u->parts[0].accepting;
+    int64_t done = k + 1;
+    if (u->hi < 0 && done > u->lo) done = u->lo;  /* (unbounded: counts past lo are alike) */
+    int32_t last_t = -3, last_id = -1;
+    for (int32_t c = 0; c < nc; c++) {
+        int32_t t = prow[u->reps[c]];
+        if (t < 0) { u->row[c] = -1; continue; }
+        if (t == last_t) { u->row[c] = last_id; continue; }  /* (runs of classes agree) */
+        int64_t target = acc[t] ? (done << 32 | BETWEEN_UNITS) : (k << 32 | t);
+        int64_t sid = intern(&u->st, &target, 1, union_accepting(u, &target, 1));
+        if (sid < 0) return (int)-sid;
+        last_t = t;
+        last_id = (int32_t)sid;
+        u->row[c] = last_id;
+    }
+    publish_row(out, u->row, u->classes);
+    return SG_OK;
+}
+
+/* A sequence's target closed under "component i accepts: component i + 1 starts" (the moved
+ * states are distinct; each start is added once), sorted: its new length. */
+static int64_t sequence_close(sg_union *u, int64_t n)
+{
+    int64_t last = u->n_parts - 1;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t i = u->target[j] >> 32, s = u->target[j] & 0xFFFFFFFF;
+        if (i >= last || !u->parts[i].accepting[s]) continue;
+        int64_t e = (i + 1) << 32 | u->starts[i + 1];
+        int64_t m = 0;
+        while (m < n && u->target[m] != e) m++;
+        if (m == n) u->target[n++] = e;
+    }
+    return sort_unique(u->target, n);
 }
 
 static int union_build_locked(sg_union *u, int32_t state)
@@ -640,7 +762,20 @@ static int union_build_locked(sg_union *u, int32_t state)
     if (out[0] != -2) return SG_OK;  /* built meanwhile */
     const int64_t *key = st->elems + st->set_off[state];
     int64_t klen = st->set_off[state + 1] - st->set_off[state];
+    if (u->mode == U_COUNTED) return counted_build_locked(u, out, key[0]);
     int32_t nc = u->n_classes;
+    int64_t need = u->mode == U_SEQUENCE ? klen + u->n_parts : klen;
+    if (need > u->target_cap) {  /* (a sequence's key may hold several states of a component) */
+        int64_t *t = (int64_t *)realloc(u->target, (size_t)need * sizeof(int64_t));
+        if (!t) return SG_NOMEM;
+        u->target = t;
+        u->target_cap = need;
+    }
+    if (klen > u->n_parts) {
+        int64_t *b = (int64_t *)realloc(u->base, (size_t)klen * sizeof(int64_t));
+        if (!b) return SG_NOMEM;
+        u->base = b;
+    }
     if (klen * nc > u->moves_cap) {
         int32_t *m = (int32_t *)realloc(u->moves, (size_t)(klen * nc) * sizeof(int32_t));
         if (!m) return SG_NOMEM;
@@ -652,13 +787,8 @@ static int union_build_locked(sg_union *u, int32_t state)
     for (int64_t k = 0; k < klen; k++) {
         int32_t i = (int32_t)(key[k] >> 32), s = (int32_t)(key[k] & 0xFFFFFFFF);
         u->base[k] = (int64_t)i << 32;
-        sg_part *p = &u->parts[i];
-        if (p->build ? p->build(p->ctx, s, &p->table, &p->accepting) != 0 : s >= p->capacity) {
-            u->need_part = i;  /* its C builder stopped (e.g. a bigger table first), or the */
-            u->need_state = s; /* Python-built component's view is stale */
-            return SG_NEED_ROW;
-        }
-        const int32_t *prow = p->table + (int64_t)s * 256;
+        const int32_t *prow = part_row(u, i, s);
+        if (!prow) return SG_NEED_ROW;
         int32_t *col = u->moves + k;
         for (int32_t c = 0; c < nc; c++) {
             int32_t t = prow[u->reps[c]];
@@ -697,6 +827,7 @@ static int union_build_locked(sg_union *u, int32_t state)
         for (int64_t k = 0; k < klen; k++)
             if (mv[k] >= 0) u->target[n++] = u->base[k] | mv[k];
         if (n == 0) { u->row[c] = -1; continue; }
+        if (u->mode == U_SEQUENCE) n = sequence_close(u, n);
         int64_t sid = intern(st, u->target, n, union_accepting(u, u->target, n));
         if (sid < 0) return (int)-sid;
         u->row[c] = (int32_t)sid;

@@ -19,12 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
+from structgen.automata import _native_subset
 from structgen.automata.dfa import ByteDFA, _Source, class_representatives, joint_classes
 from structgen.automata.nfa import AutomataLimits, nfa_size
 from structgen.automata.regex_syntax import Concat, Node, Repeat, concat
 
 if TYPE_CHECKING:
-    pass
+    from structgen.automata._native_subset import NativeUnion
 
 __all__ = ["CountedSource", "SequenceSource", "compile_counted"]
 
@@ -32,6 +33,25 @@ __all__ = ["CountedSource", "SequenceSource", "compile_counted"]
 COUNT_ABOVE = 2048
 #: an item's DFA with more states than this is not checked for prefix-freedom (expanded)
 MAX_UNIT_STATES = 4096
+#: rows built in C (`_subset.c`, the union context's sequence and counted modes) when the
+#: extension is there; False: `expand` builds them in Python (the same keys; tests compare)
+NATIVE_ROWS = True
+
+
+def _native(
+    source: CountedSource | SequenceSource, parts: list[ByteDFA], max_states: int, mode: int
+) -> NativeUnion | None:
+    """The C context of a counted repetition or sequence, where the extension is built."""
+    if not (NATIVE_ROWS and _native_subset.native_subset_available()):
+        return None
+    if isinstance(source, CountedSource):
+        bounds: tuple[int, int | None] = (source.lo, source.hi)
+    else:
+        bounds = (0, None)
+    lo, hi = bounds
+    return _native_subset.NativeUnion(
+        parts, source.byte_classes, max_states, mode=mode, lo=lo, hi=hi
+    )
 
 
 def is_prefix_free_unit(dfa: ByteDFA) -> bool:
@@ -81,6 +101,9 @@ class CountedSource(_Source):
         k, q = key
         return q < 0 and k >= self.lo and (self.hi is None or k <= self.hi)
 
+    def make_native(self, max_states: int) -> NativeUnion | None:
+        return _native(self, [self.unit], max_states, _native_subset.COUNTED)
+
     def bounded_key(self, key: tuple[int, int], depth: int) -> Hashable:
         """Units complete at most one per byte, so on the next `depth` bytes the count matters
         only through how far it is from `lo` and from `hi`, each capped past `depth`."""
@@ -126,6 +149,9 @@ class SequenceSource(_Source):
 
     def memory_bytes(self) -> int:
         return sum(p.memory_bytes() for p in self.parts)
+
+    def make_native(self, max_states: int) -> NativeUnion | None:
+        return _native(self, self.parts, max_states, _native_subset.SEQUENCE)
 
     def bounded_key(self, key: frozenset[tuple[int, int]], depth: int) -> Hashable:
         return frozenset((i, self.parts[i].bounded_class(s, depth)) for i, s in key)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from structgen.automata import compile_ast, parse_regex
+import structgen.automata.counted as counted_module
+from structgen.automata import ByteDFA, alternatives, compile_ast, parse_regex
+from structgen.automata._native_subset import native_subset_available
 from structgen.automata.counted import CountedSource, SequenceSource, compile_counted
 from structgen.automata.nfa import AutomataLimits
+from tests.automata.test_native_subset import _assert_isomorphic
 
 LIMITS = AutomataLimits()
 
@@ -76,3 +80,72 @@ def test_empty_and_crossed_bounds() -> None:
     assert compile_ast(parse_regex(r"a{0,0}")).accepts(b"")
     dfa = compile_ast(parse_regex(r"(?:[ab]){3000,3000}"))
     assert dfa.accepts(b"a" * 3000) and not dfa.accepts(b"a" * 2999)
+
+
+#: counted repetitions and sequences whose rows C builds (`_subset.c`, the union context's
+#: counted and sequence modes): bounded, unbounded, several counted parts, nullable parts
+NATIVE_PATTERNS = [
+    r'"(?:[ab]|\\[nt]){2,7}"',
+    r'"(?:[^"\\]|\\u[0-9a-f]{2}){0,5}"',
+    r"(?:é|b){3,}x",
+    r"(?:[ab]){0,4}(?:c|d){1,3}",
+    r"x?(?:[ab]){2,3}y?(?:[cd]){0,2}z?",
+    r"(?:a|\\[nt]){5,5}",
+]
+
+
+def _counted(pattern: str, native: bool) -> ByteDFA:
+    old = counted_module.NATIVE_ROWS
+    counted_module.NATIVE_ROWS = native
+    try:
+        dfa = counted_dfa(pattern)
+        assert isinstance(dfa, ByteDFA)
+        if native:
+            dfa.build_all()  # (every part goes native while the switch is on)
+        else:
+            dfa.row(dfa.start)
+        return dfa
+    finally:
+        counted_module.NATIVE_ROWS = old
+
+
+@pytest.mark.skipif(not native_subset_available(), reason="the C row builders are not built")
+@pytest.mark.parametrize("pattern", NATIVE_PATTERNS)
+def test_native_rows_same_dfa_as_python(pattern: str) -> None:
+    """Every state, key and row of the C-built automaton (and of its counted parts) is the
+    Python one's: the whole automaton is explored from the start."""
+    native = _counted(pattern, True)
+    assert native._native is not None
+    python = _counted(pattern, False)
+    old = counted_module.NATIVE_ROWS
+    try:
+        counted_module.NATIVE_ROWS = False  # (the Python automaton keeps building in Python)
+        assert python._native is None
+        n = _assert_isomorphic(native, python)
+        assert n == native.num_states == python.num_states
+        source = native._source
+        parts = source.parts if isinstance(source, SequenceSource) else [native]
+        for part in parts:
+            if isinstance(part._source, CountedSource):
+                assert part._native is not None  # (the counted part went native too)
+    finally:
+        counted_module.NATIVE_ROWS = old
+    rng = random.Random(pattern)
+    for _ in range(300):
+        text = "".join(rng.choice('ab\\ntu0f"écdxyz') for _ in range(rng.randint(0, 10)))
+        want = re.fullmatch(pattern, text) is not None
+        assert native.accepts(text.encode()) == want, text
+
+
+@pytest.mark.skipif(not native_subset_available(), reason="the C row builders are not built")
+def test_native_counted_rows_with_a_python_built_unit() -> None:
+    """A unit whose rows Python builds (a choice of words) and that grew behind the C side's
+    back: C asks Python for its rows and fresh arrays, and still counts exactly."""
+    unit = alternatives([b"ab", b"cd", b"e"])
+    unit.build_all()
+    source = CountedSource(unit, 2, 40)
+    dfa = ByteDFA(source, fingerprint="test-counted-python-unit", limits=LIMITS)
+    assert dfa.accepts(b"abe") and dfa.accepts(b"e" * 40) and not dfa.accepts(b"e" * 41)
+    assert dfa._native is not None
+    assert not dfa.accepts(b"e") and not dfa.accepts(b"abc")
+    assert dfa.key_of(dfa.next_state(dfa.start, ord("a"))) == (0, unit.next_state(unit.start, 97))
