@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+from collections.abc import Callable, Collection
 from itertools import chain
 from typing import Any
 
@@ -24,7 +25,9 @@ __all__ = [
     "COUNTED",
     "GROW",
     "LIMIT",
+    "NEED_LIVE",
     "NEED_ROW",
+    "PRODUCT",
     "SEQUENCE",
     "UNION",
     "NativeSubset",
@@ -32,7 +35,7 @@ __all__ = [
     "native_subset_available",
 ]
 
-OK, GROW, LIMIT, BUDGET, NOMEM, BAD_STATE, NEED_ROW = range(7)
+OK, GROW, LIMIT, BUDGET, NOMEM, BAD_STATE, NEED_ROW, NEED_LIVE = range(8)
 
 
 class _Header(ctypes.Structure):
@@ -67,7 +70,7 @@ def _load() -> Any:
         return None
     try:
         lib = ctypes.CDLL(spec.origin)
-        lib.sg_union_set_mode  # noqa: B018 - present in this build?
+        lib.sg_union_set_live  # noqa: B018 - present in this build?
     except (OSError, AttributeError):
         return None
     lib.sg_subset_new.restype = _P
@@ -108,6 +111,10 @@ def _load() -> Any:
     lib.sg_union_build.argtypes = [_P, ctypes.c_int32]
     lib.sg_union_set_mode.restype = ctypes.c_int
     lib.sg_union_set_mode.argtypes = [_P, ctypes.c_int32, _P, ctypes.c_int64, ctypes.c_int64]
+    lib.sg_union_need_tuple.restype = None
+    lib.sg_union_need_tuple.argtypes = [_P, _P]
+    lib.sg_union_set_live.restype = ctypes.c_int
+    lib.sg_union_set_live.argtypes = [_P, _P, ctypes.c_int64, ctypes.c_int32]
     if hasattr(lib, "sg_nfa_build"):  # (Thompson's construction: `_thompson.c`)
         lib.sg_nfa_build.restype = _P
         lib.sg_nfa_build.argtypes = [*[_P] * 5, ctypes.c_int32, _P, _P]
@@ -191,6 +198,10 @@ class _NativeStates:
     def provide_row(self) -> None:
         """After NEED_ROW: build (in Python) the row the C side asked for."""
         raise NotImplementedError
+
+    def provide_live(self) -> None:
+        """After NEED_LIVE: decide (in Python) whether the tuple the C side names is live."""
+        raise AssertionError("only a product asks whether a tuple is live")
 
     def _elements(self, state: int) -> list[int]:
         buf = np.empty(64, dtype=np.int64)
@@ -287,15 +298,16 @@ SequenceKey = frozenset[tuple[int, int]]
 CountedKey = tuple[int, int]
 
 #: the kinds of composed DFA the C union context builds (`sg_union_set_mode`)
-UNION, SEQUENCE, COUNTED = range(3)
+UNION, SEQUENCE, COUNTED, PRODUCT = range(4)
 _BETWEEN_UNITS = 0xFFFFFFFF  # a counted key's unit state -1, as C keeps it
 
 
 class NativeUnion(_NativeStates):
     """One composed DFA's C context: a union (a grammar lexer), a sequence or a counted
-    repetition (`counted.py`) over the components ``parts`` (``ByteDFA``s), with the interned
-    keys of component states. A sequence needs each part's start in ``starts``; a counted
-    repetition has one part (the unit) and the bounds ``lo``, ``hi`` (None: unbounded)."""
+    repetition (`counted.py`) or a product (an intersection) over the components ``parts``
+    (``ByteDFA``s), with the interned keys of component states. A counted repetition has one
+    part (the unit) and the bounds ``lo``, ``hi`` (None: unbounded); a product asks ``decide``
+    whether a tuple is live when its own search is too long (`ProductSource.is_live`)."""
 
     walk_build = UNION_WALK_BUILD
 
@@ -308,10 +320,12 @@ class NativeUnion(_NativeStates):
         mode: int = UNION,
         lo: int = 0,
         hi: int | None = None,
+        decide: Callable[[tuple[int, ...]], tuple[bool, list[tuple[int, ...]]]] | None = None,
     ) -> None:
         assert _LIB is not None
         self.parts = parts
         self.mode = mode
+        self._decide = decide
         self._classes = np.ascontiguousarray(byte_classes, dtype=np.uint8)
         ctx = _LIB.sg_union_new(len(parts), self._classes.ctypes.data, max_states)
         self._adopt(ctx, _LIB.sg_union_free, "union")
@@ -348,9 +362,30 @@ class NativeUnion(_NativeStates):
         self.parts[i].row(state)
         self.refresh_part(i)
 
+    def provide_live(self) -> None:
+        """After NEED_LIVE: decide (in Python) the product tuple the C search gave up on."""
+        assert self._decide is not None
+        buf = np.zeros(len(self.parts), dtype=np.int32)
+        _LIB.sg_union_need_tuple(self.ctx, buf.ctypes.data)
+        key = tuple(buf.tolist())
+        live, found = self._decide(key)
+        # every tuple the search settled (the path to acceptance, or all it visited): the C
+        # searches that follow stop at them
+        self.settle([key, *found], live)
+
+    def settle(self, tuples: Collection[tuple[int, ...]], live: bool) -> None:
+        """Tell a product's C side that `tuples` are live (or dead)."""
+        if not tuples:
+            return
+        arr = np.array(list(tuples), dtype=np.int32).reshape(len(tuples), len(self.parts))
+        if _LIB.sg_union_set_live(self.ctx, arr.ctypes.data, len(arr), int(live)) != 0:
+            raise MemoryError("the C product ran out of memory")
+
     def intern(self, key: Any) -> int:
         """The id of a (non-empty) key, created if new: id or ``-1 - code``."""
-        if self.mode == COUNTED:
+        if self.mode == PRODUCT:
+            elements = [i << 32 | s for i, s in enumerate(key)]
+        elif self.mode == COUNTED:
             k, q = key
             elements = [k << 32 | (q & _BETWEEN_UNITS)]
         else:
@@ -358,12 +393,14 @@ class NativeUnion(_NativeStates):
         arr = np.array(elements, dtype=np.int64)
         return int(_LIB.sg_union_intern(self.ctx, addresses(arr)[0], len(arr)))
 
-    def key(self, state: int) -> UnionKey | SequenceKey | CountedKey:
-        """The key of ``state`` (as ``UnionSource``, ``SequenceSource`` or ``CountedSource``
-        writes it)."""
+    def key(self, state: int) -> UnionKey | SequenceKey | CountedKey | tuple[int, ...]:
+        """The key of ``state`` (as ``UnionSource``, ``SequenceSource``, ``CountedSource`` or
+        ``ProductSource`` writes it)."""
         elements = self._elements(state)
         if self.mode == COUNTED:
             k, q = elements[0] >> 32, elements[0] & _BETWEEN_UNITS
             return (k, -1 if q == _BETWEEN_UNITS else q)
+        if self.mode == PRODUCT:
+            return tuple(e & 0xFFFFFFFF for e in elements)
         pairs = ((e >> 32, e & 0xFFFFFFFF) for e in elements)
         return frozenset(pairs) if self.mode == SEQUENCE else tuple(pairs)

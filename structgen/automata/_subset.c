@@ -21,7 +21,10 @@
  * components and stops: a *sequence* (`counted.SequenceSource`: elements as the union's, any
  * number per component, closed under "component i accepts: component i + 1 starts"; accepting
  * when the last component accepts) and a *counted repetition* (`counted.CountedSource`: one
- * element `count << 32 | unit state`, unit state 0xFFFFFFFF between units).
+ * element `count << 32 | unit state`, unit state 0xFFFFFFFF between units), and a *product*
+ * (`dfa.ProductSource`: one element per component; a tuple gets an id only once a breadth-first
+ * search finds it can reach acceptance, up to PRODUCT_SEARCH tuples, past which Python's guided
+ * search decides it: SG_NEED_LIVE, `sg_union_need_tuple`, `sg_union_set_live`).
  *
  * Python owns the tables and accepting arrays and keeps the limits: when a new state would need a
  * bigger table, pass `max_states`, or is due for a compile-budget check (every 1024 states) the
@@ -46,6 +49,7 @@
 #define SG_NOMEM 4
 #define SG_BAD_STATE 5
 #define SG_NEED_ROW 6
+#define SG_NEED_LIVE 7
 #define SNAPSHOT_UNBUILT (-2) /* a row not built yet (snapshot.py, UNBUILT) */
 
 #define K_SPLIT 0
@@ -542,6 +546,93 @@ typedef struct {
 #define U_UNION 0
 #define U_SEQUENCE 1
 #define U_COUNTED 2
+#define U_PRODUCT 3
+#define PRODUCT_SEARCH 2048 /* tuples a C liveness search visits before it asks Python */
+
+/* A set of fixed-width int32 tuples (a product's live and dead tuples, a search's visited
+ * ones, in visiting order), open addressing over an arena. */
+typedef struct {
+    int32_t width;
+    int32_t *tuples;
+    int64_t n, cap;
+    uint64_t *hash;
+    int32_t *slots;
+    int64_t n_slots;
+} tset;
+
+static uint64_t hash_tuple(const int32_t *x, int32_t w)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)w;
+    for (int32_t k = 0; k < w; k++) {
+        h ^= (uint64_t)(uint32_t)x[k];
+        h *= 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+    }
+    return h;
+}
+
+static void tset_free(tset *t)
+{
+    free(t->tuples); free(t->hash); free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+static void tset_clear(tset *t)
+{
+    t->n = 0;
+    if (t->slots) memset(t->slots, 0xFF, (size_t)t->n_slots * sizeof(int32_t));
+}
+
+/* The index of `x` in the set, or -1. */
+static int64_t tset_find(const tset *t, const int32_t *x, uint64_t h)
+{
+    if (!t->n) return -1;
+    uint64_t mask = (uint64_t)t->n_slots - 1;
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+        int32_t id = t->slots[i];
+        if (id < 0) return -1;
+        if (t->hash[id] == h
+            && !memcmp(t->tuples + (int64_t)id * t->width, x, (size_t)t->width * sizeof(int32_t)))
+            return id;
+    }
+}
+
+/* Adds `x` (not in the set): its index, or -1 out of memory. */
+static int64_t tset_add(tset *t, const int32_t *x, uint64_t h)
+{
+    int32_t w = t->width;
+    if (t->n >= t->cap) {
+        int64_t c = t->cap ? t->cap * 2 : 64;
+        int32_t *nt = (int32_t *)realloc(t->tuples, (size_t)(c * w) * sizeof(int32_t));
+        if (!nt) return -1;
+        t->tuples = nt;
+        uint64_t *nh = (uint64_t *)realloc(t->hash, (size_t)c * sizeof(uint64_t));
+        if (!nh) return -1;
+        t->hash = nh;
+        t->cap = c;
+    }
+    if ((t->n + 1) * 2 > t->n_slots) {
+        int64_t ns = t->n_slots ? t->n_slots * 2 : 128;
+        int32_t *sl = (int32_t *)malloc((size_t)ns * sizeof(int32_t));
+        if (!sl) return -1;
+        memset(sl, 0xFF, (size_t)ns * sizeof(int32_t));
+        for (int64_t k = 0; k < t->n; k++) {
+            uint64_t j = t->hash[k] & (uint64_t)(ns - 1);
+            while (sl[j] >= 0) j = (j + 1) & (uint64_t)(ns - 1);
+            sl[j] = (int32_t)k;
+        }
+        free(t->slots);
+        t->slots = sl;
+        t->n_slots = ns;
+    }
+    uint64_t mask = (uint64_t)t->n_slots - 1, i = h & mask;
+    while (t->slots[i] >= 0) i = (i + 1) & mask;
+    int64_t id = t->n++;
+    memcpy(t->tuples + id * w, x, (size_t)w * sizeof(int32_t));
+    t->hash[id] = h;
+    t->slots[i] = (int32_t)id;
+    return id;
+}
 #define BETWEEN_UNITS 0xFFFFFFFFll /* a counted key's unit state between two units */
 
 typedef struct {
@@ -560,6 +651,14 @@ typedef struct {
     int64_t *target;          /* scratch: a row's target key (`target_cap` elements) */
     int64_t target_cap;
     int64_t *base;            /* scratch: the key's components, `component << 32` */
+    /* product: tuples known live or dead, a search's visited tuples and their parents, the
+     * tuple Python must decide after SG_NEED_LIVE */
+    tset live, dead, seen;
+    int32_t *parent;
+    int64_t parent_cap;
+    int32_t *tuple;           /* scratch: a successor tuple (n_parts) */
+    int32_t *need_tuple;      /* (n_parts) */
+    const int32_t **rows;     /* scratch: the rows of a visited tuple's components */
     int32_t row[256];
     uint64_t memo_hash[256];
     int32_t memo_class[512];
@@ -570,6 +669,8 @@ void sg_union_free(sg_union *u)
     if (!u) return;
     states_free(&u->st);
     free(u->parts); free(u->moves); free(u->target); free(u->base); free(u->starts);
+    tset_free(&u->live); tset_free(&u->dead); tset_free(&u->seen);
+    free(u->parent); free(u->tuple); free(u->need_tuple); free(u->rows);
     free(u);
 }
 
@@ -585,7 +686,12 @@ sg_union *sg_union_new(int32_t n_parts, const uint8_t *classes, int64_t max_stat
     u->target_cap = n_parts;
     u->base = (int64_t *)malloc((size_t)n_parts * sizeof(int64_t));
     u->starts = (int32_t *)calloc((size_t)n_parts, sizeof(int32_t));
-    if (!u->parts || !u->target || !u->base || !u->starts || states_init(&u->st, max_states)) {
+    u->tuple = (int32_t *)calloc((size_t)n_parts, sizeof(int32_t));
+    u->need_tuple = (int32_t *)calloc((size_t)n_parts, sizeof(int32_t));
+    u->rows = (const int32_t **)calloc((size_t)n_parts, sizeof(int32_t *));
+    u->live.width = u->dead.width = u->seen.width = n_parts;
+    if (!u->parts || !u->target || !u->base || !u->starts || !u->tuple || !u->need_tuple
+        || !u->rows || states_init(&u->st, max_states)) {
         sg_union_free(u);
         return NULL;
     }
@@ -628,7 +734,7 @@ void sg_union_need(sg_union *u, int64_t *out)
  * unit) and the bounds `lo`, `hi` (-1: unbounded). 0, or -1 for a bad mode. */
 int sg_union_set_mode(sg_union *u, int32_t mode, const int32_t *starts, int64_t lo, int64_t hi)
 {
-    if (mode < U_UNION || mode > U_COUNTED || (mode == U_COUNTED && u->n_parts != 1)) return -1;
+    if (mode < U_UNION || mode > U_PRODUCT || (mode == U_COUNTED && u->n_parts != 1)) return -1;
     pthread_mutex_lock(&u->st.lock);
     u->mode = mode;
     memcpy(u->starts, starts, (size_t)u->n_parts * sizeof(int32_t));
@@ -643,6 +749,12 @@ static uint8_t union_accepting(sg_union *u, const int64_t *a, int64_t n)
     if (u->mode == U_COUNTED) {
         int64_t k = a[0] >> 32;
         return (a[0] & 0xFFFFFFFF) == BETWEEN_UNITS && k >= u->lo && (u->hi < 0 || k <= u->hi);
+    }
+    if (u->mode == U_PRODUCT) {
+        if (n != u->n_parts) return 0;
+        for (int64_t k = 0; k < n; k++)
+            if (!u->parts[k].accepting[a[k] & 0xFFFFFFFF]) return 0;
+        return 1;
     }
     if (u->mode == U_SEQUENCE) {
         int64_t last = u->n_parts - 1;
@@ -659,13 +771,16 @@ static uint8_t union_accepting(sg_union *u, const int64_t *a, int64_t n)
  * component, a sequence's any number, a counted repetition's one (count, unit state). */
 static int key_valid(sg_union *u, const int64_t *a, int64_t n)
 {
-    if (n <= 0 || (u->mode == U_UNION && n > u->n_parts) || (u->mode == U_COUNTED && n != 1))
+    if (n <= 0 || (u->mode == U_UNION && n > u->n_parts) || (u->mode == U_COUNTED && n != 1)
+        || (u->mode == U_PRODUCT && n != u->n_parts))
         return 0;
     for (int64_t k = 0; k < n; k++) {
         int64_t i = a[k] >> 32, s = a[k] & 0xFFFFFFFF;
         if (u->mode == U_COUNTED) {
             if (i < 0 || (s != BETWEEN_UNITS && s >= u->parts[0].capacity)) return 0;
         } else if (i < 0 || i >= u->n_parts || s >= u->parts[i].capacity) {
+            return 0;
+        } else if (u->mode == U_PRODUCT && i != k) {
             return 0;
         }
     }
@@ -736,6 +851,108 @@ static int counted_build_locked(sg_union *u, int32_t *out, int64_t e)
     }
     publish_row(out, u->row, u->classes);
     return SG_OK;
+}
+
+static int tuple_accepting(sg_union *u, const int32_t *x)
+{
+    for (int32_t k = 0; k < u->n_parts; k++)
+        if (!u->parts[k].accepting[x[k]]) return 0;
+    return 1;
+}
+
+/* Whether the product tuple `x` reaches a tuple of accepting states (`ProductSource.is_live`):
+ * 1 or 0, remembered; or -SG_NEED_ROW (a component row first), -SG_NEED_LIVE (more than
+ * PRODUCT_SEARCH tuples: Python's guided search decides, `sg_union_need_tuple`), -SG_NOMEM.
+ * Breadth first; a live tuple found marks its path live, an exhausted search marks every
+ * tuple it visited dead (none of them reaches acceptance). */
+static int product_live(sg_union *u, const int32_t *x)
+{
+    int32_t w = u->n_parts;
+    uint64_t h = hash_tuple(x, w);
+    if (tset_find(&u->live, x, h) >= 0) return 1;
+    if (tset_find(&u->dead, x, h) >= 0) return 0;
+    if (tuple_accepting(u, x)) return tset_add(&u->live, x, h) < 0 ? -SG_NOMEM : 1;
+    tset *seen = &u->seen;
+    tset_clear(seen);
+    if (tset_add(seen, x, h) < 0) return -SG_NOMEM;
+    int64_t found = -1;
+    for (int64_t head = 0; head < seen->n && found < 0; head++) {
+        if (seen->n > PRODUCT_SEARCH) {  /* (x, the first tuple visited: the caller's x may be
+                                         * the scratch the search overwrote) */
+            memcpy(u->need_tuple, seen->tuples, (size_t)w * sizeof(int32_t));
+            return -SG_NEED_LIVE;
+        }
+        for (int32_t k = 0; k < w; k++) {
+            int32_t s = seen->tuples[head * w + k];
+            const int32_t *prow = part_row(u, k, s);
+            if (!prow) return -SG_NEED_ROW;
+            for (int32_t c = 0; c < u->n_classes; c++)
+                if (prow[u->reps[c]] == -2) {
+                    u->need_part = k;
+                    u->need_state = s;
+                    return -SG_NEED_ROW;
+                }
+            u->rows[k] = prow;
+        }
+        for (int32_t c = 0; c < u->n_classes && found < 0; c++) {
+            int32_t k = 0;
+            for (; k < w; k++) {
+                int32_t t = u->rows[k][u->reps[c]];
+                if (t < 0) break;
+                u->tuple[k] = t;
+            }
+            if (k < w) continue;
+            uint64_t ht = hash_tuple(u->tuple, w);
+            if (tset_find(seen, u->tuple, ht) >= 0 || tset_find(&u->dead, u->tuple, ht) >= 0)
+                continue;
+            int64_t id = tset_add(seen, u->tuple, ht);
+            if (id < 0) return -SG_NOMEM;
+            if (id >= u->parent_cap) {
+                int64_t cap = u->parent_cap ? u->parent_cap * 2 : 256;
+                while (cap <= id) cap *= 2;
+                int32_t *np = (int32_t *)realloc(u->parent, (size_t)cap * sizeof(int32_t));
+                if (!np) return -SG_NOMEM;
+                u->parent = np;
+                u->parent_cap = cap;
+            }
+            u->parent[id] = (int32_t)head;
+            if (tset_find(&u->live, u->tuple, ht) >= 0 || tuple_accepting(u, u->tuple))
+                found = id;
+        }
+    }
+    if (found >= 0) {  /* the path from x to the live tuple is live */
+        for (int64_t j = found; j >= 0; j = j ? u->parent[j] : -1) {
+            const int32_t *t = seen->tuples + j * w;
+            if (tset_find(&u->live, t, seen->hash[j]) < 0 && tset_add(&u->live, t, seen->hash[j]) < 0)
+                return -SG_NOMEM;
+        }
+        return 1;
+    }
+    for (int64_t j = 0; j < seen->n; j++)
+        if (tset_add(&u->dead, seen->tuples + j * w, seen->hash[j]) < 0) return -SG_NOMEM;
+    return 0;
+}
+
+/* After SG_NEED_LIVE: the tuple Python must decide (n_parts states). */
+void sg_union_need_tuple(sg_union *u, int32_t *out)
+{
+    memcpy(out, u->need_tuple, (size_t)u->n_parts * sizeof(int32_t));
+}
+
+/* Python's verdict (after SG_NEED_LIVE) on `n` tuples `x` (n_parts states each): remembered
+ * as all live or all dead. 0, or -1 out of memory. */
+int sg_union_set_live(sg_union *u, const int32_t *x, int64_t n, int32_t live)
+{
+    pthread_mutex_lock(&u->st.lock);
+    tset *t = live ? &u->live : &u->dead;
+    int r = 0;
+    for (int64_t k = 0; k < n && !r; k++) {
+        const int32_t *y = x + k * u->n_parts;
+        uint64_t h = hash_tuple(y, u->n_parts);
+        if (tset_find(t, y, h) < 0 && tset_add(t, y, h) < 0) r = -1;
+    }
+    pthread_mutex_unlock(&u->st.lock);
+    return r;
 }
 
 /* A sequence's target closed under "component i accepts: component i + 1 starts" (the moved
@@ -828,6 +1045,13 @@ static int union_build_locked(sg_union *u, int32_t state)
             if (mv[k] >= 0) u->target[n++] = u->base[k] | mv[k];
         if (n == 0) { u->row[c] = -1; continue; }
         if (u->mode == U_SEQUENCE) n = sequence_close(u, n);
+        if (u->mode == U_PRODUCT) {  /* every component moves, and the tuple is live */
+            if (n < klen) { u->row[c] = -1; continue; }
+            for (int64_t k = 0; k < klen; k++) u->tuple[k] = mv[k];
+            int live = product_live(u, u->tuple);
+            if (live < 0) return -live;
+            if (!live) { u->row[c] = -1; continue; }
+        }
         int64_t sid = intern(st, u->target, n, union_accepting(u, u->target, n));
         if (sid < 0) return (int)-sid;
         u->row[c] = (int32_t)sid;

@@ -49,6 +49,8 @@ _MATCH = -1  # the element standing for the NFA match state in a subset
 #: (tests switch them off)
 NATIVE_SUBSET = True
 NATIVE_UNION = True
+#: build intersection (``ProductSource``) rows in C, liveness searches included up to a size
+NATIVE_PRODUCT = True
 
 
 def byte_classes_from_ranges(ranges: Iterable[tuple[int, int]]) -> npt.NDArray[np.uint8]:
@@ -572,6 +574,8 @@ class ByteDFA:
             native.budget_checked()
         elif code == _native_subset.NEED_ROW:
             native.provide_row()
+        elif code == _native_subset.NEED_LIVE:
+            native.provide_live()
         elif code == _native_subset.LIMIT:
             raise self._limit_error()
         elif code == _native_subset.BAD_STATE:
@@ -999,6 +1003,20 @@ class ProductSource(_Source):
     def start_key(self) -> tuple[int, ...]:
         return tuple(p.start for p in self.parts)
 
+    def make_native(self, max_states: int) -> _NativeStates | None:
+        if not (NATIVE_PRODUCT and _native_subset.native_subset_available()):
+            return None
+        native = _native_subset.NativeUnion(
+            list(self.parts),
+            self.byte_classes,
+            max_states,
+            mode=_native_subset.PRODUCT,
+            decide=self.decide,
+        )
+        native.settle(self.live, True)  # (what the searches so far found: the start's one)
+        native.settle(self.dead, False)
+        return native
+
     def start_is_live(self) -> bool:
         if not all(p.is_live(p.start) for p in self.parts):
             return False
@@ -1063,13 +1081,18 @@ class ProductSource(_Source):
         return -1 if 0 <= room < need else total
 
     def is_live(self, key: tuple[int, ...]) -> bool:
+        return self.decide(key)[0]
+
+    def decide(self, key: tuple[int, ...]) -> tuple[bool, list[tuple[int, ...]]]:
+        """Whether `key` is live, and the tuples this call newly found live (a path) or dead
+        (the whole search): a C product hands them on to its own memo."""
         if key in self.live:
-            return True
+            return True, []
         if key in self.dead:
-            return False
+            return False, []
         if self.is_accepting(key):
             self.live.add(key)
-            return True
+            return True, [key]
         parent: dict[tuple[int, ...], tuple[int, ...] | None] = {key: None}
         # Breadth first (most searches end within a few tuples) until ``UNGUIDED_STEPS``; then
         # the components' distances are measured and the tuple with least left to do goes first
@@ -1104,10 +1127,12 @@ class ProductSource(_Source):
                 parent[nxt] = cur
                 if nxt in self.live or self.is_accepting(nxt):
                     node: tuple[int, ...] | None = nxt
+                    path = []
                     while node is not None:
                         self.live.add(node)
+                        path.append(node)
                         node = parent[node]
-                    return True
+                    return True, path
                 rank = 0
                 if guided:
                     rank = self._guide_unless_hopeless(nxt)
@@ -1116,7 +1141,7 @@ class ProductSource(_Source):
                 order += step
                 heapq.heappush(frontier, (rank, order, nxt))
         self.dead.update(parent)
-        return False
+        return False, list(parent)
 
     def expand(self, key: tuple[int, ...], intern: Callable[[Hashable], int]) -> list[int]:
         out = [-1] * self.num_classes
