@@ -121,6 +121,7 @@ class Known:
 
 
 _EMAIL = re.compile(r"(?s)(.*)@([^@]*)")
+_UNDOTTED_OR_LITERAL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?|\[[^\[\]]*\]")
 
 
 def _has_email_format(schema: Any) -> bool:
@@ -130,8 +131,11 @@ def _has_email_format(schema: Any) -> bool:
 def _dotted_email_domain(instance: Any) -> Any:
     def fix(s: str) -> str:
         # (only an email's shape: a local part and a domain; other strings may hold an `@`)
+        # and only the domains ajv refuses where RFC 5321 does not: one hostname label or an
+        # address literal (a name like "\n@ﯲ\\" is left as it is: rewritten, it could break
+        # the schema's other keywords, such as its maxLength)
         m = _EMAIL.fullmatch(s)
-        if m and m.group(1) and m.group(2) and ("." not in m.group(2) or m.group(2)[0] == "["):
+        if m and m.group(1) and _UNDOTTED_OR_LITERAL.fullmatch(m.group(2)):
             return f"{m.group(1)}@example.com"
         return s
 
