@@ -126,17 +126,15 @@ class GrammarEmitter:
         left must not be referenced."""
         self.add("start", start)
         grammar = Grammar("start", tuple(self.rules), tuple(self.term_defs))
-        productive = self._productive(grammar)
-        kept = tuple(
-            r for r in self.rules if r.lhs in productive and all(x in productive for x in r.rhs)
-        )
-        if len(kept) != len(self.rules):
+        dead = self._dead_rules(grammar)
+        if dead:
+            kept = tuple(r for i, r in enumerate(self.rules) if i not in dead)
             grammar = Grammar("start", kept, tuple(self.term_defs))
         return grammar
 
-    def _productive(self, grammar: Grammar) -> set[str]:
-        """Unsatisfiable schemas must fail here, not inside the engine; returns the productive
-        symbols (terminals and rules that derive some text)."""
+    def _dead_rules(self, grammar: Grammar) -> set[int]:
+        """Unsatisfiable schemas must fail here, not inside the engine; returns the indices of
+        the rules that derive no text (one of their symbols does not)."""
         usable: set[str] = set()
         for t in grammar.terminals:
             if not t.intersect:
@@ -153,10 +151,17 @@ class GrammarEmitter:
         users: dict[str, list[int]] = {}
         ready: list[str] = []
         for index, rule in enumerate(grammar.rules):
-            unknown = {x for x in rule.rhs if x not in productive}
-            missing.append(len(unknown))
-            for x in unknown:
-                users.setdefault(x, []).append(index)
+            # (a symbol the rule names twice is counted, and later counted down, twice)
+            unknown = 0
+            for x in rule.rhs:
+                if x not in productive:
+                    unknown += 1
+                    found = users.get(x)
+                    if found is None:
+                        users[x] = [index]
+                    else:
+                        found.append(index)
+            missing.append(unknown)
             if not unknown:
                 ready.append(rule.lhs)
         while ready:
@@ -170,4 +175,5 @@ class GrammarEmitter:
                     ready.append(grammar.rules[index].lhs)
         if "start" not in productive:
             raise SchemaError("the schema is unsatisfiable: no JSON value satisfies it")
-        return productive
+        # (a rule's count reaches 0 once each of its symbols is known productive)
+        return {index for index, left in enumerate(missing) if left}
