@@ -296,10 +296,20 @@ def _to_regex(table: list[list[int]], accepting: list[bool], symbols: list[iv.Ra
         return CharClass(())
     start, final = n, n + 1
     edges: dict[tuple[int, int], Node] = {}
+    # each state's edges in from and out to other states (self-loops apart): the elimination
+    # order's cost, kept up to date (counting them per step was quadratic in the edges)
+    ins_of = [0] * (n + 2)
+    outs_of = [0] * (n + 2)
 
     def add(p: int, q: int, node: Node) -> None:
         old = edges.get((p, q))
-        edges[(p, q)] = node if old is None else alternation([old, node])
+        if old is None:
+            edges[(p, q)] = node
+            if p != q:
+                outs_of[p] += 1
+                ins_of[q] += 1
+        else:
+            edges[(p, q)] = alternation([old, node])
 
     for s in live:
         by_target: dict[int, list[tuple[int, int]]] = {}
@@ -315,15 +325,18 @@ def _to_regex(table: list[list[int]], accepting: list[bool], symbols: list[iv.Ra
     while remaining:
 
         def cost(k: int) -> int:
-            ins = sum(1 for (p, q) in edges if q == k and p != k)
-            outs = sum(1 for (p, q) in edges if p == k and q != k)
-            return ins * outs
+            return ins_of[k] * outs_of[k]
 
         k = min(remaining, key=cost)
         remaining.discard(k)
         loop = edges.pop((k, k), None)
         ins = [(p, edges.pop((p, q))) for (p, q) in list(edges) if q == k]
         outs = [(q, edges.pop((p, q))) for (p, q) in list(edges) if p == k]
+        for p, _ in ins:
+            outs_of[p] -= 1
+        for q, _ in outs:
+            ins_of[q] -= 1
+        ins_of[k] = outs_of[k] = 0
         mid: list[Node] = [Repeat(loop, 0, None)] if loop is not None else []
         for p, a in ins:
             for q, b in outs:
