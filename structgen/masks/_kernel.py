@@ -126,19 +126,21 @@ class _SliceChecks(ctypes.Structure):
     ]
 
 
-def _load_more() -> tuple[Any, Any, Any]:
-    """`sg_walk_forest`, `sg_contained_groups` and `sg_bounded_equal`, or None each (no
-    extension, or an older build)."""
+def _load_more() -> tuple[Any, Any, Any, Any]:
+    """`sg_walk_forest`, `sg_contained_groups`, `sg_bounded_equal` and `sg_take_words`, or
+    None each (no extension, or an older build)."""
     if _FN is None:
-        return None, None, None
+        return None, None, None, None
     spec = importlib.util.find_spec("structgen.masks._native")
     assert spec is not None and spec.origin is not None
     try:
         lib = ctypes.CDLL(spec.origin)
         forest, contained = lib.sg_walk_forest, lib.sg_contained_groups
-        equal = lib.sg_bounded_equal
+        equal, take = lib.sg_bounded_equal, lib.sg_take_words
     except (OSError, AttributeError):
-        return None, None, None
+        return None, None, None, None
+    take.restype = ctypes.c_int64
+    take.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
     forest.restype = ctypes.c_int64
     forest.argtypes = [
         ctypes.POINTER(_NodeView),
@@ -173,11 +175,11 @@ def _load_more() -> tuple[Any, Any, Any]:
         ctypes.c_void_p,  # pd
         ctypes.c_void_p,  # ps
     ]
-    return forest, contained, equal
+    return forest, contained, equal, take
 
 
 _FN, _ENDS = _load()
-_FOREST, _CONTAINED, _EQUAL = _load_more()
+_FOREST, _CONTAINED, _EQUAL, _TAKE_WORDS = _load_more()
 #: pairs of states an equality check may visit before it gives up ("not known equal")
 MAX_EQUAL_PAIRS = 4096
 _EQUAL_SLOTS = 8192  # a power of two above MAX_EQUAL_PAIRS: the visited set's open addressing
@@ -603,6 +605,38 @@ class NativeWalk:
             return words, _NO_EVENTS
         events = Events(ev_lo[:k].copy(), ev_hi[:k].copy(), ev_cut[:k].copy(), ev_state[:k].copy())
         return words, events
+
+    def walk_sparse(
+        self, dfa: Any, state: int, ranges: Events
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint32], Events]:
+        """`walk(dfa, state, ranges=ranges, boundaries=True)` with the mask as its non-zero
+        words (`indices`, `values`): a continued walk sets a few tokens, and a zeroed buffer
+        per thread, taken back word by word in C, spares a fresh mask and a scan of it."""
+        scratch = self._scratch
+        words = getattr(scratch, "sparse", None)
+        if words is None or _TAKE_WORDS is None:
+            words = np.zeros(self.words, dtype=np.uint32)
+        else:
+            scratch.sparse = None  # (in use: a nested call takes a fresh buffer)
+        try:
+            words, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
+        except BaseException:
+            words[:] = 0
+            raise
+        finally:
+            if _TAKE_WORDS is not None:
+                scratch.sparse = words
+        if _TAKE_WORDS is None:
+            indices = np.flatnonzero(words)
+            return indices, words[indices], events
+        taken = getattr(scratch, "taken", None)
+        if taken is None:
+            idx = np.empty(self.words, dtype=np.int64)
+            val = np.empty(self.words, dtype=np.uint32)
+            taken = scratch.taken = (idx, val, *addresses(idx, val))
+        idx, val, p_idx, p_val = taken
+        k = _TAKE_WORDS(addresses(words)[0], self.words, p_idx, p_val)
+        return idx[:k].copy(), val[:k].copy(), events
 
     def contained_groups(self, dfa: Any, state: int) -> int:
         """Bitmask of the token groups (slices) all of whose tokens `state` allows: every

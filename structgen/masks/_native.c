@@ -379,6 +379,22 @@ int64_t sg_bounded_equal(
     return result;
 }
 
+/* The non-zero words of `words[0..n)`: their indices into `idx` and values into `val`, each
+ * word zeroed as it is taken (the buffer is ready for the next walk). Returns their count. */
+int64_t sg_take_words(uint32_t *words, int64_t n, int64_t *idx, uint32_t *val)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w = words[i];
+        if (w) {
+            idx[k] = i;
+            val[k++] = w;
+            words[i] = 0;
+        }
+    }
+    return k;
+}
+
 /* end[k] = the first node after k at depth <= depth[k] (n when none): subtree ends. */
 void sg_subtree_ends(const int32_t *depth, int64_t n, int32_t *end, int32_t *stack)
 {

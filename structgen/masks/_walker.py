@@ -506,9 +506,7 @@ class TokenMaskWalker:
         if hit is None:
             native = native_walk(self.vocab)
             assert native is not None
-            words, events = native.walk(self.dfa, start, ranges=spans, boundaries=True)
-            indices = np.flatnonzero(words)
-            hit = (indices, words[indices], events)
+            hit = native.walk_sparse(self.dfa, start, spans)
             self._store(self._continued, key, hit)
         return hit
 
