@@ -19,15 +19,18 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen.automata.nfa import ByteNFA, Pool, extension_function
+from structgen.errors import LimitExceededError
 
 __all__ = [
     "BUDGET",
     "COUNTED",
     "GROW",
     "LIMIT",
+    "NEED_GUIDE",
     "NEED_LIVE",
     "NEED_ROW",
     "PRODUCT",
+    "SEARCH_LIMIT",
     "SEQUENCE",
     "UNION",
     "NativeSubset",
@@ -35,7 +38,7 @@ __all__ = [
     "native_subset_available",
 ]
 
-OK, GROW, LIMIT, BUDGET, NOMEM, BAD_STATE, NEED_ROW, NEED_LIVE = range(8)
+OK, GROW, LIMIT, BUDGET, NOMEM, BAD_STATE, NEED_ROW, NEED_LIVE, NEED_GUIDE, SEARCH_LIMIT = range(10)
 
 
 class _Header(ctypes.Structure):
@@ -70,7 +73,7 @@ def _load() -> Any:
         return None
     try:
         lib = ctypes.CDLL(spec.origin)
-        lib.sg_union_set_live  # noqa: B018 - present in this build?
+        lib.sg_union_set_distances  # noqa: B018 - present in this build?
     except (OSError, AttributeError):
         return None
     lib.sg_subset_new.restype = _P
@@ -113,6 +116,10 @@ def _load() -> Any:
     lib.sg_union_set_mode.argtypes = [_P, ctypes.c_int32, _P, ctypes.c_int64, ctypes.c_int64]
     lib.sg_union_need_tuple.restype = None
     lib.sg_union_need_tuple.argtypes = [_P, _P]
+    lib.sg_union_live.restype = ctypes.c_int
+    lib.sg_union_set_distances.restype = ctypes.c_int
+    lib.sg_union_set_distances.argtypes = [_P, ctypes.c_int32, _P, _P, ctypes.c_int64]
+    lib.sg_union_live.argtypes = [_P, _P]
     lib.sg_union_set_live.restype = ctypes.c_int
     lib.sg_union_set_live.argtypes = [_P, _P, ctypes.c_int64, ctypes.c_int32]
     if hasattr(lib, "sg_nfa_build"):  # (Thompson's construction: `_thompson.c`)
@@ -136,6 +143,16 @@ def _address(name: str) -> int:
 #: unavailable)
 WALK_BUILD: int = _address("sg_subset_walk_build")
 UNION_WALK_BUILD: int = _address("sg_union_walk_build")
+
+
+def search_limit_error(budget: int) -> LimitExceededError:
+    """What an intersection's liveness search raises past its budget."""
+    return LimitExceededError(
+        f"deciding whether an intersection state can still match visited more than"
+        f" {budget} product states",
+        limit="max_dfa_states",
+        value=budget,
+    )
 
 
 def native_subset_available() -> bool:
@@ -202,6 +219,10 @@ class _NativeStates:
     def provide_live(self) -> None:
         """After NEED_LIVE: decide (in Python) whether the tuple the C side names is live."""
         raise AssertionError("only a product asks whether a tuple is live")
+
+    def provide_guide(self) -> None:
+        """After NEED_GUIDE: hand C the components' distances to acceptance."""
+        raise AssertionError("only a product asks for distances")
 
     def _elements(self, state: int) -> list[int]:
         buf = np.empty(64, dtype=np.int64)
@@ -321,11 +342,14 @@ class NativeUnion(_NativeStates):
         lo: int = 0,
         hi: int | None = None,
         decide: Callable[[tuple[int, ...]], tuple[bool, list[tuple[int, ...]]]] | None = None,
+        distances: Callable[[Any], Any] | None = None,
     ) -> None:
         assert _LIB is not None
         self.parts = parts
         self.mode = mode
         self._decide = decide
+        self._distances = distances
+        self.max_states = max_states
         self._classes = np.ascontiguousarray(byte_classes, dtype=np.uint8)
         ctx = _LIB.sg_union_new(len(parts), self._classes.ctypes.data, max_states)
         self._adopt(ctx, _LIB.sg_union_free, "union")
@@ -372,6 +396,41 @@ class NativeUnion(_NativeStates):
         # every tuple the search settled (the path to acceptance, or all it visited): the C
         # searches that follow stop at them
         self.settle([key, *found], live)
+
+    def provide_guide(self) -> None:
+        """After NEED_GUIDE: hand C each component's distances to acceptance (`Distances`,
+        or None for a component too big to measure), which prune a product's searches."""
+        assert self._distances is not None
+        for i, part in enumerate(self.parts):
+            found = self._distances(part)
+            n = 0 if found is None or not found.shortest else max(found.shortest) + 1
+            shortest = np.full(max(n, 1), -1, dtype=np.int32)
+            longest = np.full(max(n, 1), -1, dtype=np.int32)
+            if n:
+                shortest[list(found.shortest)] = list(found.shortest.values())
+                if found.longest:
+                    longest[list(found.longest)] = list(found.longest.values())
+            p_short, p_long = addresses(shortest, longest)
+            if _LIB.sg_union_set_distances(self.ctx, i, p_short, p_long, n) != 0:
+                raise MemoryError("the C product ran out of memory")
+
+    def is_live(self, key: tuple[int, ...]) -> bool:
+        """Whether a product tuple is live, decided as the C rows decide their targets."""
+        arr = np.array(key, dtype=np.int32)
+        while True:
+            found = int(_LIB.sg_union_live(self.ctx, arr.ctypes.data))
+            if found >= 0:
+                return found == 1
+            if -found == NEED_ROW:
+                self.provide_row()
+            elif -found == NEED_LIVE:
+                self.provide_live()
+            elif -found == NEED_GUIDE:
+                self.provide_guide()
+            elif -found == SEARCH_LIMIT:
+                raise search_limit_error(self.max_states)
+            else:
+                raise MemoryError("the C product ran out of memory")
 
     def settle(self, tuples: Collection[tuple[int, ...]], live: bool) -> None:
         """Tell a product's C side that `tuples` are live (or dead)."""

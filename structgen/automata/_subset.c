@@ -50,6 +50,8 @@
 #define SG_BAD_STATE 5
 #define SG_NEED_ROW 6
 #define SG_NEED_LIVE 7
+#define SG_NEED_GUIDE 8
+#define SG_SEARCH_LIMIT 9
 #define SNAPSHOT_UNBUILT (-2) /* a row not built yet (snapshot.py, UNBUILT) */
 
 #define K_SPLIT 0
@@ -548,6 +550,7 @@ typedef struct {
 #define U_COUNTED 2
 #define U_PRODUCT 3
 #define PRODUCT_SEARCH 2048 /* tuples a C liveness search visits before it asks Python */
+#define GUIDE_AFTER 256     /* tuples visited before it asks for the components' distances */
 
 /* A set of fixed-width int32 tuples (a product's live and dead tuples, a search's visited
  * ones, in visiting order), open addressing over an arena. */
@@ -655,7 +658,13 @@ typedef struct {
      * tuple Python must decide after SG_NEED_LIVE */
     tset live, dead, seen;
     int32_t *parent;
+    uint8_t *hopeless;        /* per visited tuple: dead by the distances (not expanded) */
+    int64_t *heap;            /* the guided search's frontier (see heap_push) */
+    int64_t heap_n, heap_cap;
     int64_t parent_cap;
+    int32_t guided;           /* the distances were asked for (and set where known) */
+    int32_t **shortest, **longest;  /* per component, per state (see sg_union_set_distances) */
+    int64_t *dist_n;
     int32_t *tuple;           /* scratch: a successor tuple (n_parts) */
     int32_t *need_tuple;      /* (n_parts) */
     const int32_t **rows;     /* scratch: the rows of a visited tuple's components */
@@ -670,7 +679,10 @@ void sg_union_free(sg_union *u)
     states_free(&u->st);
     free(u->parts); free(u->moves); free(u->target); free(u->base); free(u->starts);
     tset_free(&u->live); tset_free(&u->dead); tset_free(&u->seen);
-    free(u->parent); free(u->tuple); free(u->need_tuple); free(u->rows);
+    free(u->parent); free(u->hopeless); free(u->heap); free(u->tuple); free(u->need_tuple); free(u->rows);
+    if (u->shortest && u->longest)
+        for (int32_t k = 0; k < u->n_parts; k++) { free(u->shortest[k]); free(u->longest[k]); }
+    free(u->shortest); free(u->longest); free(u->dist_n);
     free(u);
 }
 
@@ -689,9 +701,13 @@ sg_union *sg_union_new(int32_t n_parts, const uint8_t *classes, int64_t max_stat
     u->tuple = (int32_t *)calloc((size_t)n_parts, sizeof(int32_t));
     u->need_tuple = (int32_t *)calloc((size_t)n_parts, sizeof(int32_t));
     u->rows = (const int32_t **)calloc((size_t)n_parts, sizeof(int32_t *));
+    u->shortest = (int32_t **)calloc((size_t)n_parts, sizeof(int32_t *));
+    u->longest = (int32_t **)calloc((size_t)n_parts, sizeof(int32_t *));
+    u->dist_n = (int64_t *)calloc((size_t)n_parts, sizeof(int64_t));
     u->live.width = u->dead.width = u->seen.width = n_parts;
     if (!u->parts || !u->target || !u->base || !u->starts || !u->tuple || !u->need_tuple
-        || !u->rows || states_init(&u->st, max_states)) {
+        || !u->rows || !u->shortest || !u->longest || !u->dist_n
+        || states_init(&u->st, max_states)) {
         sg_union_free(u);
         return NULL;
     }
@@ -860,11 +876,101 @@ static int tuple_accepting(sg_union *u, const int32_t *x)
     return 1;
 }
 
-/* Whether the product tuple `x` reaches a tuple of accepting states (`ProductSource.is_live`):
- * 1 or 0, remembered; or -SG_NEED_ROW (a component row first), -SG_NEED_LIVE (more than
- * PRODUCT_SEARCH tuples: Python's guided search decides, `sg_union_need_tuple`), -SG_NOMEM.
- * Breadth first; a live tuple found marks its path live, an exhausted search marks every
- * tuple it visited dead (none of them reaches acceptance). */
+/* Whether the components' distances prove `x` dead (`ProductSource._guide_unless_hopeless`):
+ * some component needs a longer continuation than another can still accept. */
+static int tuple_hopeless(sg_union *u, const int32_t *x)
+{
+    int32_t need = 0, room = -1;
+    for (int32_t k = 0; k < u->n_parts; k++) {
+        if (x[k] >= u->dist_n[k]) continue;  /* (no distances for this state: no bound) */
+        int32_t shortest = u->shortest[k][x[k]], longest = u->longest[k][x[k]];
+        if (shortest > need) need = shortest;
+        if (longest >= 0 && (room < 0 || longest < room)) room = longest;
+    }
+    return room >= 0 && room < need;
+}
+
+/* After SG_NEED_GUIDE: component `part`'s distances to acceptance for its states 0..n-1, the
+ * shortest continuation and the longest (-1: unbounded, or not known); a component without
+ * them (n = 0) bounds nothing. 0, or -1 out of memory. */
+int sg_union_set_distances(sg_union *u, int32_t part, const int32_t *shortest,
+                           const int32_t *longest, int64_t n)
+{
+    if (part < 0 || part >= u->n_parts) return -1;
+    pthread_mutex_lock(&u->st.lock);
+    int r = 0;
+    free(u->shortest[part]);
+    free(u->longest[part]);
+    u->shortest[part] = u->longest[part] = NULL;
+    u->dist_n[part] = 0;
+    if (n > 0) {
+        u->shortest[part] = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+        u->longest[part] = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+        if (!u->shortest[part] || !u->longest[part]) {
+            r = -1;
+        } else {
+            memcpy(u->shortest[part], shortest, (size_t)n * sizeof(int32_t));
+            memcpy(u->longest[part], longest, (size_t)n * sizeof(int32_t));
+            u->dist_n[part] = n;
+        }
+    }
+    u->guided = 1;
+    pthread_mutex_unlock(&u->st.lock);
+    return r;
+}
+
+/* How much is left to do from `x`, for the guided search's order. */
+static int tuple_rank(sg_union *u, const int32_t *x)
+{
+    int64_t total = 0;  /* (`ProductSource._guide`: the components' distances summed) */
+    for (int32_t k = 0; k < u->n_parts; k++)
+        if (x[k] < u->dist_n[k] && u->shortest[k][x[k]] > 0) total += u->shortest[k][x[k]];
+    return total > 0x7FFFFFFF ? 0x7FFFFFFF : (int)total;
+}
+
+/* The search's frontier once guided: a binary min-heap of `rank << 32 | ~id` (least left to
+ * do first, newest first among equals, as `ProductSource.decide`). */
+static int heap_push(sg_union *u, int64_t key)
+{
+    if (u->heap_n >= u->heap_cap) {
+        int64_t cap = u->heap_cap ? u->heap_cap * 2 : 256;
+        int64_t *nh = (int64_t *)realloc(u->heap, (size_t)cap * sizeof(int64_t));
+        if (!nh) return -1;
+        u->heap = nh;
+        u->heap_cap = cap;
+    }
+    int64_t i = u->heap_n++;
+    while (i > 0 && u->heap[(i - 1) / 2] > key) {
+        u->heap[i] = u->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    u->heap[i] = key;
+    return 0;
+}
+
+static int64_t heap_pop(sg_union *u)
+{
+    int64_t top = u->heap[0], last = u->heap[--u->heap_n], i = 0, n = u->heap_n;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && u->heap[c + 1] < u->heap[c]) c++;
+        if (u->heap[c] >= last) break;
+        u->heap[i] = u->heap[c];
+        i = c;
+    }
+    if (n) u->heap[i] = last;
+    return top;
+}
+
+/* Whether the product tuple `x` reaches a tuple of accepting states (`ProductSource.decide`):
+ * 1 or 0, remembered; or -SG_NEED_ROW (a component row first), -SG_NEED_GUIDE (after
+ * GUIDE_AFTER tuples breadth first: the components' distances, then the search starts again
+ * guided by them), -SG_SEARCH_LIMIT (more than `max_states` tuples, guided),
+ * -SG_NEED_LIVE (more than PRODUCT_SEARCH or `max_states` tuples unguided, before the
+ * distances: Python's search decides, or raises the limit; `sg_union_need_tuple`), -SG_NOMEM. A live tuple found marks its path live, an exhausted search marks every tuple it
+ * visited dead (none of them reaches acceptance); guided, a tuple the distances prove dead is
+ * not expanded. */
 static int product_live(sg_union *u, const int32_t *x)
 {
     int32_t w = u->n_parts;
@@ -875,13 +981,41 @@ static int product_live(sg_union *u, const int32_t *x)
     tset *seen = &u->seen;
     tset_clear(seen);
     if (tset_add(seen, x, h) < 0) return -SG_NOMEM;
-    int64_t found = -1;
-    for (int64_t head = 0; head < seen->n && found < 0; head++) {
-        if (seen->n > PRODUCT_SEARCH) {  /* (x, the first tuple visited: the caller's x may be
-                                         * the scratch the search overwrote) */
+    if (!u->parent_cap) {
+        u->parent = (int32_t *)malloc(256 * sizeof(int32_t));
+        u->hopeless = (uint8_t *)malloc(256);
+        if (!u->parent || !u->hopeless) return -SG_NOMEM;
+        u->parent_cap = 256;
+    }
+    u->hopeless[0] = 0;
+    int guided = u->guided;
+    int64_t limit = guided ? u->st.max_states : PRODUCT_SEARCH;
+    if (limit > u->st.max_states) limit = u->st.max_states;
+    u->heap_n = 0;
+    if (guided && heap_push(u, (int64_t)tuple_rank(u, x) << 32 | 0xFFFFFFFFll) < 0)
+        return -SG_NOMEM;
+    int64_t found = -1, next = 0;
+    while (found < 0) {
+        int64_t head;
+        if (guided) {
+            if (!u->heap_n) break;
+            head = 0xFFFFFFFFll - (heap_pop(u) & 0xFFFFFFFFll);
+        } else {
+            if (next >= seen->n) break;
+            head = next++;
+        }
+        if (seen->n > limit) {
+            if (guided) return -SG_SEARCH_LIMIT;  /* (the same search as Python's: its limit) */
+            /* Python's search decides (past the budget it raises the limit); x is the first
+             * tuple visited (the caller's x may be the scratch this search overwrote) */
             memcpy(u->need_tuple, seen->tuples, (size_t)w * sizeof(int32_t));
             return -SG_NEED_LIVE;
         }
+        if (!guided && seen->n > GUIDE_AFTER) {
+            memcpy(u->need_tuple, seen->tuples, (size_t)w * sizeof(int32_t));
+            return -SG_NEED_GUIDE;  /* (the search starts again with the distances) */
+        }
+        if (u->hopeless[head]) continue;  /* (dead, shown by the distances: not expanded) */
         for (int32_t k = 0; k < w; k++) {
             int32_t s = seen->tuples[head * w + k];
             const int32_t *prow = part_row(u, k, s);
@@ -908,22 +1042,34 @@ static int product_live(sg_union *u, const int32_t *x)
             int64_t id = tset_add(seen, u->tuple, ht);
             if (id < 0) return -SG_NOMEM;
             if (id >= u->parent_cap) {
-                int64_t cap = u->parent_cap ? u->parent_cap * 2 : 256;
+                int64_t cap = u->parent_cap * 2;
                 while (cap <= id) cap *= 2;
                 int32_t *np = (int32_t *)realloc(u->parent, (size_t)cap * sizeof(int32_t));
                 if (!np) return -SG_NOMEM;
                 u->parent = np;
+                uint8_t *nh = (uint8_t *)realloc(u->hopeless, (size_t)cap);
+                if (!nh) return -SG_NOMEM;
+                u->hopeless = nh;
                 u->parent_cap = cap;
             }
             u->parent[id] = (int32_t)head;
-            if (tset_find(&u->live, u->tuple, ht) >= 0 || tuple_accepting(u, u->tuple))
+            u->hopeless[id] = 0;
+            if (tset_find(&u->live, u->tuple, ht) >= 0 || tuple_accepting(u, u->tuple)) {
                 found = id;
+            } else if (guided) {
+                u->hopeless[id] = (uint8_t)tuple_hopeless(u, u->tuple);
+                if (!u->hopeless[id]
+                    && heap_push(u, (int64_t)tuple_rank(u, u->tuple) << 32
+                                        | (0xFFFFFFFFll - id)) < 0)
+                    return -SG_NOMEM;
+            }
         }
     }
     if (found >= 0) {  /* the path from x to the live tuple is live */
         for (int64_t j = found; j >= 0; j = j ? u->parent[j] : -1) {
             const int32_t *t = seen->tuples + j * w;
-            if (tset_find(&u->live, t, seen->hash[j]) < 0 && tset_add(&u->live, t, seen->hash[j]) < 0)
+            if (tset_find(&u->live, t, seen->hash[j]) < 0
+                && tset_add(&u->live, t, seen->hash[j]) < 0)
                 return -SG_NOMEM;
         }
         return 1;
@@ -931,6 +1077,16 @@ static int product_live(sg_union *u, const int32_t *x)
     for (int64_t j = 0; j < seen->n; j++)
         if (tset_add(&u->dead, seen->tuples + j * w, seen->hash[j]) < 0) return -SG_NOMEM;
     return 0;
+}
+
+/* Whether the product tuple `x` is live (`product_live`, under the lock): 1, 0, or -code
+ * (SG_NEED_ROW, SG_NEED_LIVE: act as for a row build, then ask again). */
+int sg_union_live(sg_union *u, const int32_t *x)
+{
+    pthread_mutex_lock(&u->st.lock);
+    int r = u->mode == U_PRODUCT ? product_live(u, x) : -SG_BAD_STATE;
+    pthread_mutex_unlock(&u->st.lock);
+    return r;
 }
 
 /* After SG_NEED_LIVE: the tuple Python must decide (n_parts states). */

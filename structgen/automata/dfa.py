@@ -576,6 +576,10 @@ class ByteDFA:
             native.provide_row()
         elif code == _native_subset.NEED_LIVE:
             native.provide_live()
+        elif code == _native_subset.NEED_GUIDE:
+            native.provide_guide()
+        elif code == _native_subset.SEARCH_LIMIT:
+            raise _native_subset.search_limit_error(self.limits.max_dfa_states)
         elif code == _native_subset.LIMIT:
             raise self._limit_error()
         elif code == _native_subset.BAD_STATE:
@@ -638,8 +642,11 @@ class ByteDFA:
                 return
             if state < len(self._built) and self._built[state]:
                 return
-            targets = self._source.expand(self._keys[state], self._intern)
-            np.asarray(targets, dtype=np.int32).take(self.byte_classes, out=self._table[state])
+            if self._empty:  # (the start of an empty language, its only state: nothing moves)
+                self._table[state] = -1
+            else:
+                targets = self._source.expand(self._keys[state], self._intern)
+                np.asarray(targets, dtype=np.int32).take(self.byte_classes, out=self._table[state])
             if len(self._built) < len(self._keys):
                 self._built.extend(bytes(len(self._keys) - len(self._built)))
             self._built[state] = 1
@@ -988,6 +995,8 @@ class ProductSource(_Source):
         # acceptance: a search reads each component state's row many times (in as many tuples)
         self._rows: list[dict[int, list[int]]] = [{} for _ in self.parts]
         self._accepts: list[dict[int, bool]] = [{} for _ in self.parts]
+        # the C context made to decide the start's liveness, until the DFA takes it
+        self._early_native: _native_subset.NativeUnion | None = None
 
     def alphabet(self) -> int:
         out = ALL_BYTES
@@ -1004,23 +1013,41 @@ class ProductSource(_Source):
         return tuple(p.start for p in self.parts)
 
     def make_native(self, max_states: int) -> _NativeStates | None:
+        native = self._early_native
+        if native is not None:
+            self._early_native = None
+            return native
+        native = self._new_native(max_states)
+        if native is not None:
+            native.settle(self.live, True)  # (what Python's searches found so far)
+            native.settle(self.dead, False)
+        return native
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_early_native"] = None  # (a C context does not pickle: the copy makes its own)
+        return state
+
+    def _new_native(self, max_states: int | None = None) -> _native_subset.NativeUnion | None:
         if not (NATIVE_PRODUCT and _native_subset.native_subset_available()):
             return None
-        native = _native_subset.NativeUnion(
+        return _native_subset.NativeUnion(
             list(self.parts),
             self.byte_classes,
-            max_states,
+            self.budget if max_states is None else max_states,
             mode=_native_subset.PRODUCT,
             decide=self.decide,
+            distances=_distances_to_accept,
         )
-        native.settle(self.live, True)  # (what the searches so far found: the start's one)
-        native.settle(self.dead, False)
-        return native
 
     def start_is_live(self) -> bool:
         if not all(p.is_live(p.start) for p in self.parts):
             return False
-        return self.is_live(self.start_key())
+        # (in C where it can be: the context made for it builds the rows later)
+        native = self._early_native = self._new_native()
+        if native is None:
+            return self.is_live(self.start_key())
+        return native.is_live(self.start_key())
 
     def is_accepting(self, key: tuple[int, ...]) -> bool:
         for part, accepts, state in zip(self.parts, self._accepts, key):
@@ -1108,12 +1135,7 @@ class ProductSource(_Source):
             if not steps & 0xFF:
                 check_budget()  # every 256 tuples expanded (a no-op outside a compile)
             if len(parent) > self.budget:
-                raise LimitExceededError(
-                    f"deciding whether an intersection state can still match visited more than"
-                    f" {self.budget} product states",
-                    limit="max_dfa_states",
-                    value=self.budget,
-                )
+                raise _native_subset.search_limit_error(self.budget)
             if not guided and steps > UNGUIDED_STEPS:
                 if self._distances is None:
                     self._distances = [_distances_to_accept(p) for p in self.parts]

@@ -11,8 +11,9 @@ from collections.abc import Callable
 import pytest
 
 import structgen.automata.dfa as dfa_module
-from structgen.automata import ByteDFA, alternatives, compile_regex, intersect
+from structgen.automata import AutomataLimits, ByteDFA, alternatives, compile_regex, intersect
 from structgen.automata._native_subset import native_subset_available
+from structgen.errors import LimitExceededError
 from tests.automata.test_native_subset import _assert_isomorphic
 
 pytestmark = pytest.mark.skipif(
@@ -90,25 +91,49 @@ def test_same_dfa_as_python(
         assert native.accepts(text.encode()) == want, text
 
 
-def test_long_witnesses_are_decided_by_python_and_remembered_in_c() -> None:
+def test_long_witnesses_are_found_in_c() -> None:
     """Every state of `([ab]{97})* ∩ ([ab]{89})*` between the empty text and the next
-    acceptance (8,633 bytes on) needs a witness longer than the C search: Python's search
-    decides the first and hands the whole path to C, which then decides the rest alone."""
+    acceptance (8,633 bytes on) needs a witness that long: past its first 256 tuples the C
+    search asks for the components' distances once and then finds each witness alone."""
     from structgen.automata._native_subset import NativeUnion
 
     dfa = PRODUCTS[-1][1]()
-    asked: list[int] = []
-    provide = NativeUnion.provide_live
+    asked: list[str] = []
+    provide_live, provide_guide = NativeUnion.provide_live, NativeUnion.provide_guide
 
-    def counting(self: object) -> None:
-        asked.append(1)
-        provide(self)  # type: ignore[arg-type]
+    def live(self: NativeUnion) -> None:
+        asked.append("live")
+        provide_live(self)
 
-    NativeUnion.provide_live = counting  # type: ignore[method-assign]
+    def guide(self: NativeUnion) -> None:
+        asked.append("guide")
+        provide_guide(self)
+
+    NativeUnion.provide_live = live  # type: ignore[method-assign]
+    NativeUnion.provide_guide = guide  # type: ignore[method-assign]
     try:
         assert dfa.accepts(b"") and dfa.accepts(b"a" * (97 * 89)) and dfa.accepts(b"ab" * 8633)
         assert not dfa.accepts(b"a" * 97) and not dfa.accepts(b"a" * (97 * 89 + 1))
     finally:
-        NativeUnion.provide_live = provide  # type: ignore[method-assign]
+        NativeUnion.provide_live = provide_live  # type: ignore[method-assign]
+        NativeUnion.provide_guide = provide_guide  # type: ignore[method-assign]
     assert dfa._native is not None
-    assert len(asked) == 1
+    assert asked == ["guide"]
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_searches_past_the_budget_raise_the_limit(native: bool) -> None:
+    """The same witnesses under a budget of 4,000 tuples: both searches give up alike."""
+    limits = AutomataLimits(max_dfa_states=4000)
+    old = dfa_module.NATIVE_PRODUCT
+    dfa_module.NATIVE_PRODUCT = native
+    try:
+        a = compile_regex(r"(?:[ab]{97})*", limits=limits)
+        b = compile_regex(r"(?:[ab]{89})*", limits=limits)
+        dfa = intersect(a, b, limits=limits)
+        with pytest.raises(LimitExceededError) as info:
+            dfa.row(dfa.start)
+    finally:
+        dfa_module.NATIVE_PRODUCT = old
+    assert info.value.limit == "max_dfa_states"
+    assert "product states" in str(info.value)
