@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from structgen.automata import intervals as iv
 from structgen.automata.regex_syntax import (
     EDGE,
@@ -259,26 +261,51 @@ def eliminate_boundaries(node: Node, boundaries: Sequence[Boundary]) -> Node:
 
 def _minimise(table: list[list[int]], accepting: list[bool]) -> tuple[list[list[int]], list[bool]]:
     """Moore partition refinement; also drops states that cannot reach acceptance."""
-    block = [1 if a else 0 for a in accepting]
-    while True:
-        sigs: dict[tuple[int, ...], int] = {}
-        new = [
-            sigs.setdefault((block[s], *(block[t] for t in table[s])), len(sigs))
-            for s in range(len(table))
-        ]
-        if len(sigs) == len(set(block)):
-            break
-        block = new
-    count = max(block) + 1
+    if len(table) * (1 + len(table[0]) if table else 0) >= _NUMPY_MOORE_CELLS:
+        block = _moore_blocks(table, accepting)
+    else:
+        block = [1 if a else 0 for a in accepting]
+        while True:
+            sigs: dict[tuple[int, ...], int] = {}
+            new = [
+                sigs.setdefault((block[s], *(block[t] for t in table[s])), len(sigs))
+                for s in range(len(table))
+            ]
+            if len(sigs) == len(set(block)):
+                break
+            block = new
     rep: dict[int, int] = {}
     for s, b in enumerate(block):
         rep.setdefault(b, s)
     start_block = block[0]
-    order = [start_block] + [b for b in range(count) if b != start_block]
+    # (the blocks in order: 0..count-1, or the one block 1 when every state accepts)
+    order = [start_block] + [b for b in sorted(rep) if b != start_block]
     index = {b: i for i, b in enumerate(order)}
     out_table = [[index[block[t]] for t in table[rep[b]]] for b in order]
     out_acc = [accepting[rep[b]] for b in order]
     return out_table, out_acc
+
+
+#: tables of at least this many cells (states x (symbols + 1)) are refined with numpy
+_NUMPY_MOORE_CELLS = 4096
+
+
+def _moore_blocks(table: list[list[int]], accepting: list[bool]) -> list[int]:
+    """The blocks of Moore's refinement, numbered exactly as the loop in `_minimise` numbers
+    them (each round: by first occurrence of a signature), with numpy rounds."""
+    targets = np.asarray(table, dtype=np.int64)
+    block = np.asarray(accepting, dtype=np.int64)
+    count = len(np.unique(block))
+    while True:
+        signatures = np.concatenate([block[:, None], block[targets]], axis=1)
+        _, first, inverse = np.unique(signatures, axis=0, return_index=True, return_inverse=True)
+        if len(first) == count:
+            break
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first)] = np.arange(len(first))
+        block = rank[inverse.reshape(-1)]
+        count = len(first)
+    return block.tolist()  # type: ignore[no-any-return]
 
 
 def _to_regex(table: list[list[int]], accepting: list[bool], symbols: list[iv.Ranges]) -> Node:
