@@ -89,17 +89,23 @@ class EarleyGrammar:
                 else:
                     raise GrammarError(f"rule {rule.lhs!r} uses {sym!r}, which is not defined")
             raw.append((nt_ids[rule.lhs], tuple(symbols)))
-        productive = _closure(raw, {terminal_ids[n] for n in names if n in usable})
-        if nt_ids[start_name] not in productive:
-            raise GrammarError(
-                f"the grammar's language is empty: rule {grammar.start!r} derives no finite text"
-            )
         #: every rule as numbered, the start rule first (what `tables` writes), and the
         #: indices of those left out (unproductive)
         self.all_rules = raw
-        keep = [lhs in productive and all(s in productive for s in rhs) for lhs, rhs in raw]
-        self.unproductive = [i for i, kept in enumerate(keep) if not kept]
-        self.rules: list[tuple[int, tuple[int, ...]]] = [r for r, k in zip(raw, keep) if k]
+        if grammar.productive and usable.issuperset(names):
+            # (a grammar the schema frontend checked, every terminal usable: nothing to drop)
+            self.unproductive = []
+            self.rules: list[tuple[int, tuple[int, ...]]] = raw
+        else:
+            productive = _closure(raw, {terminal_ids[n] for n in names if n in usable})
+            if nt_ids[start_name] not in productive:
+                raise GrammarError(
+                    f"the grammar's language is empty: rule {grammar.start!r} derives no"
+                    " finite text"
+                )
+            keep = [lhs in productive and all(s in productive for s in rhs) for lhs, rhs in raw]
+            self.unproductive = [i for i, kept in enumerate(keep) if not kept]
+            self.rules = [r for r, k in zip(raw, keep) if k]
         self._finish(frozenset(_closure(self.rules, set())))
 
     def tables(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from structgen._lru import LRU
 from structgen.automata import Node
@@ -48,6 +48,9 @@ class Grammar:
     rules: tuple[Rule, ...]
     terminals: tuple[TerminalDef, ...]
     ignore: tuple[str, ...] = ()
+    #: every rule derives some text when every terminal matches some text (checked by the
+    #: maker, the schema frontend: the parser then skips its own check); not part of equality
+    productive: bool = field(default=False, compare=False, repr=False)
 
     def to_text(self, *, limit: int = 200) -> str:
         """The grammar as GBNF-like text, for reading: one line per rule (`a ::= b C | ""`,

@@ -127,10 +127,11 @@ class GrammarEmitter:
         self.add("start", start)
         grammar = Grammar("start", tuple(self.rules), tuple(self.term_defs))
         dead = self._dead_rules(grammar)
-        if dead:
-            kept = tuple(r for i, r in enumerate(self.rules) if i not in dead)
-            grammar = Grammar("start", kept, tuple(self.term_defs))
-        return grammar
+        kept = (
+            tuple(r for i, r in enumerate(self.rules) if i not in dead) if dead else grammar.rules
+        )
+        # (what is left derives text when every terminal does, which the engine checks)
+        return Grammar("start", kept, tuple(self.term_defs), productive=True)
 
     def _dead_rules(self, grammar: Grammar) -> set[int]:
         """Unsatisfiable schemas must fail here, not inside the engine; returns the indices of
