@@ -22,9 +22,10 @@
  * number per component, closed under "component i accepts: component i + 1 starts"; accepting
  * when the last component accepts) and a *counted repetition* (`counted.CountedSource`: one
  * element `count << 32 | unit state`, unit state 0xFFFFFFFF between units), and a *product*
- * (`dfa.ProductSource`: one element per component; a tuple gets an id only once a breadth-first
- * search finds it can reach acceptance, up to PRODUCT_SEARCH tuples, past which Python's guided
- * search decides it: SG_NEED_LIVE, `sg_union_need_tuple`, `sg_union_set_live`).
+ * (`dfa.ProductSource`: one element per component; a tuple gets an id only once a search finds
+ * it can reach acceptance: breadth first, then guided by the components' distances, which
+ * Python provides once (SG_NEED_GUIDE, `sg_union_set_distances`), up to the budget
+ * (SG_SEARCH_LIMIT); see `product_live`).
  *
  * Python owns the tables and accepting arrays and keeps the limits: when a new state would need a
  * bigger table, pass `max_states`, or is due for a compile-budget check (every 1024 states) the
