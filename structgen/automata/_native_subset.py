@@ -117,6 +117,8 @@ def _load() -> Any:
     lib.sg_union_need_tuple.restype = None
     lib.sg_union_need_tuple.argtypes = [_P, _P]
     lib.sg_union_live.restype = ctypes.c_int
+    lib.sg_union_search_bytes.restype = ctypes.c_int64
+    lib.sg_union_search_bytes.argtypes = [_P]
     lib.sg_union_set_distances.restype = ctypes.c_int
     lib.sg_union_set_distances.argtypes = [_P, ctypes.c_int32, _P, _P, ctypes.c_int64]
     lib.sg_union_live.argtypes = [_P, _P]
@@ -223,6 +225,10 @@ class _NativeStates:
     def provide_guide(self) -> None:
         """After NEED_GUIDE: hand C the components' distances to acceptance."""
         raise AssertionError("only a product asks for distances")
+
+    def extra_bytes(self) -> int:
+        """Bytes the context holds beyond the states (a product's liveness memo)."""
+        return 0
 
     def _elements(self, state: int) -> list[int]:
         buf = np.empty(64, dtype=np.int64)
@@ -413,6 +419,11 @@ class NativeUnion(_NativeStates):
             p_short, p_long = addresses(shortest, longest)
             if _LIB.sg_union_set_distances(self.ctx, i, p_short, p_long, n) != 0:
                 raise MemoryError("the C product ran out of memory")
+
+    def extra_bytes(self) -> int:
+        """Bytes the context holds beyond the states: a product's liveness memo and search
+        scratch (tuples known live or dead, the frontier, the distances)."""
+        return int(_LIB.sg_union_search_bytes(self.ctx)) if self.mode == PRODUCT else 0
 
     def is_live(self, key: tuple[int, ...]) -> bool:
         """Whether a product tuple is live, decided as the C rows decide their targets."""

@@ -1090,6 +1090,22 @@ int sg_union_live(sg_union *u, const int32_t *x)
     return r;
 }
 
+static int64_t tset_bytes(const tset *t)
+{
+    return t->cap * ((int64_t)t->width * 4 + 8) + t->n_slots * 4;
+}
+
+/* The bytes a product's liveness memo and search scratch hold (for cache budgets). */
+int64_t sg_union_search_bytes(sg_union *u)
+{
+    pthread_mutex_lock(&u->st.lock);
+    int64_t total = tset_bytes(&u->live) + tset_bytes(&u->dead) + tset_bytes(&u->seen);
+    total += u->parent_cap * 5 + u->heap_cap * 8;
+    for (int32_t k = 0; k < u->n_parts; k++) total += u->dist_n[k] * 8;
+    pthread_mutex_unlock(&u->st.lock);
+    return total;
+}
+
 /* After SG_NEED_LIVE: the tuple Python must decide (n_parts states). */
 void sg_union_need_tuple(sg_union *u, int32_t *out)
 {

@@ -255,6 +255,9 @@ class ByteDFA:
         components). Cache budgets count it (see ``structgen.cache_usage``)."""
         arrays = self._table.nbytes + self._accepting.nbytes
         arrays += sum(a.nbytes for a in self._retired)
+        native = self._native
+        if native is not None:
+            arrays += native.extra_bytes()  # (a product's liveness memo, in C)
         return arrays + self.num_states * STATE_BYTES + self._source.memory_bytes()
 
     @property

@@ -119,6 +119,9 @@ def test_long_witnesses_are_found_in_c() -> None:
         NativeUnion.provide_guide = provide_guide  # type: ignore[method-assign]
     assert dfa._native is not None
     assert asked == ["guide"]
+    # the C memo of the 8,633 live tuples counts in the automaton's bytes (cache budgets)
+    assert dfa._native.extra_bytes() >= 8633 * (2 * 4 + 8)
+    assert dfa.memory_bytes() > dfa._native.extra_bytes()
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
