@@ -117,11 +117,11 @@ def _load() -> Any:
     lib.sg_union_need_tuple.restype = None
     lib.sg_union_need_tuple.argtypes = [_P, _P]
     lib.sg_union_live.restype = ctypes.c_int
+    lib.sg_union_live.argtypes = [_P, _P]
     lib.sg_union_search_bytes.restype = ctypes.c_int64
     lib.sg_union_search_bytes.argtypes = [_P]
     lib.sg_union_set_distances.restype = ctypes.c_int
     lib.sg_union_set_distances.argtypes = [_P, ctypes.c_int32, _P, _P, ctypes.c_int64]
-    lib.sg_union_live.argtypes = [_P, _P]
     lib.sg_union_set_live.restype = ctypes.c_int
     lib.sg_union_set_live.argtypes = [_P, _P, ctypes.c_int64, ctypes.c_int32]
     if hasattr(lib, "sg_nfa_build"):  # (Thompson's construction: `_thompson.c`)
@@ -172,6 +172,8 @@ class _NativeStates:
     ctx: int
     #: the C builder the trie walk calls directly
     walk_build: int
+    #: the states (and a product's liveness search) allowed
+    max_states: int
 
     def _adopt(self, ctx: int | None, free: Any, what: str) -> None:
         """Own the new context `ctx` (freed with `free`)."""
@@ -226,6 +228,22 @@ class _NativeStates:
         """After NEED_GUIDE: hand C the components' distances to acceptance."""
         raise AssertionError("only a product asks for distances")
 
+    def answer(self, code: int) -> bool:
+        """Act on a stop that asks for something of the components (a row, a liveness
+        verdict, distances) or reports a product's search limit; False for the other codes
+        (the table and budget stops: the owning `ByteDFA` acts on those)."""
+        if code == NEED_ROW:
+            self.provide_row()
+        elif code == NEED_LIVE:
+            self.provide_live()
+        elif code == NEED_GUIDE:
+            self.provide_guide()
+        elif code == SEARCH_LIMIT:
+            raise search_limit_error(self.max_states)
+        else:
+            return False
+        return True
+
     def extra_bytes(self) -> int:
         """Bytes the context holds beyond the states (a product's liveness memo)."""
         return 0
@@ -250,6 +268,7 @@ class NativeSubset(_NativeStates):
         self, nfa: ByteNFA, p: int, byte_classes: npt.NDArray[np.uint8], max_states: int
     ) -> None:
         assert _LIB is not None
+        self.max_states = max_states
         n = len(nfa.kind)
         pool = nfa.pool
         if isinstance(pool, Pool):  # (its pieces' arrays, joined)
@@ -428,20 +447,10 @@ class NativeUnion(_NativeStates):
     def is_live(self, key: tuple[int, ...]) -> bool:
         """Whether a product tuple is live, decided as the C rows decide their targets."""
         arr = np.array(key, dtype=np.int32)
-        while True:
-            found = int(_LIB.sg_union_live(self.ctx, arr.ctypes.data))
-            if found >= 0:
-                return found == 1
-            if -found == NEED_ROW:
-                self.provide_row()
-            elif -found == NEED_LIVE:
-                self.provide_live()
-            elif -found == NEED_GUIDE:
-                self.provide_guide()
-            elif -found == SEARCH_LIMIT:
-                raise search_limit_error(self.max_states)
-            else:
+        while (found := int(_LIB.sg_union_live(self.ctx, arr.ctypes.data))) < 0:
+            if not self.answer(-found):
                 raise MemoryError("the C product ran out of memory")
+        return found == 1
 
     def settle(self, tuples: Collection[tuple[int, ...]], live: bool) -> None:
         """Tell a product's C side that `tuples` are live (or dead)."""

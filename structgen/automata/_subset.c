@@ -550,8 +550,7 @@ typedef struct {
 #define U_SEQUENCE 1
 #define U_COUNTED 2
 #define U_PRODUCT 3
-#define PRODUCT_SEARCH 2048 /* tuples a C liveness search visits before it asks Python */
-#define GUIDE_AFTER 256     /* tuples visited before it asks for the components' distances */
+#define GUIDE_AFTER 256 /* tuples a search visits before it asks for the components' distances */
 
 /* A set of fixed-width int32 tuples (a product's live and dead tuples, a search's visited
  * ones, in visiting order), open addressing over an arena. */
@@ -637,13 +636,14 @@ static int64_t tset_add(tset *t, const int32_t *x, uint64_t h)
     t->slots[i] = (int32_t)id;
     return id;
 }
+
 #define BETWEEN_UNITS 0xFFFFFFFFll /* a counted key's unit state between two units */
 
 typedef struct {
     sg_states st;
     int32_t n_parts;
     sg_part *parts;
-    int32_t mode;             /* U_UNION, U_SEQUENCE, U_COUNTED */
+    int32_t mode;             /* U_UNION, U_SEQUENCE, U_COUNTED, U_PRODUCT */
     int32_t *starts;          /* per component: its start state (sequence, counted) */
     int64_t lo, hi;           /* counted: the bounds (hi -1: none) */
     uint8_t classes[256];
@@ -680,7 +680,8 @@ void sg_union_free(sg_union *u)
     states_free(&u->st);
     free(u->parts); free(u->moves); free(u->target); free(u->base); free(u->starts);
     tset_free(&u->live); tset_free(&u->dead); tset_free(&u->seen);
-    free(u->parent); free(u->hopeless); free(u->heap); free(u->tuple); free(u->need_tuple); free(u->rows);
+    free(u->parent); free(u->hopeless); free(u->heap);
+    free(u->tuple); free(u->need_tuple); free(u->rows);
     if (u->shortest && u->longest)
         for (int32_t k = 0; k < u->n_parts; k++) { free(u->shortest[k]); free(u->longest[k]); }
     free(u->shortest); free(u->longest); free(u->dist_n);
@@ -746,9 +747,9 @@ void sg_union_need(sg_union *u, int64_t *out)
     out[1] = u->need_state;
 }
 
-/* Makes the context a sequence or a counted repetition (before any state is interned):
- * `starts` holds each component's start state; a counted repetition has one component (the
- * unit) and the bounds `lo`, `hi` (-1: unbounded). 0, or -1 for a bad mode. */
+/* Makes the context a sequence, a counted repetition or a product (before any state is
+ * interned): `starts` holds each component's start state; a counted repetition has one
+ * component (the unit) and the bounds `lo`, `hi` (-1: unbounded). 0, or -1 for a bad mode. */
 int sg_union_set_mode(sg_union *u, int32_t mode, const int32_t *starts, int64_t lo, int64_t hi)
 {
     if (mode < U_UNION || mode > U_PRODUCT || (mode == U_COUNTED && u->n_parts != 1)) return -1;
@@ -828,6 +829,21 @@ static const int32_t *part_row(sg_union *u, int32_t i, int32_t s)
     return p->table + (int64_t)s * 256;
 }
 
+/* `part_row`, with the targets of every class there too (a row Python builds may still be
+ * missing from a stale view): NULL after setting the need. */
+static const int32_t *built_part_row(sg_union *u, int32_t i, int32_t s)
+{
+    const int32_t *prow = part_row(u, i, s);
+    if (!prow) return NULL;
+    for (int32_t c = 0; c < u->n_classes; c++)
+        if (prow[u->reps[c]] == -2) {
+            u->need_part = i;
+            u->need_state = s;
+            return NULL;
+        }
+    return prow;
+}
+
 /* A counted repetition's row (`CountedSource.expand`): from (count k, unit state q) each byte
  * moves the unit; a unit that completes counts one more (capped at `lo` when unbounded) and
  * stands between units, where the next one starts unless `hi` were passed. */
@@ -843,14 +859,8 @@ static int counted_build_locked(sg_union *u, int32_t *out, int64_t e)
         }
         q = u->starts[0];
     }
-    const int32_t *prow = part_row(u, 0, (int32_t)q);
+    const int32_t *prow = built_part_row(u, 0, (int32_t)q);
     if (!prow) return SG_NEED_ROW;
-    for (int32_t c = 0; c < nc; c++)
-        if (prow[u->reps[c]] == -2) {
-            u->need_part = 0;
-            u->need_state = q;
-            return SG_NEED_ROW;
-        }
     const uint8_t *acc = u->parts[0].accepting;
     int64_t done = k + 1;
     if (u->hi < 0 && done > u->lo) done = u->lo;  /* (unbounded: counts past lo are alike) */
@@ -968,8 +978,9 @@ static int64_t heap_pop(sg_union *u)
  * 1 or 0, remembered; or -SG_NEED_ROW (a component row first), -SG_NEED_GUIDE (after
  * GUIDE_AFTER tuples breadth first: the components' distances, then the search starts again
  * guided by them), -SG_SEARCH_LIMIT (more than `max_states` tuples, guided),
- * -SG_NEED_LIVE (more than PRODUCT_SEARCH or `max_states` tuples unguided, before the
- * distances: Python's search decides, or raises the limit; `sg_union_need_tuple`), -SG_NOMEM. A live tuple found marks its path live, an exhausted search marks every tuple it
+ * -SG_NEED_LIVE (more than `max_states` tuples before the distances, a budget under
+ * GUIDE_AFTER: Python's search decides, or raises the limit; `sg_union_need_tuple`),
+ * -SG_NOMEM. A live tuple found marks its path live, an exhausted search marks every tuple it
  * visited dead (none of them reaches acceptance); guided, a tuple the distances prove dead is
  * not expanded. */
 static int product_live(sg_union *u, const int32_t *x)
@@ -990,8 +1001,7 @@ static int product_live(sg_union *u, const int32_t *x)
     }
     u->hopeless[0] = 0;
     int guided = u->guided;
-    int64_t limit = guided ? u->st.max_states : PRODUCT_SEARCH;
-    if (limit > u->st.max_states) limit = u->st.max_states;
+    int64_t limit = u->st.max_states;
     u->heap_n = 0;
     if (guided && heap_push(u, (int64_t)tuple_rank(u, x) << 32 | 0xFFFFFFFFll) < 0)
         return -SG_NOMEM;
@@ -1018,16 +1028,8 @@ static int product_live(sg_union *u, const int32_t *x)
         }
         if (u->hopeless[head]) continue;  /* (dead, shown by the distances: not expanded) */
         for (int32_t k = 0; k < w; k++) {
-            int32_t s = seen->tuples[head * w + k];
-            const int32_t *prow = part_row(u, k, s);
-            if (!prow) return -SG_NEED_ROW;
-            for (int32_t c = 0; c < u->n_classes; c++)
-                if (prow[u->reps[c]] == -2) {
-                    u->need_part = k;
-                    u->need_state = s;
-                    return -SG_NEED_ROW;
-                }
-            u->rows[k] = prow;
+            u->rows[k] = built_part_row(u, k, seen->tuples[head * w + k]);
+            if (!u->rows[k]) return -SG_NEED_ROW;
         }
         for (int32_t c = 0; c < u->n_classes && found < 0; c++) {
             int32_t k = 0;

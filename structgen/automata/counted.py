@@ -25,6 +25,9 @@ from structgen.automata.nfa import AutomataLimits, nfa_size
 from structgen.automata.regex_syntax import Concat, Node, Repeat, concat
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from structgen.automata._native_subset import NativeUnion
 
 __all__ = ["CountedSource", "SequenceSource", "compile_counted"]
@@ -39,19 +42,18 @@ NATIVE_ROWS = True
 
 
 def _native(
-    source: CountedSource | SequenceSource, parts: list[ByteDFA], max_states: int, mode: int
+    parts: list[ByteDFA],
+    byte_classes: npt.NDArray[np.uint8],
+    max_states: int,
+    mode: int,
+    *,
+    lo: int = 0,
+    hi: int | None = None,
 ) -> NativeUnion | None:
     """The C context of a counted repetition or sequence, where the extension is built."""
     if not (NATIVE_ROWS and _native_subset.native_subset_available()):
         return None
-    if isinstance(source, CountedSource):
-        bounds: tuple[int, int | None] = (source.lo, source.hi)
-    else:
-        bounds = (0, None)
-    lo, hi = bounds
-    return _native_subset.NativeUnion(
-        parts, source.byte_classes, max_states, mode=mode, lo=lo, hi=hi
-    )
+    return _native_subset.NativeUnion(parts, byte_classes, max_states, mode=mode, lo=lo, hi=hi)
 
 
 def is_prefix_free_unit(dfa: ByteDFA) -> bool:
@@ -102,7 +104,14 @@ class CountedSource(_Source):
         return q < 0 and k >= self.lo and (self.hi is None or k <= self.hi)
 
     def make_native(self, max_states: int) -> NativeUnion | None:
-        return _native(self, [self.unit], max_states, _native_subset.COUNTED)
+        return _native(
+            [self.unit],
+            self.byte_classes,
+            max_states,
+            _native_subset.COUNTED,
+            lo=self.lo,
+            hi=self.hi,
+        )
 
     def bounded_key(self, key: tuple[int, int], depth: int) -> Hashable:
         """Units complete at most one per byte, so on the next `depth` bytes the count matters
@@ -151,7 +160,7 @@ class SequenceSource(_Source):
         return sum(p.memory_bytes() for p in self.parts)
 
     def make_native(self, max_states: int) -> NativeUnion | None:
-        return _native(self, self.parts, max_states, _native_subset.SEQUENCE)
+        return _native(self.parts, self.byte_classes, max_states, _native_subset.SEQUENCE)
 
     def bounded_key(self, key: frozenset[tuple[int, int]], depth: int) -> Hashable:
         return frozenset((i, self.parts[i].bounded_class(s, depth)) for i, s in key)

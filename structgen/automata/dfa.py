@@ -570,19 +570,13 @@ class ByteDFA:
         """Act on a stop code of the C builder (then the caller retries)."""
         native = self._native
         assert native is not None
+        if native.answer(code):  # (a row, a liveness verdict, distances)
+            return
         if code == _native_subset.GROW:
             self._grow()
         elif code == _native_subset.BUDGET:
             check_budget()
             native.budget_checked()
-        elif code == _native_subset.NEED_ROW:
-            native.provide_row()
-        elif code == _native_subset.NEED_LIVE:
-            native.provide_live()
-        elif code == _native_subset.NEED_GUIDE:
-            native.provide_guide()
-        elif code == _native_subset.SEARCH_LIMIT:
-            raise _native_subset.search_limit_error(self.limits.max_dfa_states)
         elif code == _native_subset.LIMIT:
             raise self._limit_error()
         elif code == _native_subset.BAD_STATE:

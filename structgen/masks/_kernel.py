@@ -612,30 +612,27 @@ class NativeWalk:
         """`walk(dfa, state, ranges=ranges, boundaries=True)` with the mask as its non-zero
         words (`indices`, `values`): a continued walk sets a few tokens, and a zeroed buffer
         per thread, taken back word by word in C, spares a fresh mask and a scan of it."""
-        scratch = self._scratch
-        words = getattr(scratch, "sparse", None)
-        if words is None or _TAKE_WORDS is None:
-            words = np.zeros(self.words, dtype=np.uint32)
-        else:
-            scratch.sparse = None  # (in use: a nested call takes a fresh buffer)
-        try:
-            words, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
-        except BaseException:
-            words[:] = 0
-            raise
-        finally:
-            if _TAKE_WORDS is not None:
-                scratch.sparse = words
         if _TAKE_WORDS is None:
+            words, events = self.walk(dfa, state, ranges=ranges, boundaries=True)
             indices = np.flatnonzero(words)
             return indices, words[indices], events
-        taken = getattr(scratch, "taken", None)
-        if taken is None:
+        scratch = self._scratch
+        buffers = getattr(scratch, "sparse", None)
+        scratch.sparse = None  # (in use: a nested call makes its own)
+        if buffers is None:
+            words = np.zeros(self.words, dtype=np.uint32)
             idx = np.empty(self.words, dtype=np.int64)
             val = np.empty(self.words, dtype=np.uint32)
-            taken = scratch.taken = (idx, val, *addresses(idx, val))
-        idx, val, p_idx, p_val = taken
-        k = _TAKE_WORDS(addresses(words)[0], self.words, p_idx, p_val)
+            buffers = (words, idx, val, *addresses(words, idx, val))
+        words, idx, val, p_words, p_idx, p_val = buffers
+        try:
+            _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
+            k = _TAKE_WORDS(p_words, self.words, p_idx, p_val)
+        except BaseException:
+            words[:] = 0  # (clean for the next walk)
+            raise
+        finally:
+            scratch.sparse = buffers
         return idx[:k].copy(), val[:k].copy(), events
 
     def contained_groups(self, dfa: Any, state: int) -> int:
