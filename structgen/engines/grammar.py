@@ -319,7 +319,8 @@ class GrammarEngine:
 
     def end_lexeme(self, parse: EarleySet, lexer_state: int) -> EarleySet | None:
         """The parse after the current lexeme ends in `lexer_state` (None: it cannot end)."""
-        accepted = self.lexer(parse).accepted(lexer_state)  # (memoised per lexer state)
+        lexer = parse.memo.get("lexer") or self.lexer(parse)
+        accepted = lexer.accepted(lexer_state)  # (memoised per lexer state)
         # scan() memoises children weakly: states stay alive only while a matcher holds them.
         result = parse.scan(accepted) if accepted else None
         if result is None and accepted & self.ignore:
@@ -356,8 +357,14 @@ class GrammarEngine:
         parse, lex_state, fresh = state
         if fresh:  # (a pending state is fresh)
             return parse.complete
-        after = self.end_lexeme(parse, lex_state)
-        return after is not None and after.complete
+        # Asked at every mask fill: the verdict is memoised on the parse state (a bool, so no
+        # reference to the next parse state keeps it alive).
+        key = ("accepting", lex_state)
+        verdict: bool | None = parse.memo.get(key)
+        if verdict is None:
+            after = self.end_lexeme(parse, lex_state)
+            verdict = parse.memo[key] = after is not None and after.complete
+        return verdict
 
     def cached_token_mask(self, state: ParseState) -> npt.NDArray[np.int32] | None:
         """`token_mask(state)` when it was computed before, else None (nothing computed)."""
@@ -412,17 +419,19 @@ class GrammarEngine:
         walker = self.lexer(parse).walker
         words = inside[0].copy()
         pending = [(parse, inside[1])]
+        end_lexeme, lexer_of = self.end_lexeme, self.lexer
         while pending:
             current, events = pending.pop()
             # Events that end in the same lexer state lead to the same next parse state: walk
             # all their subtrees with the next lexer in one call.
             for before, spans in events.groups():
-                after = self.end_lexeme(current, before)
+                after = end_lexeme(current, before)
                 if after is None:
                     continue
-                lexer = self.lexer(after)
+                lexer = after.memo.get("lexer") or lexer_of(after)
                 indices, values, more = lexer.walker.continue_walk(spans, lexer.start)
-                words[indices] |= values
+                if len(indices):
+                    words[indices] |= values
                 if len(more):
                     pending.append((after, more))
         mask = words.view(np.int32)

@@ -202,7 +202,7 @@ class Events:
     whose tokens die after `cut` bytes in DFA state `state`, where the automaton accepts.
     Also used as walk ranges (nodes `[lo, hi)` whose parent is at depth `cut`)."""
 
-    __slots__ = ("_groups", "_one_state", "cut", "hi", "lo", "state")
+    __slots__ = ("_groups", "_key", "_one_state", "cut", "hi", "lo", "state")
 
     def __init__(
         self,
@@ -217,6 +217,16 @@ class Events:
         self.state = state
         self._groups: list[tuple[int, Events]] | None = None
         self._one_state: int | None = None  # (all events in one state: the group is self)
+        self._key: bytes | None = None
+
+    @property
+    def key(self) -> bytes:
+        """The subtrees as bytes (`lo`, `hi`, `cut`): a cache key, made once (a group of cached
+        events is continued from every parse state that reaches it)."""
+        key = self._key
+        if key is None:
+            key = self._key = self.lo.tobytes() + self.hi.tobytes() + self.cut.tobytes()
+        return key
 
     def __len__(self) -> int:
         return len(self.lo)

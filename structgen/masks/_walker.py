@@ -499,8 +499,7 @@ class TokenMaskWalker:
         so it is cached here: every parse state that ends a lexeme the same way and expects the
         same terminals next (one shared lexer) walks those subtrees once.
         """
-        key = start.to_bytes(4, "little") + spans.lo.tobytes() + spans.hi.tobytes()
-        key += spans.cut.tobytes()
+        key = (start, spans.key)
         with self._lock:
             hit = self._continued.get(key)
         if hit is None:
