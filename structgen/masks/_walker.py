@@ -263,7 +263,9 @@ class TokenMaskWalker:
         self._counts = SHARE_COUNTED_WALKS and bool(
             getattr(getattr(dfa, "_source", None), "counts", False)
         )
-        self._continued: dict[tuple[int, bytes], tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]]
+        self._continued: dict[
+            tuple[int, bytes], tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]
+        ]
         self._continued = {}
         self._extra_bytes = 0  # arrays held beside `_cache` (events, boundaries, first bytes)
         self._lock = threading.Lock()
