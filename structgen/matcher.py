@@ -122,9 +122,11 @@ class Matcher:
         assert words is not None
         return words
 
-    def _allowed(self, *, cached_only: bool) -> npt.NDArray[np.int32] | None:
+    def _allowed(self, *, cached_only: bool, shared: bool = False) -> npt.NDArray[np.int32] | None:
         """`allowed_mask()`; with `cached_only`, None unless the grammar's mask of the state is
-        cached already (then nothing is computed: `fill_bitmasks` sorts rows by it)."""
+        cached already (then nothing is computed: `fill_bitmasks` sorts rows by it). With
+        `shared`, the result may be the grammar's cached (read-only) mask itself: for callers
+        that copy it into a bitmask row anyway."""
         state = self._state
         if state is _TERMINATED:
             return self._eos_words.copy()
@@ -144,11 +146,12 @@ class Matcher:
             words = words & self._keep_words
         if accepting:
             return words | self._eos_words
-        return words.copy()
+        return words if shared else words.copy()
 
     def fill_bitmask(self, bitmask: Any, row: int = 0) -> None:
         """Write the allowed tokens into `bitmask[row]` (numpy or torch int32, any device)."""
-        words = self.allowed_mask()
+        words = self._allowed(cached_only=False, shared=True)
+        assert words is not None
         try:  # (arguments are checked only when this fails: it runs every step)
             if row < 0 or bitmask.ndim != 2:
                 raise IndexError
@@ -157,6 +160,8 @@ class Matcher:
                 return
             import torch
 
+            if not words.flags.writeable:  # (torch shares writable arrays only)
+                words = words.copy()
             source = torch.from_numpy(words)
             target = bitmask[row]
             width = min(int(target.shape[0]), len(words))
@@ -392,10 +397,10 @@ def fill_bitmasks(
     for i, matcher in enumerate(matchers):
         if matcher is None:
             words.append(None)
-        elif count == 1:
-            words.append(matcher.allowed_mask())
+        elif count == 1:  # (rows are copied in: the grammar's cached masks may be read)
+            words.append(matcher._allowed(cached_only=False, shared=True))
         else:
-            found = matcher._allowed(cached_only=True)
+            found = matcher._allowed(cached_only=True, shared=True)
             words.append(found)
             if found is None:
                 pending.append(i)
@@ -457,7 +462,7 @@ def _compute(
             i = pending[k]
             matcher = matchers[i]
             assert matcher is not None
-            words[i] = matcher.allowed_mask()
+            words[i] = matcher._allowed(cached_only=False, shared=True)
 
     helpers = min(threads, len(pending)) - 1
     if helpers <= 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import threading
 from collections.abc import Callable, Collection
 from itertools import chain
 from typing import Any
@@ -135,6 +136,7 @@ def _load() -> Any:
 
 
 _LIB = _load()
+_KEY_SCRATCH = threading.local()  # a buffer per thread for the keys C hands back
 
 
 def _address(name: str) -> int:
@@ -249,8 +251,12 @@ class _NativeStates:
         return 0
 
     def _elements(self, state: int) -> list[int]:
-        buf = np.empty(64, dtype=np.int64)
-        n = int(_LIB.sg_states_key(self.ctx, state, buf.ctypes.data, len(buf)))
+        scratch = getattr(_KEY_SCRATCH, "buf", None)  # (asked per lexer state: one per thread)
+        if scratch is None:
+            buf = np.empty(64, dtype=np.int64)
+            scratch = _KEY_SCRATCH.buf = (buf, buf.ctypes.data)
+        buf, address = scratch
+        n = int(_LIB.sg_states_key(self.ctx, state, address, len(buf)))
         if n < 0:
             raise IndexError(f"state {state} has not been created")
         if n > len(buf):

@@ -231,6 +231,11 @@ class Events:
     def __len__(self) -> int:
         return len(self.lo)
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the four arrays (cache budgets)."""
+        return int(self.lo.nbytes + self.hi.nbytes + self.cut.nbytes + self.state.nbytes)
+
     def __iter__(self) -> Iterator[npt.NDArray[Any]]:
         return iter((self.lo, self.hi, self.cut, self.state))
 

@@ -226,10 +226,8 @@ def token_classes(vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8] | None)
 
 def _array_bytes(value: Any) -> int:
     """The bytes of the arrays in a cached value (a mask, events, boundary positions)."""
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, Events)):
         return int(value.nbytes)
-    if isinstance(value, Events):
-        return sum(int(a.nbytes) for a in value)
     if isinstance(value, (tuple, list)):
         return sum(_array_bytes(item) for item in value)
     return 0

@@ -129,3 +129,29 @@ def test_bad_arguments() -> None:
     with pytest.raises(ArgumentError, match="threads"):
         fill_bitmasks(matchers, good, threads=0.5)  # type: ignore[arg-type]
     fill_bitmasks([], good)  # nothing to do
+
+
+def test_rows_are_copies_of_the_cached_masks() -> None:
+    # fill_bitmask and fill_bitmasks read the grammar's cached (read-only) masks without a
+    # copy of their own: writing into the filled rows (as a sampler may) or into
+    # allowed_mask()'s result must not change what the next fill gives.
+    matchers = [m for m in _batch(CompileLimits()) if m is not None]
+    width = allocate_bitmask(1, load_vocab("gpt2").size, backend="numpy").shape[1]
+    want = _one_by_one(matchers, width)
+    for row, m in enumerate(matchers):
+        mask = m.allowed_mask()
+        assert mask.flags.writeable
+        mask[:] = 0
+        rows = np.zeros((1, width), dtype=np.int32)
+        m.fill_bitmask(rows, 0)
+        rows[0] = 0
+        tensor = torch.zeros((1, width), dtype=torch.int32)
+        m.fill_bitmask(tensor, 0)
+        tensor.zero_()
+        assert np.array_equal(m.allowed_mask(), want[row])
+    batch = np.zeros((len(matchers), width), dtype=np.int32)
+    fill_bitmasks(matchers, batch)
+    batch[:] = 0
+    fill_bitmasks(matchers, batch, threads=2)
+    assert np.array_equal(batch, want)
+    assert np.array_equal(_one_by_one(matchers, width), want)
