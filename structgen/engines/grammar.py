@@ -439,7 +439,8 @@ class GrammarEngine:
             after = self.end_lexeme(parse, lex_state)
             if after is not None:
                 fresh_mask = self.token_mask((after, self.lexer(after).start, True))
-                mask = mask | (fresh_mask & walker.first_byte_dead(lex_state))
+                # (in place: `words` is this mask's own copy)
+                np.bitwise_or(mask, fresh_mask & walker.first_byte_dead(lex_state), out=mask)
         mask.setflags(write=False)
         return mask
 
