@@ -196,35 +196,53 @@ def test_escapes_evaluate_as_lark_evaluates_them(body: str) -> None:
 _LITERALS = ['"a"', '"b"', '"ab"', '"x"i', '"-"', '"("', '")"', "/[0-9]+/", "/c+/", '"d".."f"']
 
 
+#: how many alternatives Lark may spell out of one rule: it expands optional items, groups and
+#: bounded repeats into a rule's alternatives (a product over its items), so a few nested
+#: `[..]~0..2` multiply into millions, and Lark's own simplification then runs for minutes (1.5 s
+#: at ~1,000)
+_MAX_EXPANDED = 300
+_REPEATS = {"": lambda c: c, "?": lambda c: c + 1, "*": lambda c: c, "+": lambda c: c}
+_REPEATS |= {"~2": lambda c: c * c, "~0..2": lambda c: 1 + c + c * c}
+
+
 @st.composite
-def _expansion(draw: st.DrawFn, depth: int, names: list[str]) -> str:
+def _expansion(draw: st.DrawFn, depth: int, names: list[str]) -> tuple[str, int]:
+    """An expansion and (at most) the number of alternatives Lark spells out of it (`*` and
+    `+` make rules of their own: counted as if inline, an overestimate)."""
     items = []
+    count = 1
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.integers(0, 9 if depth < 2 else 5))
+        alternatives = 1
         if kind <= 3:
             atom = draw(st.sampled_from(_LITERALS))
         elif kind <= 5:
             atom = draw(st.sampled_from(names))
         elif kind <= 7:
-            inner = " | ".join(
-                draw(_expansion(depth + 1, names)) for _ in range(draw(st.integers(1, 2)))
-            )
-            atom = f"({inner})" if kind == 6 else f"[{inner}]"
+            inner = [draw(_expansion(depth + 1, names)) for _ in range(draw(st.integers(1, 2)))]
+            joined = " | ".join(text for text, _ in inner)
+            alternatives = sum(n for _, n in inner) + (kind == 7)
+            atom = f"({joined})" if kind == 6 else f"[{joined}]"
         else:
-            atom = f"({draw(_expansion(depth + 1, names))})"
+            text, alternatives = draw(_expansion(depth + 1, names))
+            atom = f"({text})"
         op = draw(st.sampled_from(["", "", "?", "*", "+", "~2", "~0..2"]))
         items.append(atom + op)
-    return " ".join(items)
+        count *= _REPEATS[op](alternatives)
+    return " ".join(items), count
 
 
 @st.composite
 def random_grammars(draw: st.DrawFn) -> str:
     names = ["r1", "r2", "T", "U"]
-    lines = [f"start: {draw(_expansion(0, names))}"]
+    start, count = draw(_expansion(0, names))
+    lines = [f"start: {start}"]
     # r1, r2 may recurse; each has a non-recursive alternative so sentences exist
     for rule in ("r1", "r2"):
         alts = [draw(_expansion(1, ["T", "U"])), draw(_expansion(1, names))]
-        lines.append(f"{rule}: " + "\n    | ".join(alts))
+        lines.append(f"{rule}: " + "\n    | ".join(text for text, _ in alts))
+        count = max(count, sum(n for _, n in alts))
+    assume(count <= _MAX_EXPANDED)
     lines.append(f"T: {draw(st.sampled_from(_LITERALS))} ({draw(st.sampled_from(_LITERALS))})?")
     u_body = draw(st.sampled_from(["INT", "/[xy]/", '"u"~1..3']))
     lines.append(f"U.2: {u_body}")
