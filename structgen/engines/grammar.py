@@ -319,8 +319,7 @@ class GrammarEngine:
 
     def end_lexeme(self, parse: EarleySet, lexer_state: int) -> EarleySet | None:
         """The parse after the current lexeme ends in `lexer_state` (None: it cannot end)."""
-        lexer = parse.memo.get("lexer") or self.lexer(parse)
-        accepted = lexer.accepted(lexer_state)  # (memoised per lexer state)
+        accepted = self.lexer(parse).accepted(lexer_state)  # (memoised per lexer state)
         # scan() memoises children weakly: states stay alive only while a matcher holds them.
         result = parse.scan(accepted) if accepted else None
         if result is None and accepted & self.ignore:
@@ -419,16 +418,15 @@ class GrammarEngine:
         walker = self.lexer(parse).walker
         words = inside[0].copy()
         pending = [(parse, inside[1])]
-        end_lexeme, lexer_of = self.end_lexeme, self.lexer
         while pending:
             current, events = pending.pop()
             # Events that end in the same lexer state lead to the same next parse state: walk
             # all their subtrees with the next lexer in one call.
             for before, spans in events.groups():
-                after = end_lexeme(current, before)
+                after = self.end_lexeme(current, before)
                 if after is None:
                     continue
-                lexer = after.memo.get("lexer") or lexer_of(after)
+                lexer = self.lexer(after)
                 indices, values, more = lexer.walker.continue_walk(spans, lexer.start)
                 if len(indices):
                     words[indices] |= values
