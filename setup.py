@@ -1,5 +1,5 @@
-"""Build the optional C trie walk and regex subset construction; everything else is configured
-in pyproject.toml."""
+"""Build the optional C trie walk, regex subset construction and Earley inner loops; everything
+else is configured in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -16,6 +16,12 @@ setup(
             sources=["structgen/automata/_subset.c", "structgen/automata/_thompson.c"],
             extra_compile_args=["-O3"],
             optional=True,  # without it regex DFA rows are built in Python
+        ),
+        Extension(
+            "structgen.grammar._earley",
+            sources=["structgen/grammar/_earley.c"],
+            extra_compile_args=["-O3"],
+            optional=True,  # without it Earley sets are built in Python
         ),
     ]
 )

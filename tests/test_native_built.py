@@ -7,6 +7,7 @@ import pytest
 
 from structgen.automata import _native_subset, dfa, snapshot
 from structgen.automata._native_subset import native_subset_available
+from structgen.grammar import earley
 from structgen.masks import _kernel
 from tests.conftest import IN_CI
 
@@ -21,3 +22,4 @@ def test_c_extensions_are_built() -> None:
     assert _native_subset.native_byte_classes is not None
     assert dfa._JOINT_CLASSES is not None and dfa._CLASS_FIRSTS is not None
     assert snapshot._CHECK_SNAPSHOTS is not None
+    assert earley._NATIVE is not None, "structgen.grammar._earley did not build"

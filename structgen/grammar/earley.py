@@ -12,8 +12,10 @@ See docs/design/context-free.md.
 
 from __future__ import annotations
 
+import importlib
+import os
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from structgen.errors import GrammarError
@@ -24,6 +26,20 @@ __all__ = ["EarleyGrammar", "EarleySet"]
 Item = tuple[int, int, "EarleySet"]  # (rule id, dot position, origin set)
 #: predicted items by next symbol as (rule id, dot) pairs, and the terminals among the symbols
 Prediction = tuple[dict[int, tuple[tuple[int, int], ...]], frozenset[int]]
+
+
+def _native() -> Any:
+    """The C loops of `EarleySet` (`_earley.c`: `closure`, `scan_kernel`), or None: not built,
+    or switched off with STRUCTGEN_NATIVE=0 (then the Python loops below run; same sets)."""
+    if os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
+        return None
+    try:
+        return importlib.import_module("structgen.grammar._earley")
+    except ImportError:
+        return None
+
+
+_NATIVE = _native()
 
 
 def _closure(rules: Sequence[tuple[int, tuple[int, ...]]], known: set[int]) -> set[int]:
@@ -189,6 +205,15 @@ class EarleyGrammar:
         self.interned: weakref.WeakValueDictionary[frozenset[Item], EarleySet] = (
             weakref.WeakValueDictionary()
         )
+        #: what the C loop of `EarleySet` reads (`_earley.c`: `closure`), in one tuple
+        self.native_tables = (
+            self.rules,
+            self.nullable,
+            self.num_terminals,
+            self.start_rule,
+            self._predicts,
+            self._predictions,
+        )
 
     def own_items_of(self, nt: int) -> tuple[tuple[int, int, int], ...]:
         """`nt`'s predicted items as (next symbol, rule id, dot) (see `__init__`)."""
@@ -271,9 +296,11 @@ class EarleySet:
         "predicted",
         "_children",
     )
+    complete: bool  # the input so far is a sentence
+    expected: frozenset[int]  # the terminals that may come next
 
     def __init__(
-        self, grammar: EarleyGrammar, kernel: Sequence[Item], *, seed: bool = False
+        self, grammar: EarleyGrammar, kernel: Collection[Item], *, seed: bool = False
     ) -> None:
         self.grammar = grammar
         #: the items carried over from earlier sets (kernel and completions), by next symbol
@@ -285,6 +312,20 @@ class EarleySet:
         # scan's results by the terminal set asked (created on the first scan: many sets are
         # never scanned); weak references, so a parse state lives while a matcher holds it
         self._children: dict[frozenset[int], Callable[[], EarleySet | None]] | None = None
+        if _NATIVE is not None:
+            predicted_now: set[int] = set()
+            if seed:
+                predicted_now.update(grammar.predicts_of(grammar.rules[grammar.start_rule][0]))
+            self.complete, self.predicted, self.expected = _NATIVE.closure(
+                grammar.native_tables,
+                grammar.predicts_of,
+                grammar.prediction,
+                kernel,
+                self.by_next,
+                predicted_now,
+                seed and grammar.start_nullable,
+            )
+            return
         rules = grammar.rules
         nullable = grammar.nullable
         num_terminals = grammar.num_terminals
@@ -347,18 +388,23 @@ class EarleySet:
         if not usable:
             children[terminals] = _NOTHING_EXPECTED
             return None
-        items: list[Item] = []
-        for t in usable:
-            items.extend((rid, dot + 1, origin) for rid, dot, origin in self.by_next.get(t, ()))
-            items.extend((rid, dot + 1, self) for rid, dot in self.predicted.get(t, ()))
-        kernel = frozenset(items)
+        if _NATIVE is not None:
+            kernel: frozenset[Item] = _NATIVE.scan_kernel(
+                usable, self.by_next, self.predicted, self
+            )
+        else:
+            items: list[Item] = []
+            for t in usable:
+                items.extend((rid, dot + 1, origin) for rid, dot, origin in self.by_next.get(t, ()))
+                items.extend((rid, dot + 1, self) for rid, dot in self.predicted.get(t, ()))
+            kernel = frozenset(items)
         # Hash-consing: a set is determined by its kernel, and origins are themselves
         # interned, so equal kernels mean equal parse futures. Reusing the object shares
         # its cached masks, e.g. after every element of one JSON array.
         interned = self.grammar.interned
         child = interned.get(kernel)
         if child is None:
-            child = EarleySet(self.grammar, list(kernel))
+            child = EarleySet(self.grammar, kernel)
             interned[kernel] = child
         children[terminals] = weakref.ref(child)
         return child

@@ -1,0 +1,407 @@
+/* The inner loops of `grammar/earley.py` in C: building an Earley set's items (`closure`) and
+ * a scan's kernel (`scan_kernel`). A new parse state is built at most first visits of a mask,
+ * tens of thousands of times over a schema's test documents; in Python each one cost ~14 us of
+ * tuple unpacking, dict lookups and set updates.
+ *
+ * Same items, same order of discovery as the Python loops (`EarleySet.__init__`, `scan`), which
+ * stay as the fallback (STRUCTGEN_NATIVE=0, or no C compiler). Items are the Python tuples
+ * (rule id, dot, origin set); origins are `EarleySet` objects read through their `by_next` and
+ * `predicted` attributes. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *str_by_next;
+static PyObject *str_predicted;
+
+/* A stack of owned references. */
+typedef struct {
+    PyObject **items;
+    Py_ssize_t size;
+    Py_ssize_t cap;
+} Stack;
+
+static int stack_push(Stack *s, PyObject *item) { /* steals `item` */
+    if (item == NULL)
+        return -1;
+    if (s->size == s->cap) {
+        Py_ssize_t cap = s->cap ? s->cap * 2 : 64;
+        PyObject **grown = PyMem_Realloc(s->items, (size_t)cap * sizeof(PyObject *));
+        if (grown == NULL) {
+            Py_DECREF(item);
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->items = grown;
+        s->cap = cap;
+    }
+    s->items[s->size++] = item;
+    return 0;
+}
+
+static void stack_clear(Stack *s) {
+    while (s->size)
+        Py_DECREF(s->items[--s->size]);
+    PyMem_Free(s->items);
+}
+
+/* (rid, dot + 1, origin) with `dot` a Python int. */
+static PyObject *advanced(PyObject *rid, PyObject *dot, PyObject *origin) {
+    Py_ssize_t d = PyLong_AsSsize_t(dot);
+    if (d == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *next = PyLong_FromSsize_t(d + 1);
+    if (next == NULL)
+        return NULL;
+    PyObject *item = PyTuple_Pack(3, rid, next, origin);
+    Py_DECREF(next);
+    return item;
+}
+
+static int bad_item(void) {
+    PyErr_SetString(PyExc_TypeError, "an Earley item must be a (rule id, dot, origin) tuple");
+    return -1;
+}
+
+/* Push what completing `lhs` (an item whose origin is `origin`) advances. */
+static int complete_in(Stack *work, PyObject *origin, PyObject *lhs) {
+    PyObject *by_next = PyObject_GetAttr(origin, str_by_next);
+    if (by_next == NULL)
+        return -1;
+    int rc = 0;
+    PyObject *waiting = PyDict_Check(by_next) ? PyDict_GetItemWithError(by_next, lhs) : NULL;
+    if (waiting == NULL && PyErr_Occurred())
+        rc = -1;
+    if (waiting != NULL) {
+        Py_INCREF(waiting);
+        if (!PyList_Check(waiting)) {
+            rc = bad_item();
+        } else {
+            for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(waiting); i++) {
+                PyObject *it = PyList_GET_ITEM(waiting, i);
+                if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3) {
+                    rc = bad_item();
+                    break;
+                }
+                rc = stack_push(work, advanced(PyTuple_GET_ITEM(it, 0), PyTuple_GET_ITEM(it, 1),
+                                               PyTuple_GET_ITEM(it, 2)));
+            }
+        }
+        Py_DECREF(waiting);
+    }
+    Py_DECREF(by_next);
+    if (rc)
+        return rc;
+    PyObject *predicted = PyObject_GetAttr(origin, str_predicted);
+    if (predicted == NULL)
+        return -1;
+    PyObject *pairs = PyDict_Check(predicted) ? PyDict_GetItemWithError(predicted, lhs) : NULL;
+    if (pairs == NULL && PyErr_Occurred())
+        rc = -1;
+    if (pairs != NULL) {
+        Py_INCREF(pairs);
+        if (!PyTuple_Check(pairs)) {
+            rc = bad_item();
+        } else {
+            for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(pairs); i++) {
+                PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                    rc = bad_item();
+                    break;
+                }
+                rc = stack_push(work, advanced(PyTuple_GET_ITEM(pair, 0),
+                                               PyTuple_GET_ITEM(pair, 1), origin));
+            }
+        }
+        Py_DECREF(pairs);
+    }
+    Py_DECREF(predicted);
+    return rc;
+}
+
+/* Add the nonterminals `nt` predicts (from the grammar's memo, else its method) to `out`. */
+static int predict(PyObject *out, PyObject *memo, PyObject *predicts_of, PyObject *nt) {
+    PyObject *found = PyDict_GetItemWithError(memo, nt);
+    if (found != NULL) {
+        Py_INCREF(found);
+    } else {
+        if (PyErr_Occurred())
+            return -1;
+        found = PyObject_CallOneArg(predicts_of, nt);
+        if (found == NULL)
+            return -1;
+    }
+    PyObject *iter = PyObject_GetIter(found);
+    Py_DECREF(found);
+    if (iter == NULL)
+        return -1;
+    PyObject *x;
+    int rc = 0;
+    while (rc == 0 && (x = PyIter_Next(iter)) != NULL) {
+        rc = PySet_Add(out, x);
+        Py_DECREF(x);
+    }
+    Py_DECREF(iter);
+    return rc || PyErr_Occurred() ? -1 : 0;
+}
+
+/* closure(tables, predicts_of, prediction, kernel, by_next, predicted, complete)
+ *   -> (complete, predicted items by next symbol, expected terminals)
+ *
+ * `EarleySet.__init__`: fills `by_next` (dict: next symbol -> items) from the kernel's items
+ * and their completions, adds to the set `predicted` every nonterminal predicted on the way,
+ * then looks up (or asks `prediction` for) the items those nonterminals predict, and the
+ * terminals the set expects: the predicted ones and those its carried items wait on.
+ * `tables`: the grammar's (rules: list of (lhs, rhs tuple), nullable, number of terminals,
+ * start rule id, memo of `predicts_of`, memo of `prediction`). */
+static PyObject *closure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 6) {
+        PyErr_SetString(PyExc_TypeError, "closure takes 7 arguments, the first a 6-tuple");
+        return NULL;
+    }
+    PyObject *tables = args[0];
+    PyObject *rules = PyTuple_GET_ITEM(tables, 0), *nullable = PyTuple_GET_ITEM(tables, 1);
+    PyObject *memo = PyTuple_GET_ITEM(tables, 4), *predictions = PyTuple_GET_ITEM(tables, 5);
+    PyObject *predicts_of = args[1], *prediction = args[2];
+    PyObject *kernel = args[3], *by_next = args[4], *predicted = args[5];
+    Py_ssize_t num_terminals = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, 2));
+    Py_ssize_t start_rule = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, 3));
+    int complete = PyObject_IsTrue(args[6]);
+    if (PyErr_Occurred() || complete < 0)
+        return NULL;
+    if (!PyList_Check(rules) || !PyAnySet_Check(nullable) || !PyDict_Check(memo) ||
+        !PyDict_Check(predictions) || !PyDict_Check(by_next) || !PySet_Check(predicted)) {
+        PyErr_SetString(PyExc_TypeError, "closure: bad argument types");
+        return NULL;
+    }
+    Stack work = {NULL, 0, 0};
+    PyObject *seen = PySet_New(NULL);
+    PyObject *merged = PySet_New(NULL); /* nonterminals whose predictions are in `predicted` */
+    PyObject *carried = PyList_New(0);
+    PyObject *result = NULL;
+    if (seen == NULL || merged == NULL || carried == NULL)
+        goto done;
+    PyObject *seq = PySequence_Fast(kernel, "the kernel must be a sequence");
+    if (seq == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(it);
+        if (stack_push(&work, it) < 0) {
+            Py_DECREF(seq);
+            goto done;
+        }
+    }
+    Py_DECREF(seq);
+    while (work.size) {
+        PyObject *item = work.items[--work.size]; /* owned */
+        Py_ssize_t before = PySet_GET_SIZE(seen);
+        if (PySet_Add(seen, item) < 0) {
+            Py_DECREF(item);
+            goto done;
+        }
+        if (PySet_GET_SIZE(seen) == before) { /* seen before */
+            Py_DECREF(item);
+            continue;
+        }
+        int rc = 0;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            Py_DECREF(item);
+            bad_item();
+            goto done;
+        }
+        PyObject *rid_obj = PyTuple_GET_ITEM(item, 0), *dot_obj = PyTuple_GET_ITEM(item, 1);
+        PyObject *origin = PyTuple_GET_ITEM(item, 2);
+        Py_ssize_t rid = PyLong_AsSsize_t(rid_obj), dot = PyLong_AsSsize_t(dot_obj);
+        if (PyErr_Occurred() || rid < 0 || rid >= PyList_GET_SIZE(rules)) {
+            Py_DECREF(item);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "closure: rule id out of range");
+            goto done;
+        }
+        PyObject *rule = PyList_GET_ITEM(rules, rid);
+        if (!PyTuple_Check(rule) || PyTuple_GET_SIZE(rule) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(rule, 1))) {
+            Py_DECREF(item);
+            PyErr_SetString(PyExc_TypeError, "closure: a rule must be (lhs, rhs tuple)");
+            goto done;
+        }
+        PyObject *lhs = PyTuple_GET_ITEM(rule, 0), *rhs = PyTuple_GET_ITEM(rule, 1);
+        if (dot < PyTuple_GET_SIZE(rhs)) {
+            PyObject *sym = PyTuple_GET_ITEM(rhs, dot);
+            Py_ssize_t s = PyLong_AsSsize_t(sym);
+            PyObject *entry = PyErr_Occurred() ? NULL : PyDict_GetItemWithError(by_next, sym);
+            if (entry != NULL) {
+                rc = PyList_Append(entry, item);
+            } else if (PyErr_Occurred()) {
+                rc = -1;
+            } else {
+                PyObject *fresh = PyList_New(1);
+                if (fresh == NULL) {
+                    rc = -1;
+                } else {
+                    Py_INCREF(item);
+                    PyList_SET_ITEM(fresh, 0, item);
+                    rc = PyDict_SetItem(by_next, sym, fresh);
+                    Py_DECREF(fresh);
+                }
+                if (rc == 0 && s < num_terminals) /* a terminal this set carries */
+                    rc = PyList_Append(carried, sym);
+            }
+            if (rc == 0 && s >= num_terminals) {
+                int known = PySet_Contains(merged, sym);
+                if (known < 0)
+                    rc = -1;
+                else if (!known && (PySet_Add(merged, sym) < 0 ||
+                                    predict(predicted, memo, predicts_of, sym) < 0))
+                    rc = -1;
+                int skip = rc ? 0 : PySet_Contains(nullable, sym);
+                if (skip < 0)
+                    rc = -1;
+                else if (skip)
+                    rc = stack_push(&work, advanced(rid_obj, dot_obj, origin));
+            }
+        } else if (rid == start_rule) {
+            complete = 1;
+        } else {
+            rc = complete_in(&work, origin, lhs);
+        }
+        Py_DECREF(item);
+        if (rc)
+            goto done;
+    }
+    {
+        PyObject *frozen = PyFrozenSet_New(predicted);
+        if (frozen == NULL)
+            goto done;
+        PyObject *found = PyDict_GetItemWithError(predictions, frozen); /* borrowed */
+        if (found != NULL) {
+            Py_INCREF(found);
+        } else if (!PyErr_Occurred()) {
+            found = PyObject_CallOneArg(prediction, frozen);
+        }
+        Py_DECREF(frozen);
+        if (found == NULL)
+            goto done;
+        if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 2 ||
+            !PyAnySet_Check(PyTuple_GET_ITEM(found, 1))) {
+            Py_DECREF(found);
+            PyErr_SetString(PyExc_TypeError, "closure: a prediction is (items, terminals)");
+            goto done;
+        }
+        PyObject *terminals = PyTuple_GET_ITEM(found, 1);
+        PyObject *expected;
+        if (PyList_GET_SIZE(carried) == 0) {
+            expected = terminals;
+            Py_INCREF(expected);
+        } else {
+            expected = PyFrozenSet_New(terminals); /* brand new: filled below */
+            for (Py_ssize_t i = 0; expected != NULL && i < PyList_GET_SIZE(carried); i++) {
+                if (PySet_Add(expected, PyList_GET_ITEM(carried, i)) < 0)
+                    Py_CLEAR(expected);
+            }
+        }
+        if (expected != NULL)
+            result = Py_BuildValue("(OON)", complete ? Py_True : Py_False,
+                                   PyTuple_GET_ITEM(found, 0), expected);
+        Py_DECREF(found);
+    }
+done:
+    stack_clear(&work);
+    Py_XDECREF(seen);
+    Py_XDECREF(merged);
+    Py_XDECREF(carried);
+    return result;
+}
+
+/* scan_kernel(usable, by_next, predicted, here) -> frozenset of items
+ *
+ * `EarleySet.scan`'s kernel: every item of `here` waiting on a terminal of `usable`, advanced
+ * over it (carried items keep their origin; predicted (rule id, dot) pairs get `here`). */
+static PyObject *scan_kernel(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan_kernel takes 4 arguments");
+        return NULL;
+    }
+    PyObject *usable = args[0], *by_next = args[1], *predicted = args[2], *here = args[3];
+    if (!PyDict_Check(by_next) || !PyDict_Check(predicted)) {
+        PyErr_SetString(PyExc_TypeError, "scan_kernel: by_next and predicted must be dicts");
+        return NULL;
+    }
+    PyObject *out = PyFrozenSet_New(NULL); /* (brand new: PySet_Add may fill it) */
+    PyObject *iter = out == NULL ? NULL : PyObject_GetIter(usable);
+    if (iter == NULL) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    PyObject *t;
+    int rc = 0;
+    while (rc == 0 && (t = PyIter_Next(iter)) != NULL) {
+        PyObject *waiting = PyDict_GetItemWithError(by_next, t);
+        if (waiting == NULL && PyErr_Occurred())
+            rc = -1;
+        if (waiting != NULL) {
+            if (!PyList_Check(waiting)) {
+                rc = bad_item();
+            }
+            for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(waiting); i++) {
+                PyObject *it = PyList_GET_ITEM(waiting, i);
+                if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3) {
+                    rc = bad_item();
+                    break;
+                }
+                PyObject *next = advanced(PyTuple_GET_ITEM(it, 0), PyTuple_GET_ITEM(it, 1),
+                                          PyTuple_GET_ITEM(it, 2));
+                rc = next == NULL ? -1 : PySet_Add(out, next);
+                Py_XDECREF(next);
+            }
+        }
+        PyObject *pairs = rc ? NULL : PyDict_GetItemWithError(predicted, t);
+        if (pairs == NULL && PyErr_Occurred())
+            rc = -1;
+        if (pairs != NULL) {
+            if (!PyTuple_Check(pairs)) {
+                rc = bad_item();
+            }
+            for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(pairs); i++) {
+                PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                    rc = bad_item();
+                    break;
+                }
+                PyObject *next =
+                    advanced(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), here);
+                rc = next == NULL ? -1 : PySet_Add(out, next);
+                Py_XDECREF(next);
+            }
+        }
+        Py_DECREF(t);
+    }
+    Py_DECREF(iter);
+    if (rc || PyErr_Occurred()) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"closure", (PyCFunction)(void (*)(void))closure, METH_FASTCALL,
+     "closure(tables, predicts_of, prediction, kernel, by_next, predicted, complete): an"
+     " Earley set's items (EarleySet.__init__)"},
+    {"scan_kernel", (PyCFunction)(void (*)(void))scan_kernel, METH_FASTCALL,
+     "scan_kernel(usable, by_next, predicted, here): a scan's kernel (EarleySet.scan)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_earley", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__earley(void) {
+    str_by_next = PyUnicode_InternFromString("by_next");
+    str_predicted = PyUnicode_InternFromString("predicted");
+    if (str_by_next == NULL || str_predicted == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
