@@ -18,7 +18,13 @@ _ALL: weakref.WeakSet[LRU[object, object]] = weakref.WeakSet()
 
 
 class LRU(Generic[K, V]):
-    """At most `max_entries` entries; reading one makes it the most recent. Thread-safe."""
+    """At most `max_entries` entries; reading one makes it the most recent. Thread-safe.
+
+    Reads take no lock: each `OrderedDict` operation is atomic, and a key another thread
+    evicts between the read and its move to the end is simply not moved (the caches are read
+    tens of thousands of times per compile; the lock was half a read's cost). Writes lock, so
+    that evictions keep the size bound.
+    """
 
     def __init__(self, max_entries: int) -> None:
         if max_entries < 1:
@@ -29,19 +35,23 @@ class LRU(Generic[K, V]):
         _ALL.add(self)  # type: ignore[arg-type]
 
     def get(self, key: K) -> V | None:
-        with self._lock:
-            hit = self._data.get(key)
-            if hit is not None:
-                self._data.move_to_end(key)
-            return hit
+        data = self._data
+        hit = data.get(key)
+        if hit is not None:
+            try:  # noqa: SIM105  (contextlib.suppress costs more than the read)
+                data.move_to_end(key)
+            except KeyError:  # (evicted meanwhile by another thread: still a valid answer)
+                pass
+        return hit
 
     def put(self, key: K, value: V) -> V:
         """Store `value` unless another thread stored one first; returns the stored one."""
         with self._lock:
-            found = self._data.setdefault(key, value)
-            self._data.move_to_end(key)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
+            data = self._data
+            found = data.setdefault(key, value)
+            data.move_to_end(key)
+            while len(data) > self.max_entries:
+                data.popitem(last=False)
             return found
 
     def get_or_make(self, key: K, make: Callable[[], V]) -> V:

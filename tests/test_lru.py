@@ -1,0 +1,49 @@
+"""`LRU`, the bounded map behind the module-level caches: recency, the size bound, and reads
+without a lock while other threads write and evict."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+from structgen._lru import LRU
+
+
+def test_reading_makes_an_entry_the_most_recent() -> None:
+    cache: LRU[str, int] = LRU(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1
+    cache.put("c", 3)  # evicts b, the least recent
+    assert cache.get("b") is None
+    assert cache.get("a") == 1 and cache.get("c") == 3
+    assert cache.put("a", 9) == 1  # the first value stored stands
+    assert cache.get_or_make("d", lambda: 4) == 4 and len(cache) == 2
+
+
+def test_concurrent_reads_and_evictions_keep_the_bound_and_never_raise() -> None:
+    cache: LRU[int, int] = LRU(8)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(20000):
+                key = rng.randrange(32)
+                if rng.random() < 0.5:
+                    found = cache.get(key)
+                    assert found is None or found == key * 10
+                else:
+                    assert cache.put(key, key * 10) == key * 10
+                if rng.random() < 0.001:
+                    cache.clear()
+        except BaseException as exc:  # (reported by the main thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(cache) <= 8
