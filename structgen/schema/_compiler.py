@@ -361,6 +361,11 @@ class SchemaCompiler:
                 self.patterns.matches(p, value, sub.ptr, every=False) for p in s.get(NOTPAT_KW, ())
             ):
                 return False
+            checked = self._type_only(base, s, value)
+            if checked is not None:
+                if not checked:
+                    return False
+                continue
             clean = plain_schema(s)
             try:
                 with self.patterns.reading():
@@ -371,6 +376,26 @@ class SchemaCompiler:
                     f"cannot evaluate enum/const against this schema: {exc}", pointer=sub.ptr
                 ) from exc
         return True
+
+    @staticmethod
+    def _type_only(base: Any, schema: dict[str, JSON], value: JSON) -> bool | None:
+        """`value`'s verdict when `schema` asks nothing but its `type` (an enum's own schema,
+        the common case: `{"type": "string", "enum": [...]}`), by jsonschema's own type
+        checker; None when something else must be evaluated (then the validator judges)."""
+        kind = None
+        validators = type(base).VALIDATORS
+        for key in schema:
+            if key == "type":
+                kind = schema[key]
+            elif key in validators or (key.startswith("$") and key not in ANNOTATIONS):
+                return None  # (anything jsonschema or the compiler would evaluate)
+        if kind is None:
+            return True  # (annotations and keywords jsonschema ignores)
+        kinds = kind if isinstance(kind, list) else [kind]
+        try:
+            return any(base.is_type(value, k) for k in kinds)
+        except Exception:  # an unknown type name: the validator says what it says
+            return None
 
     def _finite(self, flat: list[Sub], finite: list[Sub], kinds: frozenset[str]) -> list[str]:
         first = finite[0]

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
@@ -175,3 +175,56 @@ def test_generate_mode_accepts_exactly_the_writers_spelling(value: dict[str, Any
     compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     assert not accepts("person", compact, GENERATE)
     assert accepts("person", compact, SchemaOptions(whitespace="compact"))
+
+
+_ENUM_VALUES = st.lists(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 3),
+        st.sampled_from([1.0, 2.5, -0.0, 1e3]),
+        st.text(alphabet='ab"\\é', max_size=3),
+        st.lists(st.integers(0, 2), max_size=2),
+        st.dictionaries(st.sampled_from("xy"), st.integers(0, 2), max_size=2),
+    ),
+    min_size=1,
+    max_size=6,
+)
+_TYPES = ["null", "boolean", "integer", "number", "string", "array", "object"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    values=_ENUM_VALUES,
+    kinds=st.lists(st.sampled_from(_TYPES), min_size=1, max_size=3, unique=True),
+    as_list=st.booleans(),
+    extra=st.sampled_from([{}, {"title": "t"}, {"weight": 3}, {"readOnly": True}]),
+    draft4=st.booleans(),
+)
+@example(values=[1.0, 2], kinds=["integer"], as_list=False, extra={}, draft4=True)
+@example(values=[True, 1, 1.5], kinds=["number"], as_list=True, extra={"weight": 3}, draft4=False)
+def test_an_enum_under_a_type_keeps_exactly_the_members_jsonschema_keeps(
+    values: list[Any], kinds: list[str], as_list: bool, extra: dict[str, Any], draft4: bool
+) -> None:
+    """An enum's members are judged against the rest of its schema (by its `type` alone when
+    that is all it asks): the same verdicts as jsonschema's, under draft 2020-12 and draft 4
+    (where 1.0 is not an integer)."""
+    from jsonschema.validators import validator_for
+
+    from structgen.errors import SchemaError
+
+    schema: dict[str, Any] = {"type": kinds if as_list else kinds[0], "enum": values, **extra}
+    if draft4:
+        schema["$schema"] = "http://json-schema.org/draft-04/schema#"
+    validator = validator_for(schema)(schema)
+    vocab, tokenizer = load_vocab("llama3_1"), load_tokenizer("llama3_1")
+    try:
+        compiled = Compiler(vocab).json_schema(schema, options=ACCEPT)
+    except SchemaError:  # unsatisfiable: no member is valid
+        assert not any(validator.is_valid(v) for v in values)
+        return
+    for value in values:
+        matcher = Matcher(compiled)
+        tokens = tokenizer.encode(json.dumps(value), add_special_tokens=False)
+        ok = all(matcher.accept_token(t) for t in tokens) and matcher.can_terminate()
+        assert ok == validator.is_valid(value), value
