@@ -508,7 +508,9 @@ class Compiler:
         return self._cached(
             key,
             lambda: self._schema_engine(
-                *compile_schema_guarded(data, options=opts, limits=self.limits.automata())
+                *compile_schema_guarded(
+                    data, options=opts, limits=self.limits.automata(), loaded=True
+                )
             ),
             kind="json_schema",
             source=str(schema)[:200],

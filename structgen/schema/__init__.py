@@ -203,12 +203,15 @@ def compile_schema_guarded(
     options: SchemaOptions,
     guard_unique: bool = True,
     limits: AutomataLimits | None = None,
+    loaded: bool = False,
 ) -> tuple[Grammar, tuple[UniqueArray, ...]]:
     """`compile_schema`, and the arrays whose `uniqueItems` the caller must enforce with
     `UniqueItemsEngine` (with `guard_unique`; without, `uniqueItems` is refused as before).
     `limits`: the automaton limits of the engine that will run the grammar (its terminal
-    automata are built here once, to find unsatisfiable intersections, and shared with it)."""
-    data = _load(schema, options.max_nesting)
+    automata are built here once, to find unsatisfiable intersections, and shared with it).
+    `loaded`: `schema` is what `schema_data` returned, a private checked copy (not copied and
+    checked a second time; the compile may normalise it in place)."""
+    data = schema if loaded else _load(schema, options.max_nesting)
     if not isinstance(data, (dict, bool)):
         raise SchemaError("a schema must be a JSON object or a boolean")
     compiler = SchemaCompiler(data, options, guard_unique=guard_unique, limits=limits)
