@@ -1283,6 +1283,49 @@ static PyObject *addresses(PyObject *self, PyObject *const *args, Py_ssize_t n)
     return out;
 }
 
+/* or_words(words, indices, values): words[indices[k]] |= values[k] for every k (uint32 words,
+ * int64 indices, uint32 values; bounds checked). A mask's first visit ORs in the cached sparse
+ * results of each continued walk, a few words each: numpy's fancy indexing (a gather, an OR and
+ * a scatter) cost several times the work. */
+static PyObject *or_words(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError, "or_words takes words, indices and values");
+        return NULL;
+    }
+    Py_buffer words, idx, val;
+    if (PyObject_GetBuffer(args[0], &words, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &idx, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&words);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &val, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&words);
+        PyBuffer_Release(&idx);
+        return NULL;
+    }
+    Py_ssize_t m = idx.len / (Py_ssize_t)sizeof(int64_t), size = words.len / 4;
+    const int64_t *at = (const int64_t *)idx.buf;
+    const uint32_t *v = (const uint32_t *)val.buf;
+    uint32_t *w = (uint32_t *)words.buf;
+    int bad = idx.len % 8 || words.len % 4 || val.len != m * 4;
+    for (Py_ssize_t k = 0; !bad && k < m; k++)
+        bad = at[k] < 0 || at[k] >= size;
+    if (!bad)
+        for (Py_ssize_t k = 0; k < m; k++)
+            w[at[k]] |= v[k];
+    PyBuffer_Release(&words);
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&val);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "or_words: indices out of range or sizes differ");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* byte_classes(ranges): bytes(256), the coarsest partition of the bytes in which each (lo, hi)
  * pair of the iterable `ranges` is a union of classes, classes numbered in order of their
  * smallest byte (dfa.py, `byte_classes_from_ranges`, whose numpy path it replaces: a terminal's
@@ -2170,6 +2213,8 @@ static PyObject *mask_classes(PyObject *self, PyObject *const *args, Py_ssize_t 
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
+    {"or_words", (PyCFunction)(void (*)(void))or_words, METH_FASTCALL,
+     "or_words(words, indices, values): words[indices] |= values (uint32, int64, uint32)"},
     {"byte_classes", (PyCFunction)(void (*)(void))byte_classes, METH_FASTCALL,
      "byte_classes(ranges): bytes(256), the coarsest byte partition refining every range"},
     {"program_tables", (PyCFunction)(void (*)(void))program_tables, METH_FASTCALL,

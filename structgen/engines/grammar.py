@@ -29,6 +29,7 @@ import numpy.typing as npt
 from structgen._budget import forget_on_failure
 from structgen.automata import AutomataLimits, ByteDFA
 from structgen.automata.dfa import UnionSource, shortest_paths
+from structgen.automata.nfa import extension_function
 from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar
 from structgen.grammar.terminals import terminal_dfa
@@ -91,6 +92,9 @@ class _SharedUnion:
             self._accepted[state] = hit
         return hit
 
+
+#: `words[indices] |= values` in C (`_subset.c`), or None (numpy's fancy indexing)
+_OR_WORDS = extension_function("or_words")
 
 _UNIONS: weakref.WeakValueDictionary[tuple[Any, ...], _SharedUnion] = (
     weakref.WeakValueDictionary()
@@ -429,7 +433,10 @@ class GrammarEngine:
                 lexer = self.lexer(after)
                 indices, values, more = lexer.walker.continue_walk(spans, lexer.start)
                 if len(indices):
-                    words[indices] |= values
+                    if _OR_WORDS is not None:
+                        _OR_WORDS(words, indices, values)
+                    else:
+                        words[indices] |= values
                 if len(more):
                     pending.append((after, more))
         mask = words.view(np.int32)
