@@ -66,6 +66,11 @@ class StructgenPeer:
         """A fresh matcher for the last compiled constraint."""
         self.use(self.compiled)
 
+    def release(self) -> None:
+        """Drop the last constraint and its matcher (freed here, not inside the next timing)."""
+        self.matcher = None
+        self.compiled = None
+
     def reset(self) -> None:
         self.matcher.reset()
 
@@ -105,6 +110,11 @@ class LLGuidancePeer:
         self.matcher = self.llg.LLMatcher(self.tokenizer, self.grammar, log_level=0)
         if self.matcher.is_error():
             raise EngineError(self.matcher.get_error()[:300])
+
+    def release(self) -> None:
+        """Drop the last grammar and its matcher (freed here, not inside the next timing)."""
+        self.matcher = None
+        self.grammar = None
 
     def reset(self) -> None:
         self.matcher.reset()
@@ -150,6 +160,12 @@ class XGrammarPeer:
     def start(self) -> None:
         self.matcher = self.xgr.GrammarMatcher(self.compiled)
 
+    def release(self) -> None:
+        """Drop the last compiled grammar and its matcher (freed here, not inside the next
+        timing)."""
+        self.matcher = None
+        self.compiled = None
+
     def reset(self) -> None:
         self.matcher.reset()
 
@@ -186,6 +202,11 @@ class OutlinesCorePeer:
 
     def start(self) -> None:
         self.guide = self.oc.Guide(self.index)
+
+    def release(self) -> None:
+        """Drop the last index and its guide (freed here, not inside the next timing)."""
+        self.guide = None
+        self.index = None
 
     def fill(self) -> None:
         self.guide.write_mask_into(self.bitmask.ctypes.data, self.bitmask.shape[1], 4)
