@@ -607,19 +607,25 @@ def _python_program(root: Node) -> tuple[Any, ...]:
     return (*tables, empty[top], size, empty_alternation, _leaf_bytes(leaves))
 
 
-def extension_function(name: str, *, switchable: bool = True) -> Any:
-    """The `_subset` extension's function `name`, or None: not built, built before it had the
-    function, or (`switchable`) switched off with STRUCTGEN_NATIVE=0."""
+def extension_module(name: str = "structgen.automata._subset", *, switchable: bool = True) -> Any:
+    """The C extension module `name`, or None: not built, or (`switchable`) switched off with
+    STRUCTGEN_NATIVE=0 (then the Python paths run)."""
     import importlib
     import os
 
     if switchable and os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
         return None
     try:
-        module = importlib.import_module("structgen.automata._subset")
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return getattr(module, name, None)
+
+
+def extension_function(name: str, *, switchable: bool = True) -> Any:
+    """The `_subset` extension's function `name`, or None: not built, built before it had the
+    function, or (`switchable`) switched off with STRUCTGEN_NATIVE=0."""
+    module = extension_module(switchable=switchable)
+    return None if module is None else getattr(module, name, None)
 
 
 _PROGRAM_TABLES = extension_function("program_tables")

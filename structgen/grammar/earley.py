@@ -12,12 +12,11 @@ See docs/design/context-free.md.
 
 from __future__ import annotations
 
-import importlib
-import os
 import weakref
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from structgen.automata.nfa import extension_module
 from structgen.errors import GrammarError
 from structgen.grammar.ir import Grammar, Rule
 
@@ -28,18 +27,9 @@ Item = tuple[int, int, "EarleySet"]  # (rule id, dot position, origin set)
 Prediction = tuple[dict[int, tuple[tuple[int, int], ...]], frozenset[int]]
 
 
-def _native() -> Any:
-    """The C loops of `EarleySet` (`_earley.c`: `closure`, `scan_kernel`), or None: not built,
-    or switched off with STRUCTGEN_NATIVE=0 (then the Python loops below run; same sets)."""
-    if os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
-        return None
-    try:
-        return importlib.import_module("structgen.grammar._earley")
-    except ImportError:
-        return None
-
-
-_NATIVE = _native()
+#: the C loops of `EarleySet` (`_earley.c`: `closure`, `scan_kernel`), or None: not built, or
+#: switched off with STRUCTGEN_NATIVE=0 (then the Python loops below run; same sets)
+_NATIVE = extension_module("structgen.grammar._earley")
 
 
 def _closure(rules: Sequence[tuple[int, tuple[int, ...]]], known: set[int]) -> set[int]:
