@@ -63,58 +63,79 @@ static int bad_item(void) {
     return -1;
 }
 
-/* Push what completing `lhs` (an item whose origin is `origin`) advances. */
-static int complete_in(Stack *work, PyObject *origin, PyObject *lhs) {
-    PyObject *by_next = PyObject_GetAttr(origin, str_by_next);
+/* Where advanced items go: a sink takes a new reference (or NULL, an error already set). */
+typedef int (*sink_fn)(void *ctx, PyObject *item);
+
+static int to_stack(void *ctx, PyObject *item) { return stack_push((Stack *)ctx, item); }
+
+static int to_set(void *ctx, PyObject *item) {
+    if (item == NULL)
+        return -1;
+    int rc = PySet_Add((PyObject *)ctx, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+/* Each carried item of `waiting` (a list of (rule id, dot, origin)), advanced over its next
+ * symbol, into `sink`. */
+static int advance_waiting(PyObject *waiting, sink_fn sink, void *ctx) {
+    if (!PyList_Check(waiting))
+        return bad_item();
+    Py_INCREF(waiting);
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(waiting); i++) {
+        PyObject *it = PyList_GET_ITEM(waiting, i);
+        if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3)
+            rc = bad_item();
+        else
+            rc = sink(ctx, advanced(PyTuple_GET_ITEM(it, 0), PyTuple_GET_ITEM(it, 1),
+                                    PyTuple_GET_ITEM(it, 2)));
+    }
+    Py_DECREF(waiting);
+    return rc;
+}
+
+/* Each predicted (rule id, dot) pair of `pairs` (a tuple), advanced, with `origin` (the set
+ * that predicted it) as its origin, into `sink`. */
+static int advance_pairs(PyObject *pairs, PyObject *origin, sink_fn sink, void *ctx) {
+    if (!PyTuple_Check(pairs))
+        return bad_item();
+    Py_INCREF(pairs);
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(pairs); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+            rc = bad_item();
+        else
+            rc = sink(ctx, advanced(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), origin));
+    }
+    Py_DECREF(pairs);
+    return rc;
+}
+
+/* The items of `set` (an EarleySet: read through its `by_next` and `predicted` dicts) waiting
+ * on `symbol`, advanced over it, into `sink`. */
+static int advance_over(PyObject *set, PyObject *symbol, sink_fn sink, void *ctx) {
+    PyObject *by_next = PyObject_GetAttr(set, str_by_next);
     if (by_next == NULL)
         return -1;
     int rc = 0;
-    PyObject *waiting = PyDict_Check(by_next) ? PyDict_GetItemWithError(by_next, lhs) : NULL;
+    PyObject *waiting = PyDict_Check(by_next) ? PyDict_GetItemWithError(by_next, symbol) : NULL;
     if (waiting == NULL && PyErr_Occurred())
         rc = -1;
-    if (waiting != NULL) {
-        Py_INCREF(waiting);
-        if (!PyList_Check(waiting)) {
-            rc = bad_item();
-        } else {
-            for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(waiting); i++) {
-                PyObject *it = PyList_GET_ITEM(waiting, i);
-                if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3) {
-                    rc = bad_item();
-                    break;
-                }
-                rc = stack_push(work, advanced(PyTuple_GET_ITEM(it, 0), PyTuple_GET_ITEM(it, 1),
-                                               PyTuple_GET_ITEM(it, 2)));
-            }
-        }
-        Py_DECREF(waiting);
-    }
+    else if (waiting != NULL)
+        rc = advance_waiting(waiting, sink, ctx);
     Py_DECREF(by_next);
     if (rc)
         return rc;
-    PyObject *predicted = PyObject_GetAttr(origin, str_predicted);
+    PyObject *predicted = PyObject_GetAttr(set, str_predicted);
     if (predicted == NULL)
         return -1;
-    PyObject *pairs = PyDict_Check(predicted) ? PyDict_GetItemWithError(predicted, lhs) : NULL;
+    PyObject *pairs = PyDict_Check(predicted) ? PyDict_GetItemWithError(predicted, symbol) : NULL;
     if (pairs == NULL && PyErr_Occurred())
         rc = -1;
-    if (pairs != NULL) {
-        Py_INCREF(pairs);
-        if (!PyTuple_Check(pairs)) {
-            rc = bad_item();
-        } else {
-            for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(pairs); i++) {
-                PyObject *pair = PyTuple_GET_ITEM(pairs, i);
-                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-                    rc = bad_item();
-                    break;
-                }
-                rc = stack_push(work, advanced(PyTuple_GET_ITEM(pair, 0),
-                                               PyTuple_GET_ITEM(pair, 1), origin));
-            }
-        }
-        Py_DECREF(pairs);
-    }
+    else if (pairs != NULL)
+        rc = advance_pairs(pairs, set, sink, ctx);
     Py_DECREF(predicted);
     return rc;
 }
@@ -265,7 +286,7 @@ static PyObject *closure(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         } else if (rid == start_rule) {
             complete = 1;
         } else {
-            rc = complete_in(&work, origin, lhs);
+            rc = advance_over(origin, lhs, to_stack, &work); /* what completing lhs advances */
         }
         Py_DECREF(item);
         if (rc)
@@ -342,41 +363,13 @@ static PyObject *scan_kernel(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyObject *waiting = PyDict_GetItemWithError(by_next, t);
         if (waiting == NULL && PyErr_Occurred())
             rc = -1;
-        if (waiting != NULL) {
-            if (!PyList_Check(waiting)) {
-                rc = bad_item();
-            }
-            for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(waiting); i++) {
-                PyObject *it = PyList_GET_ITEM(waiting, i);
-                if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3) {
-                    rc = bad_item();
-                    break;
-                }
-                PyObject *next = advanced(PyTuple_GET_ITEM(it, 0), PyTuple_GET_ITEM(it, 1),
-                                          PyTuple_GET_ITEM(it, 2));
-                rc = next == NULL ? -1 : PySet_Add(out, next);
-                Py_XDECREF(next);
-            }
-        }
+        else if (waiting != NULL)
+            rc = advance_waiting(waiting, to_set, out);
         PyObject *pairs = rc ? NULL : PyDict_GetItemWithError(predicted, t);
         if (pairs == NULL && PyErr_Occurred())
             rc = -1;
-        if (pairs != NULL) {
-            if (!PyTuple_Check(pairs)) {
-                rc = bad_item();
-            }
-            for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(pairs); i++) {
-                PyObject *pair = PyTuple_GET_ITEM(pairs, i);
-                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-                    rc = bad_item();
-                    break;
-                }
-                PyObject *next =
-                    advanced(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), here);
-                rc = next == NULL ? -1 : PySet_Add(out, next);
-                Py_XDECREF(next);
-            }
-        }
+        else if (pairs != NULL)
+            rc = advance_pairs(pairs, here, to_set, out);
         Py_DECREF(t);
     }
     Py_DECREF(iter);
