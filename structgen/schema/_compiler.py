@@ -98,6 +98,11 @@ class SchemaCompiler:
         self.unique: tuple[Any, ...] | None = None
         self.memo: dict[tuple[Any, ...], str] = {}
         self.ref_memo: dict[str, str] = {}
+        # the same subschema written at several places (inlined definitions) compiles once: by
+        # (content, base URI) — not in lenient mode, where each place warns with its pointer
+        self.content_memo: dict[tuple[Any, ...], str] | None = None if options.lenient else {}
+        self._contents: dict[int, tuple[Any, Any]] = {}  # id -> (object held, content key)
+        self._interned: dict[Any, int] = {}
         self.keep: list[Any] = []
         # schemas whose keywords were checked, by id (held: an id is not reused meanwhile); a
         # subschema is flattened once per conjunction it takes part in
@@ -189,6 +194,13 @@ class SchemaCompiler:
         name = self.memo.get(key)
         if name is not None:
             return name
+        same = self.content_memo
+        if same is not None:
+            ckey = tuple((self._content(s.schema), s.base) for s in conj)
+            name = same.get(ckey)
+            if name is not None:
+                self.memo[key] = name
+                return name
         self.keep.append(conj)
         name = self.emit.new_rule("v")
         self.memo[key] = name
@@ -199,7 +211,31 @@ class SchemaCompiler:
             raise
         for alt in alternatives:
             self.emit.add(name, alt)
+        if same is not None:
+            same[ckey] = name
         return name
+
+    def _content(self, value: JSON) -> Any:
+        """A key equal for equal JSON (keys in their order: it is the generated order), an int
+        per container interned bottom-up, so that a deep subschema hashes in one step."""
+        hit = self._contents.get(id(value))
+        if hit is not None:
+            return hit[1]
+        kind = type(value)
+        if kind is dict:
+            body: Any = tuple([(k, self._content(v)) for k, v in value.items()])
+        elif kind is list:
+            body = ("[", *[self._content(v) for v in value])
+        elif kind is str:
+            return value
+        else:
+            return (kind, value)
+        interned = self._interned
+        found = interned.get(body)
+        if found is None:
+            found = interned[body] = len(interned)
+        self._contents[id(value)] = (value, found)
+        return found
 
     def _pure_ref(self, schema: JSON) -> bool:
         if not isinstance(schema, dict) or "$ref" not in schema:
