@@ -215,7 +215,10 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
         except (StructgenError, ValueError, TypeError) as exc:
             logger.info("structgen refused a %s grammar: %s", kind, exc)
             return InvalidGrammarObject(f"{type(exc).__name__}: {exc}")
-        return StructgenGrammar(Matcher(compiled))
+        matcher = Matcher(compiled)
+        # the first mask now, on SGLang's grammar thread (as vLLM's backend does)
+        matcher.allowed_mask()
+        return StructgenGrammar(matcher)
 
     def dispatch_json(self, key_string: str) -> Any:
         if key_string == "$$ANY$$":  # SGLang's spelling of JSON mode (any JSON value)

@@ -142,7 +142,11 @@ class StructgenBackend(StructuredOutputBackend):  # type: ignore[misc]
     ) -> StructgenGrammar:
         compiled = self.compile(request_type, grammar_spec)
         stops = sorted(stop_token_ids) if stop_token_ids else None
-        return StructgenGrammar(matcher=Matcher(compiled, stop_token_ids=stops))
+        matcher = Matcher(compiled, stop_token_ids=stops)
+        # The first mask now, on vLLM's compile thread (the request waits for it anyway), not
+        # in the first batch step that every running request shares; a cached grammar has it.
+        matcher.allowed_mask()
+        return StructgenGrammar(matcher=matcher)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)

@@ -153,6 +153,13 @@ def test_masks_equal_structgens_own_matcher_token_by_token(
     assert grammar.is_terminated()
 
 
+def test_a_compiled_grammar_has_its_first_mask_cached(backend: Any) -> None:
+    # computed on SGLang's grammar thread, not in the first batch step (a new regex: no cache)
+    grammar = _grammar(backend, ("regex", r"first-mask-probe [0-9]{3}"))
+    assert isinstance(grammar, plugin.StructgenGrammar)
+    assert grammar.matcher._allowed(cached_only=True) is not None
+
+
 def test_cached_grammars_are_independent_copies(backend: Any, tokenizer: Any) -> None:
     key = ("regex", r"(ab|cd)+")
     first = _grammar(backend, key)

@@ -236,6 +236,14 @@ def test_manager_masks_equal_structgens_own_matcher_token_by_token(
     assert grammar.is_terminated()
 
 
+def test_a_ready_grammar_has_its_first_mask_cached(config: Any, tokenizer: Any) -> None:
+    # computed on vLLM's compile thread, not in the first batch step (a new schema: no cache)
+    manager = StructuredOutputManager(config)
+    schema = {"type": "object", "properties": {"first_mask_probe": {"type": "integer"}}}
+    grammar = _ready(manager, _request(config, tokenizer, "r", {"json": schema}))
+    assert grammar.matcher._allowed(cached_only=True) is not None
+
+
 def test_a_batch_gets_one_row_per_request(config: Any, tokenizer: Any, compiler: Compiler) -> None:
     manager = StructuredOutputManager(config)
     requests = {
