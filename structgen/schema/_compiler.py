@@ -224,12 +224,16 @@ class SchemaCompiler:
         kind = type(value)
         if kind is dict:
             body: Any = tuple([(k, self._content(v)) for k, v in value.items()])
-        elif kind is list:
-            body = ("[", *[self._content(v) for v in value])
+        elif kind is list or kind is tuple:
+            body = (kind.__name__, *[self._content(v) for v in value])
         elif kind is str:
             return value
-        else:
+        elif kind is float:
+            return (kind, repr(value))  # (-0.0 == 0.0, but json.dumps spells them apart)
+        elif kind in (int, bool) or value is None:
             return (kind, value)
+        else:  # (not JSON, e.g. a set in an annotation a Python caller wrote: equal to itself)
+            body = ("object", id(value))
         interned = self._interned
         found = interned.get(body)
         if found is None:
@@ -457,7 +461,7 @@ class SchemaCompiler:
             elif isinstance(v, str):
                 words.append(v)
             else:
-                scalars.append(scalar_text(self, v))
+                scalars.append(scalar_text(self, v, kinds))
         if words:
             scalars.append(string_words(self, words))
         if scalars:

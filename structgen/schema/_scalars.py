@@ -76,8 +76,9 @@ def boolean_rule(c: SchemaCompiler, flat: list[Sub]) -> str:
     return c.emit.terminal(alternation(String(w) for w in words))
 
 
-def scalar_text(c: SchemaCompiler, v: Any) -> Node:
-    """The texts of one scalar `enum`/`const` member."""
+def scalar_text(c: SchemaCompiler, v: Any, kinds: frozenset[str] | None = None) -> Node:
+    """The texts of one scalar `enum`/`const` member; `kinds`: the types the conjunction
+    allows (under drafts 3 and 4 an integer-only one excludes `0.0`, `1.0`: floats there)."""
     if v is None:
         return String("null")
     if v is True:
@@ -88,6 +89,8 @@ def scalar_text(c: SchemaCompiler, v: Any) -> Node:
         return concat([String('"'), literal_body(v, canonical=c.canonical), String('"')])
     if c.canonical:
         return String(json.dumps(v))  # as a writer spells it: 3, 1.5, 1e+100
+    if not c.integer_fractions and kinds is not None and "nonint" not in kinds:
+        return number_node(NumRange(v, v), integer=True, fractions=False)
     return number_node(NumRange(v, v), integer=False)
 
 

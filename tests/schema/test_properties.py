@@ -203,6 +203,7 @@ _TYPES = ["null", "boolean", "integer", "number", "string", "array", "object"]
     draft4=st.booleans(),
 )
 @example(values=[1.0, 2], kinds=["integer"], as_list=False, extra={}, draft4=True)
+@example(values=[0, -0.0], kinds=["integer"], as_list=False, extra={}, draft4=True)
 @example(values=[True, 1, 1.5], kinds=["number"], as_list=True, extra={"weight": 3}, draft4=False)
 def test_an_enum_under_a_type_keeps_exactly_the_members_jsonschema_keeps(
     values: list[Any], kinds: list[str], as_list: bool, extra: dict[str, Any], draft4: bool

@@ -311,3 +311,21 @@ def test_not_integer_follows_the_draft() -> None:
         assert generated is not None, reason
         offered = [t for t in texts if accepts(generated, tokenizer, t)]
         assert offered == ["1.5"], offered  # a writer's layout: no trailing zeros either
+
+
+def test_draft_04_integer_enum_members_have_no_fraction() -> None:
+    # draft 4: `0.0`, `-0.0` and `2.0` are floats, not integers, even where the enum lists 0 and 2
+    vocab, tokenizer = load_vocab("llama3_1"), load_tokenizer("llama3_1")
+    texts = ["0", "-0", "0.0", "-0.0", "2", "2.0", "2.00", "3"]
+    for draft in ("http://json-schema.org/draft-04/schema#", DRAFT_2020):
+        for schema in (
+            {"$schema": draft, "type": "integer", "enum": [0, -0.0, 2.0, 2]},
+            {"$schema": draft, "type": "integer", "enum": [0]},
+            {"$schema": draft, "enum": [0, 2]},  # (no type: 0.0 equals 0, so it is valid)
+        ):
+            validator = validator_for(schema)(schema)
+            compiled, reason = compile_or_reason(vocab, schema, ACCEPT)
+            assert compiled is not None, reason
+            for text in texts:
+                want = validator.is_valid(json.loads(text))
+                assert accepts(compiled, tokenizer, text) == want, (schema, text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from structgen.automata import String
 from structgen.schema import SchemaOptions, compile_schema
 from tests.schema.test_regressions import check
 
@@ -100,3 +101,30 @@ def test_lenient_mode_warns_at_each_place() -> None:
     where = {str(w.message).split(":")[0] for w in caught}
     assert any("/properties/x" in w for w in where), where
     assert any("/properties/y" in w for w in where), where
+
+
+def test_python_values_json_cannot_hold_do_not_break_the_content_key() -> None:
+    # a Python caller's annotations may hold tuples of dicts or sets: keyed, never hashed raw
+    odd = {"type": "string", "examples": ({"x": 1},), "x-tags": {1, 2}}
+    schema = {"type": "object", "properties": {"a": odd, "b": dict(odd), "c": dict(odd)}}
+    grammar = compile_schema(schema, options=ACCEPT)
+    plain = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert len(grammar.rules) > len(compile_schema(plain, options=ACCEPT).rules)
+
+
+def test_numbers_equal_in_value_but_spelled_apart_are_not_shared() -> None:
+    # generate mode writes each const as json.dumps does: 0.0 and -0.0, 1 and 1.0, stay apart
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"const": 0.0},
+            "b": {"const": -0.0},
+            "c": {"const": 1},
+            "d": {"const": 1.0},
+        },
+        "required": ["a", "b", "c", "d"],
+    }
+    grammar = compile_schema(schema, options=SchemaOptions(mode="generate"))
+    texts = {d.pattern for d in grammar.terminals}
+    for spelled in ("0.0", "-0.0", "1", "1.0"):
+        assert String(spelled) in texts, spelled
