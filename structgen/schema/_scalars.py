@@ -76,7 +76,7 @@ def boolean_rule(c: SchemaCompiler, flat: list[Sub]) -> str:
     return c.emit.terminal(alternation(String(w) for w in words))
 
 
-def scalar_text(c: SchemaCompiler, v: Any, kinds: frozenset[str] | None = None) -> Node:
+def scalar_text(c: SchemaCompiler, v: Any, kinds: frozenset[str]) -> Node:
     """The texts of one scalar `enum`/`const` member; `kinds`: the types the conjunction
     allows (under drafts 3 and 4 an integer-only one excludes `0.0`, `1.0`: floats there)."""
     if v is None:
@@ -89,7 +89,7 @@ def scalar_text(c: SchemaCompiler, v: Any, kinds: frozenset[str] | None = None) 
         return concat([String('"'), literal_body(v, canonical=c.canonical), String('"')])
     if c.canonical:
         return String(json.dumps(v))  # as a writer spells it: 3, 1.5, 1e+100
-    if not c.integer_fractions and kinds is not None and "nonint" not in kinds:
+    if not c.integer_fractions and "nonint" not in kinds:
         return number_node(NumRange(v, v), integer=True, fractions=False)
     return number_node(NumRange(v, v), integer=False)
 
