@@ -380,12 +380,258 @@ static PyObject *scan_kernel(PyObject *self, PyObject *const *args, Py_ssize_t n
     return out;
 }
 
+/* ------------------------------------------------------------------ grammar fixpoints */
+
+static PyObject *str_lhs;
+static PyObject *str_rhs;
+
+/* A rule's (lhs, rhs): a 2-tuple, or an object with `lhs` and `rhs` (`ir.Rule`). New refs. */
+static int rule_parts(PyObject *rule, PyObject **lhs, PyObject **rhs) {
+    if (PyTuple_Check(rule) && PyTuple_GET_SIZE(rule) == 2) {
+        *lhs = PyTuple_GET_ITEM(rule, 0);
+        *rhs = PyTuple_GET_ITEM(rule, 1);
+        Py_INCREF(*lhs);
+        Py_INCREF(*rhs);
+    } else {
+        *lhs = PyObject_GetAttr(rule, str_lhs);
+        if (*lhs == NULL)
+            return -1;
+        *rhs = PyObject_GetAttr(rule, str_rhs);
+        if (*rhs == NULL) {
+            Py_CLEAR(*lhs);
+            return -1;
+        }
+    }
+    if (!PyTuple_Check(*rhs)) {
+        Py_CLEAR(*lhs);
+        Py_CLEAR(*rhs);
+        PyErr_SetString(PyExc_TypeError, "a rule's right-hand side must be a tuple");
+        return -1;
+    }
+    return 0;
+}
+
+/* A growable array of Py_ssize_t. */
+typedef struct {
+    Py_ssize_t *v;
+    Py_ssize_t n;
+    Py_ssize_t cap;
+} Ints;
+
+static int ints_push(Ints *a, Py_ssize_t x) {
+    if (a->n == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 256;
+        Py_ssize_t *grown = PyMem_Realloc(a->v, (size_t)cap * sizeof(Py_ssize_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        a->v = grown;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+/* The number of `sym` in `ids` (a new one is added, and recorded in `syms`, borrowed: the
+ * dict holds the key); -1 on error. */
+static Py_ssize_t symbol_id(PyObject *ids, Ints *syms, PyObject *sym) {
+    PyObject *found = PyDict_GetItemWithError(ids, sym);
+    if (found != NULL)
+        return PyLong_AsSsize_t(found);
+    if (PyErr_Occurred())
+        return -1;
+    PyObject *id = PyLong_FromSsize_t(syms->n);
+    if (id == NULL)
+        return -1;
+    int rc = PyDict_SetItem(ids, sym, id);
+    Py_DECREF(id);
+    if (rc < 0 || ints_push(syms, (Py_ssize_t)sym) < 0)
+        return -1;
+    return syms->n - 1;
+}
+
+/* known_closure(rules, known) -> list of rule indices
+ *
+ * Adds to the set `known` every left-hand side with a rule whose symbols are all known, until
+ * nothing changes (the productive symbols from the usable terminals, the nullable ones from
+ * the empty set), in time linear in the grammar: each rule counts its symbols not yet known,
+ * and a symbol that becomes known counts down the rules that use it. Returns the indices of the
+ * rules left with a symbol that is not known (the dead ones). Symbols are numbered once (a
+ * dict), the rest runs on arrays. `earley._closure` and `_emitter._dead_rules` in Python are
+ * the fallback. */
+static PyObject *known_closure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PySet_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "known_closure(rules: list, known: set)");
+        return NULL;
+    }
+    PyObject *rules = args[0], *known = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(rules);
+    PyObject *ids = PyDict_New();
+    Ints syms = {NULL, 0, 0}, lhs = {NULL, 0, 0}, off = {NULL, 0, 0}, flat = {NULL, 0, 0};
+    Ints ready = {NULL, 0, 0};
+    Py_ssize_t *missing = NULL, *start = NULL, *users = NULL;
+    char *is_known = NULL;
+    PyObject *out = NULL;
+    if (ids == NULL || ints_push(&off, 0) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *left, *rhs;
+        if (rule_parts(PyList_GET_ITEM(rules, i), &left, &rhs) < 0)
+            goto done;
+        Py_ssize_t id = symbol_id(ids, &syms, left);
+        int rc = id < 0 ? -1 : ints_push(&lhs, id);
+        Py_DECREF(left);
+        for (Py_ssize_t k = 0; rc == 0 && k < PyTuple_GET_SIZE(rhs); k++) {
+            id = symbol_id(ids, &syms, PyTuple_GET_ITEM(rhs, k));
+            rc = id < 0 ? -1 : ints_push(&flat, id);
+        }
+        Py_DECREF(rhs);
+        if (rc < 0 || ints_push(&off, flat.n) < 0)
+            goto done;
+    }
+    Py_ssize_t m = syms.n;
+    is_known = PyMem_Calloc((size_t)(m ? m : 1), 1);
+    missing = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+    start = PyMem_Calloc((size_t)m + 1, sizeof(Py_ssize_t));
+    users = PyMem_Malloc((size_t)(flat.n ? flat.n : 1) * sizeof(Py_ssize_t));
+    if (is_known == NULL || missing == NULL || start == NULL || users == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t id = 0; id < m; id++) {
+        int in = PySet_Contains(known, (PyObject *)syms.v[id]);
+        if (in < 0)
+            goto done;
+        is_known[id] = (char)in;
+    }
+    /* each rule's unknown symbols (a symbol named twice counts, and is counted down, twice),
+     * and the rules that wait on each symbol (CSR: `start`, `users`) */
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t k = off.v[i]; k < off.v[i + 1]; k++)
+            if (!is_known[flat.v[k]]) {
+                missing[i]++;
+                start[flat.v[k] + 1]++;
+            }
+    for (Py_ssize_t id = 0; id < m; id++)
+        start[id + 1] += start[id];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t k = off.v[i]; k < off.v[i + 1]; k++)
+            if (!is_known[flat.v[k]])
+                users[start[flat.v[k]]++] = i;
+        if (!missing[i] && ints_push(&ready, lhs.v[i]) < 0)
+            goto done;
+    }
+    for (Py_ssize_t id = m; id > 0; id--) /* (filling moved each start to the next one's) */
+        start[id] = start[id - 1];
+    start[0] = 0;
+    while (ready.n) {
+        Py_ssize_t id = ready.v[--ready.n];
+        if (is_known[id])
+            continue;
+        is_known[id] = 1;
+        if (PySet_Add(known, (PyObject *)syms.v[id]) < 0)
+            goto done;
+        for (Py_ssize_t u = start[id]; u < start[id + 1]; u++)
+            if (--missing[users[u]] == 0 && ints_push(&ready, lhs.v[users[u]]) < 0)
+                goto done;
+    }
+    out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        if (!missing[i])
+            continue;
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL || PyList_Append(out, index) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(index);
+    }
+done:
+    Py_XDECREF(ids);
+    PyMem_Free(syms.v);
+    PyMem_Free(lhs.v);
+    PyMem_Free(off.v);
+    PyMem_Free(flat.v);
+    PyMem_Free(ready.v);
+    PyMem_Free(missing);
+    PyMem_Free(start);
+    PyMem_Free(users);
+    PyMem_Free(is_known);
+    return out;
+}
+
+/* number_rules(rules, ids) -> list of (lhs id, rhs ids) | None
+ *
+ * The rules (`ir.Rule`) with every symbol replaced by its number in the dict `ids`; None when a
+ * symbol is not there (the caller's Python loop then says which). `EarleyGrammar.__init__`. */
+static PyObject *number_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "number_rules(rules, ids: dict)");
+        return NULL;
+    }
+    PyObject *rules = PySequence_Fast(args[0], "rules must be a sequence");
+    if (rules == NULL)
+        return NULL;
+    PyObject *ids = args[1];
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(rules);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        Py_DECREF(rules);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *lhs, *rhs;
+        if (rule_parts(PySequence_Fast_GET_ITEM(rules, i), &lhs, &rhs) < 0)
+            goto fail;
+        PyObject *lhs_id = PyDict_GetItemWithError(ids, lhs);
+        Py_DECREF(lhs);
+        Py_ssize_t m = PyTuple_GET_SIZE(rhs);
+        PyObject *numbered = lhs_id == NULL ? NULL : PyTuple_New(m);
+        if (numbered == NULL) {
+            Py_DECREF(rhs);
+            goto missing_or_fail;
+        }
+        for (Py_ssize_t k = 0; k < m; k++) {
+            PyObject *id = PyDict_GetItemWithError(ids, PyTuple_GET_ITEM(rhs, k));
+            if (id == NULL) {
+                Py_DECREF(numbered);
+                Py_DECREF(rhs);
+                goto missing_or_fail;
+            }
+            Py_INCREF(id);
+            PyTuple_SET_ITEM(numbered, k, id);
+        }
+        Py_DECREF(rhs);
+        PyObject *pair = PyTuple_Pack(2, lhs_id, numbered);
+        Py_DECREF(numbered);
+        if (pair == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, pair);
+    }
+    Py_DECREF(rules);
+    return out;
+missing_or_fail:
+    if (!PyErr_Occurred()) {
+        Py_DECREF(out);
+        Py_DECREF(rules);
+        Py_RETURN_NONE;
+    }
+fail:
+    Py_DECREF(out);
+    Py_DECREF(rules);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"closure", (PyCFunction)(void (*)(void))closure, METH_FASTCALL,
      "closure(tables, predicts_of, prediction, kernel, by_next, predicted, complete): an"
      " Earley set's items (EarleySet.__init__)"},
     {"scan_kernel", (PyCFunction)(void (*)(void))scan_kernel, METH_FASTCALL,
      "scan_kernel(usable, by_next, predicted, here): a scan's kernel (EarleySet.scan)"},
+    {"known_closure", (PyCFunction)(void (*)(void))known_closure, METH_FASTCALL,
+     "known_closure(rules, known): close the set `known` under the rules; the dead rules'"
+     " indices"},
+    {"number_rules", (PyCFunction)(void (*)(void))number_rules, METH_FASTCALL,
+     "number_rules(rules, ids): the rules' symbols numbered, or None for an unknown one"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -394,7 +640,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_earley", NULL, -1, 
 PyMODINIT_FUNC PyInit__earley(void) {
     str_by_next = PyUnicode_InternFromString("by_next");
     str_predicted = PyUnicode_InternFromString("predicted");
-    if (str_by_next == NULL || str_predicted == NULL)
+    str_lhs = PyUnicode_InternFromString("lhs");
+    str_rhs = PyUnicode_InternFromString("rhs");
+    if (str_by_next == NULL || str_predicted == NULL || str_lhs == NULL || str_rhs == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -13,7 +13,7 @@ See docs/design/context-free.md.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from structgen.automata.nfa import extension_module
@@ -32,11 +32,14 @@ Prediction = tuple[dict[int, tuple[tuple[int, int], ...]], frozenset[int]]
 _NATIVE = extension_module("structgen.grammar._earley")
 
 
-def _closure(rules: Sequence[tuple[int, tuple[int, ...]]], known: set[int]) -> set[int]:
+def _closure(rules: list[tuple[int, tuple[int, ...]]], known: set[int]) -> set[int]:
     """`known` plus every left-hand side with a rule whose symbols are all in the result (the
     productive symbols from the terminals, the nullable ones from nothing), in time linear in
     the grammar: each rule counts its symbols not yet known, and a symbol's rules are told once
-    when it becomes known."""
+    when it becomes known. (In C where built: a large schema's grammar has thousands of rules.)"""
+    if _NATIVE is not None:
+        _NATIVE.known_closure(rules, known)
+        return known
     waiting = [0] * len(rules)
     users: dict[int, list[int]] = {}
     work = list(known)
@@ -80,21 +83,26 @@ class EarleyGrammar:
         start_name = "$start"
         nonterminals = [start_name, *lhs_names]
         nt_ids = {n: len(names) + i for i, n in enumerate(nonterminals)}
+        ids = nt_ids | terminal_ids  # (a name in both is a terminal, as below)
         self.num_terminals = len(names)
         self.nonterminal_names = nonterminals
         if grammar.start not in nt_ids:
             raise GrammarError(f"the start rule {grammar.start!r} is not defined")
         raw: list[tuple[int, tuple[int, ...]]] = [(nt_ids[start_name], (nt_ids[grammar.start],))]
-        for rule in grammar.rules:
-            symbols: list[int] = []
-            for sym in rule.rhs:
-                if sym in terminal_ids:
-                    symbols.append(terminal_ids[sym])
-                elif sym in nt_ids:
-                    symbols.append(nt_ids[sym])
-                else:
-                    raise GrammarError(f"rule {rule.lhs!r} uses {sym!r}, which is not defined")
-            raw.append((nt_ids[rule.lhs], tuple(symbols)))
+        numbered = None if _NATIVE is None else _NATIVE.number_rules(grammar.rules, ids)
+        if numbered is not None:
+            raw += numbered
+        else:  # (no C, or a symbol that is not defined: this loop says which)
+            for rule in grammar.rules:
+                symbols: list[int] = []
+                for sym in rule.rhs:
+                    if sym in terminal_ids:
+                        symbols.append(terminal_ids[sym])
+                    elif sym in nt_ids:
+                        symbols.append(nt_ids[sym])
+                    else:
+                        raise GrammarError(f"rule {rule.lhs!r} uses {sym!r}, which is not defined")
+                raw.append((nt_ids[rule.lhs], tuple(symbols)))
         #: every rule as numbered, the start rule first (what `tables` writes), and the
         #: indices of those left out (unproductive)
         self.all_rules = raw

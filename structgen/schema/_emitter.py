@@ -18,9 +18,14 @@ from structgen.automata import (
     concat,
     repeat,
 )
+from structgen.automata.nfa import extension_module
 from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 from structgen.grammar.terminals import terminal_dfa
+
+_EARLEY_C = extension_module("structgen.grammar._earley")
+#: the productive-symbol worklist in C (`_earley.c`), or None: the Python loop below
+_KNOWN_CLOSURE = None if _EARLEY_C is None else _EARLEY_C.known_closure
 
 __all__ = ["GrammarEmitter"]
 
@@ -145,9 +150,14 @@ class GrammarEmitter:
             # twice; a limit it hits is the compile's.
             if not terminal_dfa(t, self.limits).is_empty:
                 usable.add(t.name)
+        productive = set(usable)
+        if _KNOWN_CLOSURE is not None:  # (the same worklist in C: `_earley.c`)
+            dead: list[int] = _KNOWN_CLOSURE(list(grammar.rules), productive)
+            if "start" not in productive:
+                raise SchemaError("the schema is unsatisfiable: no JSON value satisfies it")
+            return set(dead)
         # Worklist: each rule counts its symbols not yet known productive; a symbol that
         # becomes productive counts down the rules that use it (linear in the grammar).
-        productive = set(usable)
         missing: list[int] = []
         users: dict[str, list[int]] = {}
         ready: list[str] = []

@@ -104,3 +104,68 @@ def test_bad_items_are_type_errors_not_crashes() -> None:
         native.closure((), *args, [], {}, set(), False)
     with pytest.raises(TypeError):
         native.scan_kernel(frozenset({0}), {0: "not a list"}, {}, None)
+
+
+# ------------------------------------------------------------------ grammar fixpoints
+
+
+def _fixpoint(rules: list[tuple[str, tuple[str, ...]]], known: set[str]) -> set[str]:
+    """The oracle: add left-hand sides until nothing changes (quadratic, obviously right)."""
+    known = set(known)
+    while True:
+        more = {lhs for lhs, rhs in rules if lhs not in known and all(s in known for s in rhs)}
+        if not more:
+            return known
+        known |= more
+
+
+@st.composite
+def rule_lists(draw: st.DrawFn) -> list[tuple[str, tuple[str, ...]]]:
+    symbols = st.sampled_from(TERMINALS + NONTERMINALS)
+    return draw(
+        st.lists(
+            st.tuples(st.sampled_from(NONTERMINALS), st.lists(symbols, max_size=4).map(tuple)),
+            max_size=12,
+        )
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(rules=rule_lists(), usable=st.sets(st.sampled_from(TERMINALS)))
+def test_known_closure_is_the_fixpoint(
+    rules: list[tuple[str, tuple[str, ...]]], usable: set[str]
+) -> None:
+    """`known_closure` (C) closes the set as the plain fixpoint does, and names exactly the rules
+    left with an unknown symbol — for tuples and for `ir.Rule` objects; the Python worklists
+    (`earley._closure` without C, `_dead_rules`' loop) agree."""
+    expected = _fixpoint(rules, usable)
+    dead = [i for i, (_, rhs) in enumerate(rules) if not all(s in expected for s in rhs)]
+    for given_rules in (rules, [Rule(lhs, rhs) for lhs, rhs in rules]):
+        known = set(usable)
+        assert earley._NATIVE.known_closure(list(given_rules), known) == dead
+        assert known == expected
+    # nullable symbols: the closure from nothing
+    assert earley._closure(list(rules), set()) == _fixpoint(rules, set())  # type: ignore[arg-type]
+
+
+def test_python_closure_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = [("S", ("X", "a")), ("X", ()), ("Y", ("Y", "b")), ("Z", ("X", "X"))]
+    monkeypatch.setattr(earley, "_NATIVE", None)
+    assert earley._closure(rules, {"a"}) == {"a", "S", "X", "Z"}  # type: ignore[arg-type]
+
+
+def test_number_rules() -> None:
+    ids = {"S": 3, "X": 4, "a": 0, "b": 1}
+    rules = (Rule("S", ("X", "a")), Rule("X", ()), Rule("X", ("b", "X", "b")))
+    assert earley._NATIVE.number_rules(rules, ids) == [(3, (4, 0)), (4, ()), (4, (1, 4, 1))]
+    assert earley._NATIVE.number_rules((Rule("S", ("Q",)),), ids) is None  # undefined: None
+    with pytest.raises(TypeError):
+        earley._NATIVE.known_closure((("S", ()),), set())  # (a list is asked for)
+
+
+def test_undefined_symbol_is_reported_with_the_c_loops() -> None:
+    from structgen.errors import GrammarError
+
+    grammar = Grammar("S", (Rule("S", ("a", "Q")),), (TerminalDef("a", String("a")),))
+    with pytest.raises(GrammarError, match="'Q', which is not defined"):
+        EarleyGrammar(grammar)
