@@ -1,5 +1,5 @@
-"""Build the optional C trie walk, regex subset construction and Earley inner loops; everything
-else is configured in pyproject.toml."""
+"""Build the optional C trie walk, regex subset construction, Earley inner loops and schema data
+check; everything else is configured in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -22,6 +22,12 @@ setup(
             sources=["structgen/grammar/_earley.c"],
             extra_compile_args=["-O3"],
             optional=True,  # without it Earley sets are built in Python
+        ),
+        Extension(
+            "structgen._json_native",
+            sources=["structgen/_json_native.c"],
+            extra_compile_args=["-O3"],
+            optional=True,  # without it a schema's data is checked and copied in Python
         ),
     ]
 )

@@ -23,3 +23,7 @@ def test_c_extensions_are_built() -> None:
     assert dfa._JOINT_CLASSES is not None and dfa._CLASS_FIRSTS is not None
     assert snapshot._CHECK_SNAPSHOTS is not None
     assert earley._NATIVE is not None, "structgen.grammar._earley did not build"
+    assert hasattr(earley._NATIVE, "known_closure") and hasattr(earley._NATIVE, "number_rules")
+    from structgen import schema
+
+    assert schema._PLAIN_JSON is not None, "structgen._json_native did not build"

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from structgen._json_data import canonical_json
 from structgen._json_data import pointer as json_pointer
 from structgen.automata import AutomataLimits
+from structgen.automata.nfa import extension_module
 from structgen.engines.unique_items import UniqueArray
 from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.ir import Grammar
@@ -100,11 +101,22 @@ def schema_data(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
     return _load(schema, max_nesting)
 
 
+_JSON_NATIVE = extension_module("structgen._json_native")
+#: `_json_native.plain_json`: the plain-data case of `_check_nesting`, or None (not built)
+_PLAIN_JSON = None if _JSON_NATIVE is None else _JSON_NATIVE.plain_json
+
+
 def _check_nesting(data: Any, limit: int, *, copy_out: bool = False) -> Any:
     """Refuse JSON nested deeper than `limit`, and values JSON cannot hold (NaN, infinities,
     non-string keys) — iteratively, so deep input never recurses. With `copy_out`, return a
     private copy made in the same pass (dicts and lists anew, JSON scalars shared, anything
-    else deep-copied): checking, then `copy.deepcopy`, walked the schema twice."""
+    else deep-copied): checking, then `copy.deepcopy`, walked the schema twice. Plain data
+    (what JSON text loads to) is checked and copied in C where built; anything else, including
+    every error, takes this walk."""
+    if _PLAIN_JSON is not None:
+        found = _PLAIN_JSON(data, limit, copy_out)
+        if found is not None:
+            return found
     box: list[Any] = [data]
     # (value, the container its copy goes in, its slot there, depth, path: (parent path, key))
     stack: list[tuple[Any, Any, Any, int, Any]] = [(data, box, 0, 1, None)]
