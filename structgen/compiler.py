@@ -250,6 +250,53 @@ class CompiledGrammar:
         return f"CompiledGrammar(kind={self.kind!r}, source={self.source[:60]!r})"
 
 
+class _Full(Exception):
+    """`text_head` has written enough."""
+
+
+def text_head(value: Any, limit: int) -> str:
+    """`str(value)[:limit]`, writing out no more of a large dict or list than that (a grammar
+    keeps the head of its schema's text for its repr; the whole text of a large schema cost
+    ~1% of its compile)."""
+    if isinstance(value, str):
+        return value[:limit]
+    parts: list[str] = []
+    size = 0
+
+    def put(text: str) -> None:
+        nonlocal size
+        parts.append(text)
+        size += len(text)
+        if size >= limit:
+            raise _Full
+
+    def write(v: Any) -> None:  # (each level writes a bracket first: at most `limit` deep)
+        if type(v) is dict:
+            put("{")
+            for i, (key, item) in enumerate(v.items()):
+                put(", " if i else "")
+                write(key)
+                put(": ")
+                write(item)
+            put("}")
+        elif type(v) is list:
+            put("[")
+            for i, item in enumerate(v):
+                put(", " if i else "")
+                write(item)
+            put("]")
+        else:
+            put(repr(v))
+
+    try:
+        write(value)
+    except _Full:
+        pass
+    finally:
+        write = None  # type: ignore[assignment]  # (it refers to itself: a cycle)
+    return "".join(parts)[:limit]
+
+
 def _rebuild(
     vocab: Vocabulary, limits: CompileLimits, method: str, args: tuple[Any, ...], kwargs: Any
 ) -> CompiledGrammar:
@@ -513,7 +560,7 @@ class Compiler:
                 )
             ),
             kind="json_schema",
-            source=str(schema)[:200],
+            source=text_head(schema, 200),
             recipe=("json_schema", (data,), {"options": opts}),
         )
 
