@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from structgen._json_data import canonical_json
 from structgen._json_data import pointer as json_pointer
 from structgen.automata import AutomataLimits
 from structgen.automata.nfa import extension_module
@@ -238,13 +237,15 @@ def compile_schema_guarded(
 
 
 def schema_fingerprint(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> str:
-    """A stable cache key: sha256 of the canonical JSON (a model class: its JSON schema)."""
+    """A stable cache key: sha256 of the schema's compact JSON text (a model class: its JSON
+    schema), keys in their written order — the order is compiled (properties are written in
+    it), so schemas that differ only in it are different keys."""
     return data_fingerprint(_load(schema, max_nesting))
 
 
 def data_fingerprint(data: Any) -> str:
     """`schema_fingerprint` of data `schema_data` returned (not copied or checked again)."""
-    text = canonical_json(data)
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(
-        b"structgen-schema-1\0" + text.encode("utf-8", "surrogatepass")
+        b"structgen-schema-2\0" + text.encode("utf-8", "surrogatepass")
     ).hexdigest()

@@ -142,9 +142,12 @@ def test_bad_inputs_and_options() -> None:
         SchemaOptions(whitespace="loose")  # type: ignore[arg-type]
 
 
-def test_fingerprint_is_canonical() -> None:
+def test_fingerprint_keeps_the_key_order() -> None:
+    """The same schema as data or as text, spaced or not, is one key; the key order is part of
+    it (properties are generated in it: tests/schema/test_cache_order.py)."""
     a = schema_fingerprint({"type": "object", "required": ["a"]})
-    assert a == schema_fingerprint('{"required": ["a"], "type": "object"}')
+    assert a == schema_fingerprint('{"type": "object",\n "required": ["a"]}')
+    assert a != schema_fingerprint('{"required": ["a"], "type": "object"}')
     assert a != schema_fingerprint({"type": "object"})
 
 
