@@ -30,33 +30,29 @@ class LRU(Generic[K, V]):
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
         self.max_entries = max_entries
-        # Each entry holds its own key beside the value: a hit moves the entry to the end by
-        # the stored key, which compares by identity — the key asked with may be an equal copy
-        # (a regex AST built again), which a second lookup would compare node by node.
-        self._data: OrderedDict[K, tuple[K, V]] = OrderedDict()
+        self._data: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
         _ALL.add(self)  # type: ignore[arg-type]
 
     def get(self, key: K) -> V | None:
         data = self._data
-        entry = data.get(key)
-        if entry is None:
-            return None
-        try:  # noqa: SIM105  (contextlib.suppress costs more than the read)
-            data.move_to_end(entry[0])
-        except KeyError:  # (evicted meanwhile by another thread: still a valid answer)
-            pass
-        return entry[1]
+        hit = data.get(key)
+        if hit is not None:
+            try:  # noqa: SIM105  (contextlib.suppress costs more than the read)
+                data.move_to_end(key)
+            except KeyError:  # (evicted meanwhile by another thread: still a valid answer)
+                pass
+        return hit
 
     def put(self, key: K, value: V) -> V:
         """Store `value` unless another thread stored one first; returns the stored one."""
         with self._lock:
             data = self._data
-            entry = data.setdefault(key, (key, value))
-            data.move_to_end(entry[0])
+            found = data.setdefault(key, value)
+            data.move_to_end(key)
             while len(data) > self.max_entries:
                 data.popitem(last=False)
-            return entry[1]
+            return found
 
     def get_or_make(self, key: K, make: Callable[[], V]) -> V:
         """The entry of `key`, made (outside the lock) when missing."""

@@ -47,32 +47,3 @@ def test_concurrent_reads_and_evictions_keep_the_bound_and_never_raise() -> None
         t.join()
     assert not errors
     assert len(cache) <= 8
-
-
-class _Key:
-    """A key whose equality is counted (an AST built again compares node by node)."""
-
-    compared = 0
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def __eq__(self, other: object) -> bool:
-        _Key.compared += 1
-        return isinstance(other, _Key) and other.name == self.name
-
-
-def test_an_equal_copy_of_a_key_is_compared_once_per_read() -> None:
-    cache: LRU[_Key, int] = LRU(4)
-    cache.put(_Key("a"), 1)
-    cache.put(_Key("b"), 2)
-    _Key.compared = 0
-    assert cache.get(_Key("a")) == 1  # (found, then moved to the end by the stored key)
-    assert _Key.compared == 1
-    cache.put(_Key("c"), 3)
-    cache.put(_Key("d"), 4)
-    cache.put(_Key("e"), 5)  # evicts b: a was read after it
-    assert cache.get(_Key("b")) is None and cache.get(_Key("a")) == 1
