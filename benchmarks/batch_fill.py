@@ -4,7 +4,9 @@ A batch of 16 MaskBench schemas (Llama-3.1 tokenizer, accept mode, the first val
 each) is decoded in lockstep: every step fills the whole batch's bitmask in one call and then
 advances every row by its instance's next token. The compile is not timed; the fills are, and
 they include the first visits of every lexer and parser state (each run is a fresh process, so
-nothing is cached beforehand). structgen: `fill_bitmasks(matchers, bitmask, threads=T)`;
+nothing is cached beforehand). structgen: `fill_bitmasks(matchers, bitmask, threads=T)` — which
+under the GIL computes the rows on the calling thread (a pool there was slower than one thread),
+so a third configuration, "T pool", forces the pool (`structgen.matcher.POOL_UNDER_GIL`);
 llguidance: `fill_next_token_bitmask` row by row (T = 1) and `fill_next_token_bitmask_par`
 with an `LLExecutor` of T threads. Each configuration runs `--rounds` times, alternated; the
 table gives the median of the per-batch totals and of the per-step times.
@@ -50,14 +52,18 @@ def _cases(tokenizer: Any, batch: int, seed: int, compile_one: Any) -> list[tupl
     return out
 
 
-def _run(engine: str, threads: int, batch: int, seed: int) -> dict[str, Any]:
-    """In a fresh process: decode the batch in lockstep, timing each step's fill."""
+def _run(engine: str, threads: int, batch: int, seed: int, pool: bool = False) -> dict[str, Any]:
+    """In a fresh process: decode the batch in lockstep, timing each step's fill (`pool`: the
+    structgen pool even under the GIL)."""
     tokenizer = load_tokenizer("llama3_1")
     steps: list[float] = []
     if engine == "structgen":
         from peers import StructgenPeer
 
+        import structgen.matcher
         from structgen import Compiler, Matcher, SchemaOptions, StructgenError, fill_bitmasks
+
+        structgen.matcher.POOL_UNDER_GIL = pool
 
         vocab = StructgenPeer(tokenizer).vocab
         compiler = Compiler(vocab)
@@ -115,11 +121,11 @@ def _run(engine: str, threads: int, batch: int, seed: int) -> dict[str, Any]:
     return {"steps": steps, "rows": len(cases)}
 
 
-def _in_process(engine: str, threads: int, batch: int, seed: int) -> dict[str, Any]:
+def _in_process(engine: str, threads: int, batch: int, seed: int, pool: bool) -> dict[str, Any]:
     here = str(Path(__file__).parent)
     code = (
         f"import json, sys; sys.path.insert(0, {here!r}); import batch_fill; "
-        f"print(json.dumps(batch_fill._run({engine!r}, {threads}, {batch}, {seed})))"
+        f"print(json.dumps(batch_fill._run({engine!r}, {threads}, {batch}, {seed}, {pool})))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -137,23 +143,27 @@ def main() -> None:
     if not SCHEMAS.is_dir():
         sys.exit(f"needs {SCHEMAS}")
     engines = [e for e in args.engines.split(",") if importlib.util.find_spec(e) is not None]
-    configs = [(e, t) for e in engines for t in (1, args.threads)]
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in configs}
+    configs = [(e, t, False) for e in engines for t in (1, args.threads)]
+    if "structgen" in engines:
+        configs.append(("structgen", args.threads, True))
+    runs: dict[tuple[str, int, bool], list[dict[str, Any]]] = {c: [] for c in configs}
     for _ in range(args.rounds):
-        for engine, threads in configs:
-            runs[(engine, threads)].append(_in_process(engine, threads, args.batch, args.seed))
+        for engine, threads, pool in configs:
+            runs[(engine, threads, pool)].append(
+                _in_process(engine, threads, args.batch, args.seed, pool)
+            )
     rows = []
     summary: dict[str, Any] = {}
-    for engine, threads in configs:
-        results = runs[(engine, threads)]
+    for engine, threads, pool in configs:
+        results = runs[(engine, threads, pool)]
         totals = [sum(r["steps"]) * 1e3 for r in results]
         steps = [s * 1e3 for r in results for s in r["steps"]]
-        one = statistics.median(sum(r["steps"]) for r in runs[(engine, 1)]) * 1e3
+        one = statistics.median(sum(r["steps"]) for r in runs[(engine, 1, False)]) * 1e3
         total = statistics.median(totals)
         rows.append(
             [
                 engine,
-                str(threads),
+                f"{threads} pool" if pool else str(threads),
                 str(results[0]["rows"]),
                 str(len(results[0]["steps"])),
                 f"{total:.1f}",
@@ -163,7 +173,7 @@ def main() -> None:
                 f"{one / total:.2f}x",
             ]
         )
-        summary[f"{engine}/{threads}"] = {
+        summary[f"{engine}/{threads}" + ("/pool" if pool else "")] = {
             "total_ms": total,
             "step_p50_ms": percentile(steps, 50),
             "step_p90_ms": percentile(steps, 90),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -377,10 +378,11 @@ def fill_bitmasks(
 
     Rows whose mask the grammar has cached are filled at once; with `threads` > 1 (default 1,
     or `STRUCTGEN_FILL_THREADS`) the others (first visits of lexer and parser states) are
-    computed on a thread pool with the calling thread. Only the native parts of that work (the
-    C trie walk and subset construction, numpy) release the GIL, and measured on CPython 3.11
-    two threads were 0.9x of one on a batch of 16 MaskBench schemas: threads pay only where
-    the GIL does not serialise the rest (free-threaded builds), hence the default.
+    computed on a thread pool with the calling thread — where the interpreter runs without the
+    GIL (free-threaded builds). Under the GIL only the native parts of that work (the C trie
+    walk and subset construction, numpy) run in parallel, and every time one releases the GIL
+    the threads hand it over: two threads took 1.5x as long as one (`benchmarks/batch_fill.py`,
+    16 MaskBench schemas, CPython 3.11), so there the calling thread computes them alone.
     """
     where = list(range(len(matchers))) if rows is None else [int(r) for r in rows]
     if len(where) != len(matchers):
@@ -391,7 +393,9 @@ def fill_bitmasks(
     for matcher in matchers:
         if matcher is not None and not isinstance(matcher, Matcher):
             raise ArgumentError(f"matchers must be Matcher or None, got {describe(matcher)}")
-    count = _threads(threads)
+    count = _threads(threads)  # (checked either way)
+    if not _pool_pays():
+        count = 1
     words: list[npt.NDArray[np.int32] | None] = []
     pending: list[int] = []
     for i, matcher in enumerate(matchers):
@@ -429,6 +433,16 @@ def _threads(threads: int | None) -> int:
         env = os.environ.get("STRUCTGEN_FILL_THREADS")
         threads = int(env) if env and env.strip().isdigit() else 1
     return max(1, expect_int(threads, "threads"))
+
+
+#: run the pool under the GIL too (tests of the pool's correctness; measurements)
+POOL_UNDER_GIL = False
+
+
+def _pool_pays() -> bool:
+    """Whether a pool can compute rows in parallel: no GIL (3.13t and later), or asked for."""
+    gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    return POOL_UNDER_GIL or (gil_enabled is not None and not gil_enabled())
 
 
 def _pool(size: int) -> ThreadPoolExecutor:

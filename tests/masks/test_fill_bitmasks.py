@@ -5,11 +5,13 @@ grammars computed on threads — and bad arguments get typed errors."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+import structgen.matcher as matcher_module
 from structgen import (
     ArgumentError,
     CompileLimits,
@@ -89,6 +91,24 @@ def test_numpy_rows_equal_one_by_one_in_any_order() -> None:
     assert (shuffled[:2] == 7).all()  # rows nobody names stay as they were
 
 
+@pytest.fixture
+def pool_under_gil(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool runs here even under the GIL (where `fill_bitmasks` leaves it out)."""
+    monkeypatch.setattr(matcher_module, "POOL_UNDER_GIL", True)
+
+
+def test_threads_under_the_gil_fill_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the GIL a pool only hands the GIL around: `threads` is not used there."""
+    used: list[int] = []
+    monkeypatch.setattr(matcher_module, "_compute", lambda *args: used.append(args[3]))
+    matchers = _batch(CompileLimits(max_cached_masks=4081))  # (cold: rows to compute)
+    bitmask = allocate_bitmask(len(matchers), load_vocab("gpt2").size, backend="numpy")
+    fill_bitmasks(matchers, bitmask, threads=4)
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    assert used == ([] if gil else [4])
+
+
+@pytest.mark.usefixtures("pool_under_gil")
 def test_torch_bitmask_and_threads() -> None:
     matchers = _batch(CompileLimits())
     size = load_vocab("gpt2").size
@@ -99,6 +119,7 @@ def test_torch_bitmask_and_threads() -> None:
     assert np.array_equal(bitmask.numpy(), want)
 
 
+@pytest.mark.usefixtures("pool_under_gil")
 def test_cold_grammars_on_threads_agree_with_one_thread() -> None:
     # Limits unique to this test: every mask is a first visit, computed on the pool.
     cold = _batch(CompileLimits(max_cached_masks=4079))
@@ -131,6 +152,7 @@ def test_bad_arguments() -> None:
     fill_bitmasks([], good)  # nothing to do
 
 
+@pytest.mark.usefixtures("pool_under_gil")
 def test_rows_are_copies_of_the_cached_masks() -> None:
     # fill_bitmask and fill_bitmasks read the grammar's cached (read-only) masks without a
     # copy of their own: writing into the filled rows (as a sampler may) or into
