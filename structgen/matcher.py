@@ -157,7 +157,10 @@ class Matcher:
             if row < 0 or bitmask.ndim != 2:
                 raise IndexError
             if isinstance(bitmask, np.ndarray):
-                _copy_row(bitmask[row], words)
+                if bitmask.shape[1] == len(words):
+                    bitmask[row] = words  # (no row view: ~0.7 us of a ~4 us cached fill)
+                else:
+                    _copy_row(bitmask[row], words)
                 return
             import torch
 
@@ -510,9 +513,12 @@ def _write_rows(bitmask: Any, where: list[int], words: list[npt.NDArray[np.int32
             index = torch.tensor(where, device=bitmask.device)
             bitmask.index_copy_(0, index, source.to(bitmask.device))
         return
+    width = host.shape[1]
     for row, mask in zip(where, words):
         if mask is None:
             host[row] = -1
+        elif len(mask) == width:
+            host[row] = mask
         else:
             _copy_row(host[row], mask)
 

@@ -177,3 +177,22 @@ def test_rows_are_copies_of_the_cached_masks() -> None:
     fill_bitmasks(matchers, batch, threads=2)
     assert np.array_equal(batch, want)
     assert np.array_equal(_one_by_one(matchers, width), want)
+
+
+def test_rows_of_other_widths() -> None:
+    """A bitmask wider than the vocabulary's words (padded logits) gets zeros past them; a
+    narrower one the words that fit — by both fills; a row past the end is an ArgumentError."""
+    matchers = [m for m in _batch(CompileLimits()) if m is not None][:2]
+    width = allocate_bitmask(1, load_vocab("gpt2").size, backend="numpy").shape[1]
+    want = _one_by_one(matchers, width)
+    for extra in (3, -2):
+        one = np.full((2, width + extra), 7, dtype=np.int32)
+        batch = np.full((2, width + extra), 7, dtype=np.int32)
+        for row, m in enumerate(matchers):
+            m.fill_bitmask(one, row)
+        fill_bitmasks(matchers, batch)
+        for got in (one, batch):
+            assert np.array_equal(got[:, : min(width, width + extra)], want[:, : width + extra])
+            assert (got[:, width:] == 0).all()
+    with pytest.raises(ArgumentError, match="with a row 5"):
+        matchers[0].fill_bitmask(np.zeros((2, width), dtype=np.int32), 5)
