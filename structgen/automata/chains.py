@@ -233,16 +233,35 @@ def _node_block(node: Node) -> Block | None:
 
 
 _CHAIN_ITEMS = (String, CharClass, Alternation)
+#: a fixed repetition of a class or choice (`[0-9a-f]{8}`) is this many blocks at most
+MAX_FIXED_REPEAT = 64
+
+
+def _fixed_repeat(item: Node) -> bool:
+    """A class or choice repeated a fixed number of times (a UUID's `[0-9a-f]{8}`)."""
+    return (
+        type(item) is Repeat
+        and item.min == item.max  # type: ignore[union-attr]
+        and 1 <= item.min <= MAX_FIXED_REPEAT  # type: ignore[union-attr]
+        and type(item.item) in (CharClass, Alternation)  # type: ignore[union-attr]
+    )
 
 
 def chain_blocks(node: Node) -> list[Block] | None:
     """`node` as a chain of blocks (`literal_dfa`) when it is one: a concatenation of literals,
-    classes and finite prefix-free choices (a JSON key's characters); else None."""
+    classes and finite prefix-free choices (a JSON key's characters), each possibly repeated a
+    fixed number of times; else None."""
     items = node.items if type(node) is Concat else (node,)  # type: ignore[union-attr]
-    if not all(type(item) in _CHAIN_ITEMS for item in items):  # (before any block is made)
-        return None
+    if not all(type(item) in _CHAIN_ITEMS or _fixed_repeat(item) for item in items):
+        return None  # (before any block is made)
     blocks: list[Block] = []
     for item in items:
+        if type(item) is Repeat:
+            block = _node_block(item.item)  # type: ignore[union-attr]
+            if block is None:
+                return None
+            blocks.extend([block] * item.min)  # type: ignore[union-attr]
+            continue
         if type(item) is String:
             data = _utf8(item.text)  # type: ignore[union-attr]
             if data is None:

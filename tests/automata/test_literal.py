@@ -294,6 +294,38 @@ def test_any_chain_of_choices_is_the_nfa_automaton(items: list[object], extra: l
     assert _agree(dfa, _reference(node), extra, seed=len(items))
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(_PIECES, st.integers(1, 12)), min_size=1, max_size=4),
+    st.lists(st.binary(max_size=8), max_size=4),
+)
+def test_fixed_repeats_of_choices_are_chains(
+    items: list[tuple[object, int]], extra: list[bytes]
+) -> None:
+    """A class or choice repeated a fixed number of times (`[0-9a-f]{8}`) is that many blocks;
+    the same language as the NFA path's."""
+    from structgen.automata import Concat, Repeat
+
+    parts = [
+        Repeat(piece, n, n) if type(piece).__name__ != "String" else piece  # type: ignore[arg-type]
+        for piece, n in items
+    ]
+    node = Concat(tuple(parts)) if len(parts) > 1 else parts[0]
+    dfa = compile_ast(node, limits=LIMITS)  # type: ignore[arg-type]
+    assert _agree(dfa, _reference(node), extra, seed=len(items))
+
+
+def test_a_uuid_is_a_chain() -> None:
+    hexes = "[0-9a-fA-F]"
+    dfa = compile_regex(f"{hexes}{{8}}-{hexes}{{4}}-{hexes}{{4}}-{hexes}{{4}}-{hexes}{{12}}")
+    assert isinstance(dfa._source, LiteralSource) and dfa.num_states == 37
+    assert dfa.accepts(b"123e4567-e89b-12d3-a456-426614174000")
+    assert not dfa.accepts(b"123e4567-e89b-12d3-a456-42661417400")
+    assert not dfa.accepts(b"123e4567-e89b-12d3-a456-4266141740000")
+    assert not isinstance(compile_regex("[0-9]{2,3}")._source, LiteralSource)  # (not fixed)
+    assert not isinstance(compile_regex("(ab){3}")._source, LiteralSource)  # (a literal inside)
+
+
 def test_what_is_not_a_chain() -> None:
     from structgen.automata import alternation, concat
 
