@@ -157,10 +157,7 @@ class Matcher:
             if row < 0 or bitmask.ndim != 2:
                 raise IndexError
             if isinstance(bitmask, np.ndarray):
-                if bitmask.shape[1] == len(words):
-                    bitmask[row] = words  # (no row view: ~0.7 us of a ~4 us cached fill)
-                else:
-                    _copy_row(bitmask[row], words)
+                _put_row(bitmask, row, words)
                 return
             import torch
 
@@ -513,18 +510,21 @@ def _write_rows(bitmask: Any, where: list[int], words: list[npt.NDArray[np.int32
             index = torch.tensor(where, device=bitmask.device)
             bitmask.index_copy_(0, index, source.to(bitmask.device))
         return
-    width = host.shape[1]
     for row, mask in zip(where, words):
         if mask is None:
             host[row] = -1
-        elif len(mask) == width:
-            host[row] = mask
         else:
-            _copy_row(host[row], mask)
+            _put_row(host, row, mask)
 
 
-def _copy_row(target: npt.NDArray[np.int32], words: npt.NDArray[np.int32]) -> None:
-    """`words` into a bitmask row of any width (past the vocabulary: zeros)."""
+def _put_row(bitmask: npt.NDArray[np.int32], row: int, words: npt.NDArray[np.int32]) -> None:
+    """`words` into `bitmask[row]`, a row of any width (past the vocabulary: zeros). As wide as
+    the mask (the usual case), the row is assigned whole: no row view and slices (~0.7 us of
+    a ~4 us cached fill)."""
+    if bitmask.shape[1] == len(words):
+        bitmask[row] = words
+        return
+    target = bitmask[row]
     width = min(len(target), len(words))
     target[:width] = words[:width]
     target[width:] = 0
