@@ -32,33 +32,43 @@ Prediction = tuple[dict[int, tuple[tuple[int, int], ...]], frozenset[int]]
 _NATIVE = extension_module("structgen.grammar._earley")
 
 
-def _closure(rules: list[tuple[int, tuple[int, ...]]], known: set[int]) -> set[int]:
-    """`known` plus every left-hand side with a rule whose symbols are all in the result (the
-    productive symbols from the terminals, the nullable ones from nothing), in time linear in
-    the grammar: each rule counts its symbols not yet known, and a symbol's rules are told once
-    when it becomes known. (In C where built: a large schema's grammar has thousands of rules.)"""
+def known_closure(rules: list[Any], known: set[Any]) -> list[int]:
+    """Add to `known` every left-hand side with a rule whose symbols are all known, until
+    nothing changes (the productive symbols from the usable terminals, the nullable ones from
+    nothing); returns the indices of the rules left with a symbol not known (the dead ones).
+    Rules are `(lhs, rhs)` pairs or `ir.Rule`s. Linear in the grammar: each rule counts its
+    symbols not yet known, and a symbol that becomes known counts down the rules that wait on
+    it. In C where built (`_earley.c`: a large schema's grammar has thousands of rules); the
+    schema emitter's dead-rule check and the Earley tables both ask here."""
     if _NATIVE is not None:
-        _NATIVE.known_closure(rules, known)
-        return known
-    waiting = [0] * len(rules)
-    users: dict[int, list[int]] = {}
-    work = list(known)
-    for rid, (lhs, rhs) in enumerate(rules):
-        for sym in rhs:
+        dead: list[int] = _NATIVE.known_closure(rules, known)
+        return dead
+    pairs = [rule if type(rule) is tuple else (rule.lhs, rule.rhs) for rule in rules]
+    waiting = [0] * len(pairs)
+    users: dict[Any, list[int]] = {}
+    ready = []
+    for rid, (lhs, rhs) in enumerate(pairs):
+        for sym in rhs:  # (a symbol the rule names twice is counted, and counted down, twice)
             if sym not in known:
                 waiting[rid] += 1
                 users.setdefault(sym, []).append(rid)
-        if not waiting[rid] and lhs not in known:
-            known.add(lhs)
-            work.append(lhs)
-    while work:
-        for rid in users.pop(work.pop(), ()):
+        if not waiting[rid]:
+            ready.append(lhs)
+    while ready:
+        symbol = ready.pop()
+        if symbol in known:
+            continue
+        known.add(symbol)
+        for rid in users.get(symbol, ()):
             waiting[rid] -= 1
             if not waiting[rid]:
-                lhs = rules[rid][0]
-                if lhs not in known:
-                    known.add(lhs)
-                    work.append(lhs)
+                ready.append(pairs[rid][0])
+    return [rid for rid, left in enumerate(waiting) if left]
+
+
+def _closure(rules: list[tuple[int, tuple[int, ...]]], known: set[int]) -> set[int]:
+    """`known` closed under the rules (`known_closure`)."""
+    known_closure(rules, known)
     return known
 
 

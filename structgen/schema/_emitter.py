@@ -18,14 +18,10 @@ from structgen.automata import (
     concat,
     repeat,
 )
-from structgen.automata.nfa import extension_module
 from structgen.errors import LimitExceededError, SchemaError
+from structgen.grammar.earley import known_closure
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 from structgen.grammar.terminals import terminal_dfa
-
-_EARLEY_C = extension_module("structgen.grammar._earley")
-#: the productive-symbol worklist in C (`_earley.c`), or None: the Python loop below
-_KNOWN_CLOSURE = None if _EARLEY_C is None else _EARLEY_C.known_closure
 
 __all__ = ["GrammarEmitter"]
 
@@ -141,50 +137,16 @@ class GrammarEmitter:
     def _dead_rules(self, grammar: Grammar) -> set[int]:
         """Unsatisfiable schemas must fail here, not inside the engine; returns the indices of
         the rules that derive no text (one of their symbols does not)."""
-        usable: set[str] = set()
+        productive: set[str] = set()  # (the usable terminals, then what derives from them)
         for t in grammar.terminals:
             if not t.intersect:
-                usable.add(t.name)
+                productive.add(t.name)
                 continue
             # The same cached automaton the engine will use (same limits): built once, not
             # twice; a limit it hits is the compile's.
             if not terminal_dfa(t, self.limits).is_empty:
-                usable.add(t.name)
-        productive = set(usable)
-        if _KNOWN_CLOSURE is not None:  # (the same worklist in C: `_earley.c`)
-            dead: list[int] = _KNOWN_CLOSURE(list(grammar.rules), productive)
-            if "start" not in productive:
-                raise SchemaError("the schema is unsatisfiable: no JSON value satisfies it")
-            return set(dead)
-        # Worklist: each rule counts its symbols not yet known productive; a symbol that
-        # becomes productive counts down the rules that use it (linear in the grammar).
-        missing: list[int] = []
-        users: dict[str, list[int]] = {}
-        ready: list[str] = []
-        for index, rule in enumerate(grammar.rules):
-            # (a symbol the rule names twice is counted, and later counted down, twice)
-            unknown = 0
-            for x in rule.rhs:
-                if x not in productive:
-                    unknown += 1
-                    found = users.get(x)
-                    if found is None:
-                        users[x] = [index]
-                    else:
-                        found.append(index)
-            missing.append(unknown)
-            if not unknown:
-                ready.append(rule.lhs)
-        while ready:
-            symbol = ready.pop()
-            if symbol in productive:
-                continue
-            productive.add(symbol)
-            for index in users.get(symbol, ()):
-                missing[index] -= 1
-                if not missing[index]:
-                    ready.append(grammar.rules[index].lhs)
+                productive.add(t.name)
+        dead = known_closure(list(grammar.rules), productive)
         if "start" not in productive:
             raise SchemaError("the schema is unsatisfiable: no JSON value satisfies it")
-        # (a rule's count reaches 0 once each of its symbols is known productive)
-        return {index for index, left in enumerate(missing) if left}
+        return set(dead)
