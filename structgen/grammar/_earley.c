@@ -458,8 +458,7 @@ static Py_ssize_t symbol_id(PyObject *ids, Ints *syms, PyObject *sym) {
  * the empty set), in time linear in the grammar: each rule counts its symbols not yet known,
  * and a symbol that becomes known counts down the rules that use it. Returns the indices of the
  * rules left with a symbol that is not known (the dead ones). Symbols are numbered once (a
- * dict), the rest runs on arrays. `earley._closure` and `_emitter._dead_rules` in Python are
- * the fallback. */
+ * dict), the rest runs on arrays. `earley.known_closure`'s Python worklist is the fallback. */
 static PyObject *known_closure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_Check(args[0]) || !PySet_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "known_closure(rules: list, known: set)");
