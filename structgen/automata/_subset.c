@@ -2123,99 +2123,151 @@ static PyObject *class_firsts(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)n * (Py_ssize_t)sizeof(int64_t));
 }
 
-/* chain_table(rows, spine, capacity): a chain's table (chains.py, `literal_dfa`) as a bytearray
- * of `capacity` rows of 256 int32: -2 (not built) everywhere but the spine rows and the final
- * state's. `rows` holds one row per block (int32, relative to the block's first id; dead rows
- * are far below -1), `spine` the blocks' first ids and then the final state's (int32): row i is
- * written at spine[i] as rows[i] + spine[i], clamped to -1; the final row is all -1. One call
- * where numpy took a dozen (a schema builds a key automaton per property). */
-static PyObject *chain_table(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* chain_arrays(blocks): everything `literal_dfa` (chains.py) lays out for a chain of blocks,
+ * read from the blocks' `row` (1,024 bytes), `width` and `used` (a bitset int): (table, accepting,
+ * built, spine, used, byte classes, classes). The table is `capacity` rows (a power of two, at
+ * least 16: dfa.table_capacity) of 256 int32, -2 but the spine rows (each block's row plus its
+ * first id, clamped to -1) and the final state's (all -1); `accepting` one byte per row (the
+ * final state's 1), `built` one per laid-out state (the spine's 1); the classes: each byte read
+ * its own, the other bytes one, numbered in order of smallest byte (and their count). One call
+ * where Python took a dozen steps per key automaton. */
+static PyObject *chain_arrays(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "chain_table takes rows, spine and capacity");
+    static PyObject *width_name, *used_name, *row_name; /* (interned once: a lookup per block) */
+    if (width_name == NULL) {
+        width_name = PyUnicode_InternFromString("width");
+        used_name = PyUnicode_InternFromString("used");
+        row_name = PyUnicode_InternFromString("row");
+        if (width_name == NULL || used_name == NULL || row_name == NULL)
+            return NULL;
+    }
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "chain_arrays takes a sequence of blocks");
         return NULL;
     }
-    Py_ssize_t capacity = PyLong_AsSsize_t(args[2]);
-    if (capacity < 0 && PyErr_Occurred())
+    PyObject *seq = PySequence_Fast(args[0], "chain_arrays takes a sequence of blocks");
+    if (seq == NULL)
         return NULL;
-    Py_buffer rows, spine;
-    if (PyObject_GetBuffer(args[0], &rows, PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &spine, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&rows);
-        return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = NULL, *table_obj = NULL, *acc_obj = NULL, *built_obj = NULL;
+    PyObject *spine_obj = NULL, *used = NULL, *mask = NULL, *classes_obj = NULL;
+    int32_t *spine = NULL;
+    if (m < 1 || m > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "chain_arrays: a chain has 1 to 2**20 blocks");
+        goto done;
     }
-    Py_ssize_t m = spine.len / (Py_ssize_t)sizeof(int32_t) - 1;
-    const int32_t *ids = (const int32_t *)spine.buf;
-    int bad = m < 1 || rows.len != m * 256 * (Py_ssize_t)sizeof(int32_t) || capacity > (1 << 24);
-    for (Py_ssize_t i = 0; !bad && i <= m; i++)
-        bad = ids[i] < 0 || ids[i] >= capacity || (i > 0 && ids[i] <= ids[i - 1]);
-    if (bad) {
-        PyBuffer_Release(&rows);
-        PyBuffer_Release(&spine);
-        PyErr_SetString(PyExc_ValueError, "chain_table: rows, spine and capacity do not fit");
-        return NULL;
+    spine = (int32_t *)malloc(sizeof(int32_t) * (size_t)(m + 1));
+    if (spine == NULL) {
+        PyErr_NoMemory();
+        goto done;
     }
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, capacity * 256 * (Py_ssize_t)sizeof(int32_t));
-    if (out == NULL) {
-        PyBuffer_Release(&rows);
-        PyBuffer_Release(&spine);
-        return NULL;
+    spine[0] = 0;
+    used = PyLong_FromLong(0);
+    if (used == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *w = PyObject_GetAttr(items[i], width_name);
+        if (w == NULL)
+            goto done;
+        long width = PyLong_AsLong(w);
+        Py_DECREF(w);
+        if (width == -1 && PyErr_Occurred())
+            goto done;
+        if (width < 1 || (long)spine[i] + width >= (1L << 24)) {
+            PyErr_SetString(PyExc_ValueError, "chain_arrays: a block's width is out of range");
+            goto done;
+        }
+        spine[i + 1] = spine[i] + (int32_t)width;
+        PyObject *u = PyObject_GetAttr(items[i], used_name);
+        if (u == NULL)
+            goto done;
+        PyObject *joined = PyNumber_Or(used, u);
+        Py_DECREF(u);
+        if (joined == NULL)
+            goto done;
+        Py_SETREF(used, joined);
     }
-    int32_t *table = (int32_t *)PyByteArray_AS_STRING(out);
+    Py_ssize_t n = (Py_ssize_t)spine[m] + 1, capacity = 16;
+    while (capacity < n)
+        capacity <<= 1;
+    table_obj = PyByteArray_FromStringAndSize(NULL, capacity * 256 * (Py_ssize_t)sizeof(int32_t));
+    acc_obj = PyByteArray_FromStringAndSize(NULL, capacity);
+    built_obj = PyByteArray_FromStringAndSize(NULL, n);
+    spine_obj = PyList_New(m + 1);
+    if (table_obj == NULL || acc_obj == NULL || built_obj == NULL || spine_obj == NULL)
+        goto done;
+    int32_t *table = (int32_t *)PyByteArray_AS_STRING(table_obj);
     for (size_t k = 0, cells = (size_t)capacity * 256; k < cells; k++)
         table[k] = -2;
-    const int32_t *rel = (const int32_t *)rows.buf;
+    uint8_t *acc = (uint8_t *)PyByteArray_AS_STRING(acc_obj);
+    memset(acc, 0, (size_t)capacity);
+    acc[spine[m]] = 1;
+    uint8_t *built = (uint8_t *)PyByteArray_AS_STRING(built_obj);
+    memset(built, 0, (size_t)n);
+    for (Py_ssize_t i = 0; i <= m; i++) {
+        built[spine[i]] = 1;
+        PyObject *v = PyLong_FromLong(spine[i]);
+        if (v == NULL)
+            goto done;
+        PyList_SET_ITEM(spine_obj, i, v);
+    }
     for (Py_ssize_t i = 0; i < m; i++) {
-        int32_t base = ids[i];
-        int32_t *row = table + (size_t)base * 256;
-        const int32_t *src = rel + (size_t)i * 256;
+        PyObject *r = PyObject_GetAttr(items[i], row_name);
+        if (r == NULL)
+            goto done;
+        Py_buffer view;
+        int got = PyObject_GetBuffer(r, &view, PyBUF_C_CONTIGUOUS);
+        Py_DECREF(r);
+        if (got < 0)
+            goto done;
+        if (view.len != 256 * (Py_ssize_t)sizeof(int32_t)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "chain_arrays: a block's row is not 256 int32");
+            goto done;
+        }
+        const int32_t *src = (const int32_t *)view.buf;
+        int32_t base = spine[i], *row = table + (size_t)base * 256;
         for (int b = 0; b < 256; b++) {
             int32_t v = src[b] + base;
             row[b] = v < -1 ? -1 : v;
         }
+        PyBuffer_Release(&view);
     }
-    int32_t *last = table + (size_t)ids[m] * 256;
+    int32_t *last = table + (size_t)spine[m] * 256;
     for (int b = 0; b < 256; b++)
         last[b] = -1;
-    PyBuffer_Release(&rows);
-    PyBuffer_Release(&spine);
-    return out;
-}
-
-/* mask_classes(mask): bytes(256), the byte classes of a chain (chains.py): each byte whose bit
- * is set in `mask` (a 32-byte little-endian bitset) its own class, the other bytes one class,
- * numbered in order of smallest byte. */
-static PyObject *mask_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "mask_classes takes one 32-byte bitset");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
-    if (view.len != 32) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "mask_classes takes a 32-byte bitset");
-        return NULL;
-    }
-    const uint8_t *bits = (const uint8_t *)view.buf;
-    uint8_t out[256];
+    mask = PyObject_CallMethod(used, "to_bytes", "is", 32, "little");
+    if (mask == NULL)
+        goto done;
+    const uint8_t *bits = (const uint8_t *)PyBytes_AS_STRING(mask);
+    uint8_t cls[256];
     int next = 0, other = -1;
     for (int b = 0; b < 256; b++) {
         if (bits[b >> 3] >> (b & 7) & 1) {
-            out[b] = (uint8_t)next++;
+            cls[b] = (uint8_t)next++;
         } else {
             if (other < 0)
                 other = next++;
-            out[b] = (uint8_t)other;
+            cls[b] = (uint8_t)other;
         }
     }
-    PyBuffer_Release(&view);
-    return PyBytes_FromStringAndSize((const char *)out, 256);
+    classes_obj = PyBytes_FromStringAndSize((const char *)cls, 256);
+    if (classes_obj == NULL)
+        goto done;
+    out = Py_BuildValue("(OOOOOOi)", table_obj, acc_obj, built_obj, spine_obj, used, classes_obj, next);
+done:
+    free(spine);
+    Py_XDECREF(table_obj);
+    Py_XDECREF(acc_obj);
+    Py_XDECREF(built_obj);
+    Py_XDECREF(spine_obj);
+    Py_XDECREF(used);
+    Py_XDECREF(mask);
+    Py_XDECREF(classes_obj);
+    Py_DECREF(seq);
+    return out;
 }
 
 static PyMethodDef methods[] = {
@@ -2235,10 +2287,8 @@ static PyMethodDef methods[] = {
      "joint_classes(parts): bytes(256), the byte classes refining every part's"},
     {"check_snapshots", (PyCFunction)(void (*)(void))check_snapshots, METH_FASTCALL,
      "check_snapshots(rows, byte_classes, states, classes): None, or why they are bad"},
-    {"mask_classes", (PyCFunction)(void (*)(void))mask_classes, METH_FASTCALL,
-     "mask_classes(mask): bytes(256), each byte of a 32-byte bitset its own class"},
-    {"chain_table", (PyCFunction)(void (*)(void))chain_table, METH_FASTCALL,
-     "chain_table(rows, spine, capacity): a chain's table, spine and final rows written"},
+    {"chain_arrays", (PyCFunction)(void (*)(void))chain_arrays, METH_FASTCALL,
+     "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,
      "uninitialised(nbytes): a bytearray whose contents are not written"},
     {NULL, NULL, 0, NULL},

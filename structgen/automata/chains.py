@@ -20,7 +20,6 @@ spine (an escape is read only by the tokens that spell one). See docs/design/cha
 from __future__ import annotations
 
 import hashlib
-from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -286,15 +285,22 @@ class LiteralSource(_Source):
     """A chain of blocks (see the module docstring). Keys: a state's id for the states laid
     out up front (spine, first and final states), ``(block, local state)`` for the others."""
 
-    def __init__(self, blocks: Sequence[Block]) -> None:
+    def __init__(
+        self,
+        blocks: Sequence[Block],
+        laid_out: tuple[list[int], int, npt.NDArray[np.uint8], int] | None = None,
+    ) -> None:
+        """`laid_out`: the spine, bytes read, byte classes and their count, when made already
+        (`chain_arrays` in C)."""
         self.blocks = tuple(blocks)
+        if laid_out is None:
+            spine = [0, *accumulate(block.width for block in self.blocks)]
+            used = reduce(or_, (block.used for block in self.blocks))
+            read = used.bit_count()
+            laid_out = (spine, used, _classes_of_mask(used), read + (read < 256))
         # the id of each block's start (and after the last, the final state's)
-        self.spine = [0, *accumulate(block.width for block in self.blocks)]
+        self.spine, self._used, self.byte_classes, self.num_classes = laid_out
         self.final = self.spine[-1]
-        self._used = reduce(or_, (block.used for block in self.blocks))
-        self.byte_classes = _classes_of_mask(self._used)
-        read = self._used.bit_count()
-        self.num_classes = read + (read < 256)
 
     @property
     def num_laid_out(self) -> int:
@@ -327,10 +333,10 @@ class LiteralSource(_Source):
         out = [-1] * self.num_classes
         classes = self.byte_classes
         for data, target in block.moves[local]:
-            if target == block.size:
-                sid = intern(self.spine[i + 1])
+            if target == block.size:  # (laid-out states are their own ids: not interned)
+                sid = self.spine[i + 1]
             elif block.rank[target]:
-                sid = intern(base + block.rank[target])
+                sid = base + block.rank[target]
             else:
                 sid = intern((i, target))
             for byte in data:
@@ -338,16 +344,13 @@ class LiteralSource(_Source):
         return out
 
 
-_CHAIN_TABLE = extension_function("chain_table")
-_MASK_CLASSES = extension_function("mask_classes")
+_CHAIN_ARRAYS = extension_function("chain_arrays")
 
 _CLASSES_BY_MASK: LRU[int, npt.NDArray[np.uint8]] = LRU(1024)
 
 
 def _classes_of_mask(used: int) -> npt.NDArray[np.uint8]:
     """Each byte read its own class, the other bytes one (read-only)."""
-    if _MASK_CLASSES is not None:
-        return np.frombuffer(_MASK_CLASSES(used.to_bytes(32, "little")), dtype=np.uint8)
     hit = _CLASSES_BY_MASK.get(used)
     if hit is None:
         hit = _classes_of_ranges(frozenset((b, b) for b in _bits(used)))
@@ -357,25 +360,25 @@ def _classes_of_mask(used: int) -> npt.NDArray[np.uint8]:
 
 def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
     """The DFA of a chain of blocks (non-empty), spine rows built (`LiteralSource`)."""
-    source = LiteralSource(blocks)
-    n = source.num_laid_out
-    capacity = table_capacity(n)
-    rows = b"".join([block.row for block in source.blocks])
-    if _CHAIN_TABLE is not None:
-        spine_ids = array("i", source.spine).tobytes()
-        table = np.frombuffer(_CHAIN_TABLE(rows, spine_ids, capacity), dtype=np.int32)
-        table = table.reshape(capacity, 256)
+    if _CHAIN_ARRAYS is not None:  # (one C call lays it all out)
+        table_data, accepting_data, built, spine, used, classes, count = _CHAIN_ARRAYS(blocks)
+        byte_classes = np.frombuffer(classes, dtype=np.uint8)
+        source = LiteralSource(blocks, (spine, used, byte_classes, count))
+        table = np.frombuffer(table_data, dtype=np.int32).reshape(-1, 256)
+        accepting = np.frombuffer(accepting_data, dtype=np.bool_)
     else:
-        table = np.full((capacity, 256), -2, dtype=np.int32)
-        spine = np.asarray(source.spine[:-1], dtype=np.int32)
+        source = LiteralSource(blocks)
+        table = np.full((table_capacity(source.num_laid_out), 256), -2, dtype=np.int32)
+        spine_ids = np.asarray(source.spine[:-1], dtype=np.int32)
+        rows = b"".join([block.row for block in source.blocks])
         relative = np.frombuffer(rows, dtype=np.int32).reshape(-1, 256)
-        table[spine] = np.maximum(relative + spine[:, None], -1)
+        table[spine_ids] = np.maximum(relative + spine_ids[:, None], -1)
         table[source.final] = -1
-    built = bytearray(n)
-    for sid in source.spine:
-        built[sid] = 1
-    accepting = np.zeros(capacity, dtype=np.bool_)
-    accepting[source.final] = True
+        built = bytearray(source.num_laid_out)
+        for sid in source.spine:
+            built[sid] = 1
+        accepting = np.zeros(table.shape[0], dtype=np.bool_)
+        accepting[source.final] = True
     return ByteDFA.from_arrays(
         source,
         fingerprint=fingerprint,
@@ -384,6 +387,7 @@ def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLi
         num_classes=source.num_classes,
         table=table,
         accepting=accepting,
-        states=n,
+        states=source.num_laid_out,
         built=built,
+        ids_from_source=True,
     )

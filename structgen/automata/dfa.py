@@ -464,33 +464,33 @@ class ByteDFA:
         empty: bool = False,
         alphabet: int | None = None,
         num_classes: int | None = None,
+        ids_from_source: bool = False,
     ) -> ByteDFA:
         """A DFA over arrays made elsewhere (a literal's chain, a restored snapshot): states
         `0..states-1`, each keyed by its id; `built` marks the rows `table` holds already
         (`table_capacity(states)` rows, the others `-2`); `byte_classes` read-only
-        (`num_classes` of them, counted when not given)."""
-        keys: list[Hashable] = list(range(states))
+        (`num_classes` of them, counted when not given). `ids_from_source`: the source hands
+        out those states' ids itself, never interning their keys (`LiteralSource`), so they
+        are left out of the key -> id map."""
         dfa = cls.__new__(cls)
-        dfa.__setstate__(
-            {
-                "_source": source,
-                "fingerprint": fingerprint,
-                "limits": limits,
-                "byte_classes": byte_classes,
-                "num_byte_classes": (
-                    int(byte_classes.max()) + 1 if num_classes is None else num_classes
-                ),
-                "_retired": [],
-                "_ids": dict(zip(keys, keys)),
-                "_keys": keys,
-                "_table": table,
-                "_accepting": accepting,
-                "_built": built,
-                "start": start,
-                "_empty": empty,
-                "_alphabet": source.alphabet() if alphabet is None else alphabet,
-            }
-        )
+        dfa._source = source
+        dfa.fingerprint = fingerprint
+        dfa.limits = limits
+        dfa.byte_classes = byte_classes
+        dfa.num_byte_classes = int(byte_classes.max()) + 1 if num_classes is None else num_classes
+        dfa._retired = []
+        keys: list[Hashable] = list(range(states))
+        dfa._ids = {} if ids_from_source else {k: k for k in range(states)}
+        dfa._keys = keys
+        dfa._table = table
+        dfa._accepting = accepting
+        dfa.start = start
+        dfa._empty = empty
+        dfa._alphabet = source.alphabet() if alphabet is None else alphabet
+        dfa._native = None
+        dfa._built = bytearray(built)
+        dfa._lock = threading.RLock()
+        dfa._refresh_views()
         return dfa
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -504,10 +504,10 @@ class ByteDFA:
 
     def _refresh_views(self) -> None:
         ro = self._table.view()
-        ro.flags.writeable = False
+        ro.setflags(write=False)
         self._table_ro = ro
         acc = self._accepting.view()
-        acc.flags.writeable = False
+        acc.setflags(write=False)
         self._accepting_ro = acc
         # Raw addresses for the C walk, refreshed only when the buffers are replaced.
         addresses = _native_subset.addresses(self._table, self._accepting)

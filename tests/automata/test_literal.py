@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -357,41 +358,43 @@ def test_chain_fingerprints_are_stable_and_tell_languages_apart() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(KEYS)
-def test_the_c_helpers_write_what_numpy_writes(text: str) -> None:
-    """`chain_table` and `mask_classes` (C) against their numpy fallbacks: the same table,
-    built flags and classes."""
+def test_the_c_layout_is_what_numpy_writes(text: str) -> None:
+    """`chain_arrays` (C) against the numpy fallback: the same table, accepting flags, built
+    flags, spine, bytes read and classes."""
     from structgen.automata import chains, concat
     from structgen.schema._strings import literal_body
 
-    if chains._CHAIN_TABLE is None or chains._MASK_CLASSES is None:
+    if chains._CHAIN_ARRAYS is None:
         pytest.skip("the extension is not built")
     blocks = chains.chain_blocks(concat([String('"'), literal_body(text), String('"')]))
     assert blocks is not None
     native = chains.literal_dfa(blocks, fingerprint="x", limits=LIMITS)
-    saved = chains._CHAIN_TABLE, chains._MASK_CLASSES
-    chains._CHAIN_TABLE = chains._MASK_CLASSES = None
+    saved = chains._CHAIN_ARRAYS
+    chains._CHAIN_ARRAYS = None
     try:
         fallback = chains.literal_dfa(blocks, fingerprint="x", limits=LIMITS)
     finally:
-        chains._CHAIN_TABLE, chains._MASK_CLASSES = saved
+        chains._CHAIN_ARRAYS = saved
     assert np.array_equal(native._table, fallback._table)
+    assert np.array_equal(native._accepting, fallback._accepting)
     assert np.array_equal(native.byte_classes, fallback.byte_classes)
     assert native.num_byte_classes == fallback.num_byte_classes
     assert native._built == fallback._built
+    a, b = native._source, fallback._source
+    assert (a.spine, a.final, a._used, a.num_classes) == (b.spine, b.final, b._used, b.num_classes)
+    assert not native.byte_classes.flags.writeable and native._table.flags.writeable
 
 
-def test_chain_table_refuses_what_does_not_fit() -> None:
+def test_chain_arrays_refuses_what_is_not_a_chain() -> None:
     from structgen.automata import chains
 
-    if chains._CHAIN_TABLE is None:
+    if chains._CHAIN_ARRAYS is None:
         pytest.skip("the extension is not built")
-    row = np.full(256, -1, dtype=np.int32).tobytes()
-    ids = np.array([0, 1], dtype=np.int32).tobytes()
-    assert len(chains._CHAIN_TABLE(row, ids, 16)) == 16 * 1024
-    backwards = np.array([1, 0], dtype=np.int32).tobytes()
-    for rows, spine, capacity in [(row * 2, ids, 16), (row, ids, 1), (row, backwards, 16)]:
-        with pytest.raises(ValueError):
-            chains._CHAIN_TABLE(rows, spine, capacity)
+    block = chains.chain_blocks(String("a"))[0]  # type: ignore[index]
+    assert len(chains._CHAIN_ARRAYS([block])[0]) == 16 * 1024
+    for bad in [[], [object()], [replace(block, row=b"short")], [replace(block, width=0)], 3]:
+        with pytest.raises((ValueError, TypeError, AttributeError)):
+            chains._CHAIN_ARRAYS(bad)
 
 
 def test_a_key_chain_snapshots_and_rebuilds_past_its_snapshot() -> None:
