@@ -6,8 +6,10 @@ one automaton); the rule counter enforces `SchemaOptions.max_rules`."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
+from structgen._lru import LRU
 from structgen.automata import (
     AutomataLimits,
     CharClass,
@@ -25,6 +27,10 @@ from structgen.grammar.terminals import terminal_dfa
 
 __all__ = ["GrammarEmitter"]
 
+#: the one instance of each recent terminal language (see `GrammarEmitter.terminal`)
+_CANONICAL: LRU[tuple[Node, tuple[Node, ...]], tuple[Node, tuple[Node, ...]]] = LRU(4096)
+QUOTE = String('"')
+
 
 class GrammarEmitter:
     """The rules and terminals of one compilation, in the layout `options` asks for."""
@@ -39,12 +45,6 @@ class GrammarEmitter:
         self._puncts: dict[str, str] = {}  # `punct`'s terminal per text (asked per rule)
         self.counter = 0
         self.layout = options.layout
-        ws = CharClass(((9, 10), (13, 13), (32, 32)))
-        self.ws: Node = (
-            Repeat(ws, 0, options.max_whitespace) if self.layout == "flexible" else Empty()
-        )
-        # indented: a newline and an indent (any depth up to max_whitespace spaces)
-        self.newline: Node = concat([String("\n"), Repeat(String(" "), 0, options.max_whitespace)])
 
     def new_rule(self, prefix: str) -> str:
         self.counter += 1
@@ -60,12 +60,17 @@ class GrammarEmitter:
         self.rules.append(Rule(lhs, tuple(rhs)))
 
     def terminal(self, node: Node, extra: tuple[Node, ...] = ()) -> str:
+        """The terminal of `node` (intersected with `extra`), one per language. Its pattern
+        is the one instance of that AST made recently (schema after schema the same strings,
+        numbers and keys are built afresh): every cache keyed by a terminal's AST downstream
+        (automata, digests, programs) then finds it by identity, not by comparing trees."""
         key = (node, extra)
         name = self.terminals.get(key)
         if name is None:
+            key = _CANONICAL.get(key) or _CANONICAL.put(key, key)
             name = f"T{len(self.terminals)}"
             self.terminals[key] = name
-            self.term_defs.append(TerminalDef(name, node, extra))
+            self.term_defs.append(TerminalDef(name, *key))
         return name
 
     def punct(self, text: str) -> str:
@@ -79,25 +84,7 @@ class GrammarEmitter:
         return name
 
     def _punct_terminal(self, text: str) -> str:
-        if self.layout == "compact":
-            return self.terminal(String(text))
-        if self.layout == "spaced":
-            return self.terminal(String(text + " " if text in ",:" else text))
-        if self.layout == "indented":
-            nl = self.newline
-            if text == ":":
-                return self.terminal(String(": "))
-            if text == ",":
-                return self.terminal(concat([String(","), nl]))
-            if text in "{[":
-                return self.terminal(concat([String(text), repeat(nl, 0, 1)]))
-            return self.terminal(concat([repeat(nl, 0, 1), String(text)]))
-        ws = self.ws
-        if text in "{[":
-            return self.terminal(concat([String(text), ws]))
-        if text in "}]":
-            return self.terminal(concat([ws, String(text)]))
-        return self.terminal(concat([ws, String(text), ws]))
+        return self.terminal(_punct_node(self.layout, self.opts.max_whitespace, text))
 
     def key_terminal(self, body: Node, extra: tuple[Node, ...] = ()) -> str:
         """A rule `key: "name" COLON` — the quoted key, then the shared `ws : ws` terminal.
@@ -115,10 +102,7 @@ class GrammarEmitter:
         return rule
 
     def string_terminal(self, body: Node, extra: tuple[Node, ...] = ()) -> str:
-        def wrap(n: Node) -> Node:
-            return concat([String('"'), n, String('"')])
-
-        return self.terminal(wrap(body), tuple(wrap(e) for e in extra))
+        return self.terminal(quoted(body), tuple(quoted(e) for e in extra))
 
     def grammar(self, start: str) -> Grammar:
         """The grammar with `start` as its start symbol; raises `SchemaError` when no text
@@ -150,3 +134,44 @@ class GrammarEmitter:
         if "start" not in productive:
             raise SchemaError("the schema is unsatisfiable: no JSON value satisfies it")
         return set(dead)
+
+
+@lru_cache(maxsize=4096)
+def quoted(body: Node) -> Node:
+    """A JSON string of `body`'s language, quotes included: one instance per body (the same
+    bodies, any string's above all, come back property after property)."""
+    return concat([QUOTE, body, QUOTE])
+
+
+@lru_cache(maxsize=64)
+def _layout_nodes(layout: str, max_whitespace: int) -> tuple[Node, Node]:
+    """The whitespace a layout allows between tokens (flexible: any run), and the indented
+    layout's newline and indent (any depth up to `max_whitespace` spaces): one instance each
+    for every compile."""
+    ws = CharClass(((9, 10), (13, 13), (32, 32)))
+    between = Repeat(ws, 0, max_whitespace) if layout == "flexible" else Empty()
+    return between, concat([String("\n"), Repeat(String(" "), 0, max_whitespace)])
+
+
+@lru_cache(maxsize=256)
+def _punct_node(layout: str, max_whitespace: int, text: str) -> Node:
+    """The language of punctuation `text` with the whitespace the layout allows around it
+    (`GrammarEmitter.punct`): built once per layout, not per compile."""
+    if layout == "compact":
+        return String(text)
+    if layout == "spaced":
+        return String(text + " " if text in ",:" else text)
+    ws, nl = _layout_nodes(layout, max_whitespace)
+    if layout == "indented":
+        if text == ":":
+            return String(": ")
+        if text == ",":
+            return concat([String(","), nl])
+        if text in "{[":
+            return concat([String(text), repeat(nl, 0, 1)])
+        return concat([repeat(nl, 0, 1), String(text)])
+    if text in "{[":
+        return concat([String(text), ws])
+    if text in "}]":
+        return concat([ws, String(text)])
+    return concat([ws, String(text), ws])

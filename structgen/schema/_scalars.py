@@ -8,10 +8,12 @@ spelling. See docs/design/json-schema.md."""
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from structgen.automata import Node, String, alternation, concat, parse_regex
+from structgen.automata import Node, String, alternation, parse_regex
 from structgen.errors import UnsupportedSchemaError
+from structgen.schema._emitter import quoted
 from structgen.schema._formats import KNOWN_UNSUPPORTED, format_nodes
 from structgen.schema._forms import NumberForm, StringForm, Unsat, excluded_values
 from structgen.schema._keywords import json_equal
@@ -73,7 +75,13 @@ def boolean_rule(c: SchemaCompiler, flat: list[Sub]) -> str:
     words = [w for w, v in (("true", True), ("false", False)) if not any(x is v for x in excluded)]
     if not words:
         raise Unsat(flat[0].ptr if flat else "", "both booleans are excluded")
-    return c.emit.terminal(alternation(String(w) for w in words))
+    return c.emit.terminal(_words(tuple(words)))
+
+
+@lru_cache(maxsize=8)
+def _words(words: tuple[str, ...]) -> Node:
+    """`true`, `false` or both: one instance each for every compile."""
+    return alternation(String(w) for w in words)
 
 
 def scalar_text(c: SchemaCompiler, v: Any, kinds: frozenset[str]) -> Node:
@@ -86,7 +94,7 @@ def scalar_text(c: SchemaCompiler, v: Any, kinds: frozenset[str]) -> Node:
     if v is False:
         return String("false")
     if isinstance(v, str):
-        return concat([String('"'), literal_body(v, canonical=c.canonical), String('"')])
+        return quoted(literal_body(v, canonical=c.canonical))
     if c.canonical:
         return String(json.dumps(v))  # as a writer spells it: 3, 1.5, 1e+100
     if not c.integer_fractions and "nonint" not in kinds:
@@ -96,7 +104,7 @@ def scalar_text(c: SchemaCompiler, v: Any, kinds: frozenset[str]) -> Node:
 
 def string_words(c: SchemaCompiler, words: list[str]) -> Node:
     """The texts of a set of string members, quotes included."""
-    return concat([String('"'), literal_bodies(words, canonical=c.canonical), String('"')])
+    return quoted(literal_bodies(words, canonical=c.canonical))
 
 
 # ----------------------------------------------------------------------------- numbers
