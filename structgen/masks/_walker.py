@@ -225,12 +225,21 @@ def token_classes(vocab: Vocabulary, byte_classes: npt.NDArray[np.uint8] | None)
 
 
 def _array_bytes(value: Any) -> int:
-    """The bytes of the arrays in a cached value (a mask, events, boundary positions)."""
-    if isinstance(value, (np.ndarray, Events)):
+    """The bytes of the arrays in a cached value (a mask, events, boundary positions). Asked
+    at every store (first visits): exact type tests first, no generator of calls."""
+    kind = type(value)
+    if kind is np.ndarray or kind is Events or isinstance(value, (np.ndarray, Events)):
         return int(value.nbytes)
-    if isinstance(value, (tuple, list)):
-        return sum(_array_bytes(item) for item in value)
-    return 0
+    if kind is not tuple and kind is not list and not isinstance(value, (tuple, list)):
+        return 0
+    total = 0
+    for item in value:
+        kind = type(item)
+        if kind is np.ndarray or kind is Events:
+            total += item.nbytes
+        elif kind is not int:  # (boundary positions come with their cut and state)
+            total += _array_bytes(item)
+    return int(total)
 
 
 def _frozen(words: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
