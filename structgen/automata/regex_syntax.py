@@ -75,19 +75,26 @@ class Empty:
     """Matches the empty string only."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class String:
     """Matches exactly ``text`` (code points, case-sensitive). ``text`` is never empty."""
 
     text: str
 
+    def __init__(self, text: str) -> None:
+        _SET_TEXT(self, text)  # (`_slot_setters`)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class CharClass:
     """Matches one code point from ``ranges`` (normal-form inclusive ranges; may be empty)."""
 
     ranges: Ranges
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __init__(self, ranges: Ranges) -> None:
+        _SET_RANGES(self, ranges)
+        _SET_CLASS_HASH(self, 0)
 
     def __hash__(self) -> int:
         # Cached: a class's ranges are a tuple of pairs, hashed afresh on every dict lookup.
@@ -101,12 +108,16 @@ class CharClass:
         return (CharClass, (self.ranges,))  # no cached hash: it differs per process
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Concat:
     """Matches its items one after another."""
 
     items: tuple[Node, ...]
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __init__(self, items: tuple[Node, ...]) -> None:
+        _SET_CONCAT_ITEMS(self, items)
+        _SET_CONCAT_HASH(self, 0)
 
     def __hash__(self) -> int:
         # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
@@ -120,12 +131,16 @@ class Concat:
         return (Concat, (self.items,))  # no cached hash: it differs per process
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Alternation:
     """Matches any one of its items."""
 
     items: tuple[Node, ...]
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __init__(self, items: tuple[Node, ...]) -> None:
+        _SET_ALTERNATION_ITEMS(self, items)
+        _SET_ALTERNATION_HASH(self, 0)
 
     def __hash__(self) -> int:
         # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
@@ -139,7 +154,7 @@ class Alternation:
         return (Alternation, (self.items,))  # no cached hash: it differs per process
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Repeat:
     """Matches ``item`` between ``min`` and ``max`` times (``max=None``: unbounded)."""
 
@@ -147,6 +162,12 @@ class Repeat:
     min: int
     max: int | None
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __init__(self, item: Node, min: int, max: int | None) -> None:
+        _SET_ITEM(self, item)
+        _SET_MIN(self, min)
+        _SET_MAX(self, max)
+        _SET_REPEAT_HASH(self, 0)
 
     def __hash__(self) -> int:
         # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
@@ -161,6 +182,22 @@ class Repeat:
 
 
 Node = Empty | String | CharClass | Concat | Alternation | Repeat
+
+
+def _slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
+    """The slots' own setters: the nodes' `__init__` sets them directly (a frozen dataclass's
+    generated one calls `object.__setattr__` per field, a third slower, and a compile builds
+    AST nodes by the thousand)."""
+    return tuple(getattr(cls, name).__set__ for name in names)
+
+
+(_SET_TEXT,) = _slot_setters(String, "text")
+_SET_RANGES, _SET_CLASS_HASH = _slot_setters(CharClass, "ranges", "_hash")
+_SET_CONCAT_ITEMS, _SET_CONCAT_HASH = _slot_setters(Concat, "items", "_hash")
+_SET_ALTERNATION_ITEMS, _SET_ALTERNATION_HASH = _slot_setters(Alternation, "items", "_hash")
+_SET_ITEM, _SET_MIN, _SET_MAX, _SET_REPEAT_HASH = _slot_setters(
+    Repeat, "item", "min", "max", "_hash"
+)
 
 # Word-boundary assertions (``\\b``, ``\\B``, Rust's ``\\<`` ...) are parsed as *markers*: the
 # one-point class of code point ``MARKER_BASE + k`` (above U+10FFFF, so no other class contains
