@@ -119,6 +119,29 @@ def test_not_in_set_excludes_every_encoding_of_the_words() -> None:
         assert accepts(text), text
 
 
+_NOT_IN_SET_ALPHABET = 'ab"/\né'
+_NOT_IN_SET_TEXTS = [
+    "".join(chars) for n in range(4) for chars in itertools.product(_NOT_IN_SET_ALPHABET, repeat=n)
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.frozensets(st.text(_NOT_IN_SET_ALPHABET, max_size=4), max_size=5),
+    st.booleans(),
+)
+def test_not_in_set_is_every_other_string(words: frozenset[str], canonical: bool) -> None:
+    """Brute force over short strings, spelled as json.dumps writes them: accepted exactly when
+    the decoded string is none of the words (shared prefixes, words ending inside others, the
+    empty word, escaped characters); the same set asked again is the same node."""
+    node = not_in_set(words, canonical=canonical)
+    accepts = matcher(node)
+    for text in _NOT_IN_SET_TEXTS:
+        spelled = json.dumps(text, ensure_ascii=False)[1:-1]
+        assert accepts(spelled) == (text not in words), (sorted(words), text)
+    assert not_in_set(set(words), canonical=canonical) is node
+
+
 @pytest.mark.parametrize("pattern", ["^x-", "f.*o", "^[a-z]+$", "^\\d{2}$", "a|b$", "^(foo|bar)_"])
 def test_complement_of_search_patterns(pattern: str) -> None:
     accepts = matcher(complement(_search_node(pattern)))
