@@ -7,13 +7,11 @@ cache only grow, under locks), shareable across threads and sequences, and cache
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,6 +21,7 @@ import numpy.typing as npt
 from structgen import automata
 from structgen._args import describe, expect_bool, expect_int, expect_str
 from structgen._budget import compile_budget
+from structgen._gc import paused_gc
 from structgen.automata import AutomataLimits
 from structgen.compile_cache import ENV_VAR, CompileCache, key_text
 from structgen.engines import Engine, GrammarEngine, RegexEngine
@@ -303,41 +302,6 @@ def _rebuild(
     """Unpickling: compile the recipe again (a cache hit when this process has it already)."""
     compiled: CompiledGrammar = getattr(Compiler(vocab, limits=limits), method)(*args, **kwargs)
     return compiled
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while compiling.
-
-    Compiling allocates many small objects, which triggers full collections; in a process that
-    also holds a tokenizer and a model those scan millions of objects and can cost more than the
-    compile itself. Nothing compiled is garbage, so collecting can wait.
-
-    What a compile leaves is long-lived (automata, tables, caches): it is moved straight to the
-    oldest generation (`gc.freeze()` then `gc.unfreeze()`), where the young collections that
-    would otherwise scan all of it once or twice right after the compile do not look. Skipped
-    when the process has frozen objects itself (unfreezing would undo that). Whether it has is
-    asked until the answer is yes, then remembered: `gc.get_freeze_count()` walks every frozen
-    object (20 ms in a process that froze a tokenizer's, more in a server), and a process that
-    freezes (vLLM does after start-up) does not thaw.
-    """
-    global _PROCESS_FREEZES
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            if not _PROCESS_FREEZES and gc.get_freeze_count():
-                _PROCESS_FREEZES = True
-            if not _PROCESS_FREEZES:
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
-
-
-#: set once a compile finds objects the process froze itself (see `_no_gc`)
-_PROCESS_FREEZES = False
 
 
 #: what the persistent cache saves: grammars run by the grammar engine (a `uniqueItems` guard
@@ -779,11 +743,11 @@ class Compiler:
         disk_key = None if disk is None else key_text(full_key)
         loaded = None
         if disk is not None and disk_key is not None:
-            with _no_gc():
+            with paused_gc():
                 loaded = disk.load(
                     disk_key, self.vocab, self.limits.automata(), self.limits.max_cached_masks
                 )
-        with _no_gc(), compile_budget(self.limits.max_compile_seconds):
+        with paused_gc(), compile_budget(self.limits.max_compile_seconds):
             compiled = CompiledGrammar(
                 self.vocab,
                 build() if loaded is None else loaded,

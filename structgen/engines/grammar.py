@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen._budget import forget_on_failure
+from structgen._gc import paused_gc
 from structgen.automata import AutomataLimits, ByteDFA
 from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.automata.nfa import extension_function
@@ -377,10 +378,15 @@ class GrammarEngine:
 
     def token_mask(self, state: ParseState) -> npt.NDArray[np.int32]:
         parse, lex_state, fresh = state
-        key = ("mask", lex_state, fresh)
-        cached: npt.NDArray[np.int32] | None = parse.memo.get(key)
+        cached: npt.NDArray[np.int32] | None = parse.memo.get(("mask", lex_state, fresh))
         if cached is not None:
             return cached
+        with paused_gc():  # (a first visit: many small objects, all kept or freed by count)
+            return self._new_mask(state)
+
+    def _new_mask(self, state: ParseState) -> npt.NDArray[np.int32]:
+        parse, lex_state, fresh = state
+        key = ("mask", lex_state, fresh)
         if lex_state == PENDING_START:
             return self.token_mask(self._resolved(state))
         walker = self.lexer(parse).walker

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from structgen._gc import paused_gc
 from structgen._lru import LRU
 from structgen.masks._bitmask import pack_bool_mask
 from structgen.masks._kernel import (
@@ -316,7 +317,8 @@ class TokenMaskWalker:
             if hit is not None:
                 self._cache.move_to_end(state)
                 return hit
-            packed = _frozen(self._packed(state))
+            with paused_gc():  # (a first visit: see `paused_gc`)
+                packed = _frozen(self._packed(state))
             self._cache[state] = packed
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)

@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from structgen import Compiler, compiler
+from structgen import Compiler, _gc, compiler
 from tests.conftest import load_tokenizer, load_vocab
 
 
@@ -46,7 +46,7 @@ def test_a_process_that_froze_its_objects_keeps_them_frozen() -> None:
         assert 0 < gc.get_freeze_count() <= frozen  # (some freed since: not unfrozen)
     finally:
         gc.unfreeze()
-        compiler._PROCESS_FREEZES = False
+        _gc._PROCESS_FREEZES = False
 
 
 def test_a_freezing_process_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,7 +63,7 @@ def test_a_freezing_process_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> No
         assert real() > 0
     finally:
         gc.unfreeze()
-        compiler._PROCESS_FREEZES = False
+        _gc._PROCESS_FREEZES = False
 
 
 def test_disabled_collector_stays_disabled() -> None:
