@@ -746,6 +746,24 @@ void sg_union_set_part(sg_union *u, int32_t i, const int32_t *table, const uint8
     pthread_mutex_unlock(&u->st.lock);
 }
 
+/* sg_union_set_part for components 0..n-1 at once (a new context: one call, not one per
+ * terminal): `parts` holds five int64 per component, the table's and accepting array's
+ * addresses, the capacity, the C builder and its context (0: none). */
+void sg_union_set_parts(sg_union *u, int32_t n, const int64_t *parts)
+{
+    pthread_mutex_lock(&u->st.lock);
+    for (int32_t i = 0; i < n && i < u->n_parts; i++) {
+        const int64_t *f = parts + (size_t)i * 5;
+        sg_part *p = &u->parts[i];
+        p->table = (const int32_t *)(intptr_t)f[0];
+        p->accepting = (const uint8_t *)(intptr_t)f[1];
+        p->capacity = f[2];
+        p->build = (part_builder)(intptr_t)f[3];
+        p->ctx = (void *)(intptr_t)f[4];
+    }
+    pthread_mutex_unlock(&u->st.lock);
+}
+
 /* After SG_NEED_ROW: out[0] = the component, out[1] = its state whose row Python must build. */
 void sg_union_need(sg_union *u, int64_t *out)
 {
