@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Iterator
 
 __all__ = ["paused_gc"]
 
 
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
+class paused_gc:  # (named as the function it replaced: `with paused_gc():`)
     """Pause the cyclic garbage collector while compiling or building a first-visit mask.
 
     Both allocate many small objects, which triggers collections; in a process that also holds
@@ -26,15 +23,20 @@ def paused_gc() -> Iterator[None]:
     (unfreezing would undo that). Whether it has is asked until the answer is yes, then
     remembered: `gc.get_freeze_count()` walks every frozen object (20 ms in a process that
     froze a tokenizer's, more in a server), and a process that freezes (vLLM does after
-    start-up) does not thaw. Nested pauses leave it to the outermost.
+    start-up) does not thaw. Nested pauses leave it to the outermost. A class, not a
+    generator: every mask miss enters it, and `contextlib.contextmanager` cost ~0.9 µs per use
+    against ~0.25.
     """
-    global _PROCESS_FREEZES
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
+
+    __slots__ = ("_enabled",)
+
+    def __enter__(self) -> None:
+        self._enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        global _PROCESS_FREEZES
+        if self._enabled:
             if not _PROCESS_FREEZES and gc.get_freeze_count():
                 _PROCESS_FREEZES = True
             if not _PROCESS_FREEZES:
