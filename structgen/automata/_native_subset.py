@@ -357,7 +357,7 @@ UNION, SEQUENCE, COUNTED, PRODUCT = range(4)
 _BETWEEN_UNITS = 0xFFFFFFFF  # a counted key's unit state -1, as C keeps it
 
 
-#: what the C side reads of a component (`sg_union_set_parts`)
+#: what the C side reads of a component (`sg_union_set_part`, `sg_union_set_parts`; 0: none)
 _PART_FIELDS = operator.attrgetter(
     "table_address", "accepting_address", "capacity", "native_builder", "native_context"
 )
@@ -406,16 +406,7 @@ class NativeUnion(_NativeStates):
 
     def refresh_part(self, i: int) -> None:
         """Point the C side at component ``i``'s current arrays and C builder."""
-        part = self.parts[i]
-        _LIB.sg_union_set_part(
-            self.ctx,
-            i,
-            part.table_address,
-            part.accepting_address,
-            part.capacity,
-            part.native_builder or None,
-            part.native_context or None,
-        )
+        _LIB.sg_union_set_part(self.ctx, i, *_PART_FIELDS(self.parts[i]))
 
     def build(self, state: int) -> int:
         """Build ``state``'s row: OK or a stop code (see `_subset.c`)."""

@@ -487,16 +487,18 @@ class ByteDFA:
         dfa.start = start
         dfa._empty = empty
         dfa._alphabet = source.alphabet() if alphabet is None else alphabet
-        dfa._native = None
-        dfa._built = bytearray(built)
-        dfa._lock = threading.RLock()
-        dfa._refresh_views()
+        dfa._finish_restore(built)
         return dfa
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._finish_restore(state["_built"])
+
+    def _finish_restore(self, built: bytes | bytearray) -> None:
+        """What a DFA made from saved or given arrays still needs: Python mode (no C context),
+        its own built flags, a lock, the read-only views and addresses."""
         self._native = None
-        self._built = bytearray(state["_built"])
+        self._built = bytearray(built)
         self._lock = threading.RLock()
         self._refresh_views()
 

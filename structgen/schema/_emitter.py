@@ -29,7 +29,7 @@ __all__ = ["GrammarEmitter"]
 
 #: the one instance of each recent terminal language (see `GrammarEmitter.terminal`)
 _CANONICAL: LRU[tuple[Node, tuple[Node, ...]], tuple[Node, tuple[Node, ...]]] = LRU(4096)
-QUOTE = String('"')
+_QUOTE = String('"')
 
 
 class GrammarEmitter:
@@ -140,7 +140,7 @@ class GrammarEmitter:
 def quoted(body: Node) -> Node:
     """A JSON string of `body`'s language, quotes included: one instance per body (the same
     bodies, any string's above all, come back property after property)."""
-    return concat([QUOTE, body, QUOTE])
+    return concat([_QUOTE, body, _QUOTE])
 
 
 @lru_cache(maxsize=64)
