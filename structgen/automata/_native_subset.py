@@ -112,6 +112,8 @@ def _load() -> Any:
     lib.sg_union_set_parts.argtypes = [_P, ctypes.c_int32, _P]
     lib.sg_union_need.restype = None
     lib.sg_union_need.argtypes = [_P, _P]
+    lib.sg_union_accepted.restype = ctypes.c_int64
+    lib.sg_union_accepted.argtypes = [_P, ctypes.c_int32, _P, ctypes.c_int64]
     lib.sg_union_intern.restype = ctypes.c_int64
     lib.sg_union_intern.argtypes = [_P, _P, ctypes.c_int64]
     lib.sg_union_build.restype = ctypes.c_int
@@ -252,6 +254,10 @@ class _NativeStates:
     def extra_bytes(self) -> int:
         """Bytes the context holds beyond the states (a product's liveness memo)."""
         return 0
+
+    def accepted(self, state: int) -> list[int] | None:
+        """A union state's accepting components (`NativeUnion`); None: ask the key."""
+        return None
 
     def _elements(self, state: int) -> list[int]:
         scratch = getattr(_KEY_SCRATCH, "buf", None)  # (asked per lexer state: one per thread)
@@ -394,6 +400,7 @@ class NativeUnion(_NativeStates):
         ctx = _LIB.sg_union_new(len(parts), self._classes.ctypes.data, max_states)
         self._adopt(ctx, _LIB.sg_union_free, "union")
         self._need = np.zeros(2, dtype=np.int64)
+        self._need_address = int(self._need.ctypes.data)  # (asked per row Python builds)
         if mode != UNION:
             starts = np.array([p.start for p in parts], dtype=np.int32)
             bound = -1 if hi is None else hi
@@ -401,12 +408,18 @@ class NativeUnion(_NativeStates):
                 raise ValueError(f"bad composed DFA mode {mode} over {len(parts)} parts")
         # every component's arrays and C builder in one call (a ctypes call per component,
         # seven arguments converted each, cost more than the rest of the set-up)
-        fields = np.array([_PART_FIELDS(p) for p in parts], dtype=np.int64)
+        given = [_PART_FIELDS(p) for p in parts]
+        fields = np.array(given, dtype=np.int64)
         _LIB.sg_union_set_parts(self.ctx, len(parts), fields.ctypes.data)
+        self._given = given  # what C was told of each component (see `refresh_part`)
 
     def refresh_part(self, i: int) -> None:
-        """Point the C side at component ``i``'s current arrays and C builder."""
-        _LIB.sg_union_set_part(self.ctx, i, *_PART_FIELDS(self.parts[i]))
+        """Point the C side at component ``i``'s current arrays and C builder (when they
+        changed: a row built in place needs nothing, as C reads it there)."""
+        fields = _PART_FIELDS(self.parts[i])
+        if fields != self._given[i]:
+            _LIB.sg_union_set_part(self.ctx, i, *fields)
+            self._given[i] = fields
 
     def build(self, state: int) -> int:
         """Build ``state``'s row: OK or a stop code (see `_subset.c`)."""
@@ -414,10 +427,24 @@ class NativeUnion(_NativeStates):
 
     def provide_row(self) -> None:
         """After NEED_ROW: build the component row the C side asked for (in Python)."""
-        _LIB.sg_union_need(self.ctx, self._need.ctypes.data)
+        _LIB.sg_union_need(self.ctx, self._need_address)
         i, state = self._need.tolist()
         self.parts[i].row(state)
         self.refresh_part(i)
+
+    def accepted(self, state: int) -> list[int] | None:
+        """A union state's accepting components, ascending (C reads the components'
+        flags); None when C cannot tell (not a union, or a component's arrays it holds are
+        stale): ask the key."""
+        if self.mode != UNION:
+            return None
+        scratch = getattr(_KEY_SCRATCH, "buf", None)
+        if scratch is None:
+            buf = np.empty(64, dtype=np.int64)
+            scratch = _KEY_SCRATCH.buf = (buf, buf.ctypes.data)
+        buf, address = scratch
+        n = int(_LIB.sg_union_accepted(self.ctx, state, address, len(buf)))
+        return None if n < 0 else buf[:n].tolist()  # type: ignore[no-any-return]
 
     def provide_live(self) -> None:
         """After NEED_LIVE: decide (in Python) the product tuple the C search gave up on."""

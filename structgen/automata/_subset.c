@@ -764,6 +764,29 @@ void sg_union_set_parts(sg_union *u, int32_t n, const int64_t *parts)
     pthread_mutex_unlock(&u->st.lock);
 }
 
+/* A union state's accepting components (a grammar lexer asks which terminals may end a lexeme
+ * there): their indices into out[0..cap), ascending; returns their number, or -1 (no such
+ * state, not a union, out too small, or a component's arrays are stale: Python answers from
+ * the key). */
+int64_t sg_union_accepted(sg_union *u, int32_t state, int64_t *out, int64_t cap)
+{
+    int64_t r = -1;
+    pthread_mutex_lock(&u->st.lock);
+    sg_states *s = &u->st;
+    if (u->mode == U_UNION && state >= 0 && state < s->n_states) {
+        int64_t off = s->set_off[state], end = s->set_off[state + 1];
+        r = 0;
+        for (int64_t k = off; k < end; k++) {
+            int64_t i = s->elems[k] >> 32, q = s->elems[k] & 0xFFFFFFFF;
+            const sg_part *p = &u->parts[i];
+            if (q >= p->capacity || r >= cap) { r = -1; break; }
+            if (p->accepting[q]) out[r++] = i;
+        }
+    }
+    pthread_mutex_unlock(&u->st.lock);
+    return r;
+}
+
 /* After SG_NEED_ROW: out[0] = the component, out[1] = its state whose row Python must build. */
 void sg_union_need(sg_union *u, int64_t *out)
 {

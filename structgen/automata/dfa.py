@@ -310,6 +310,11 @@ class ByteDFA:
         """Whether the input read so far is in the language."""
         return state >= 0 and bool(self._accepting[state])
 
+    @property
+    def native_states(self) -> _NativeStates | None:
+        """The C context that builds the rows (None: Python builds them, or not yet)."""
+        return self._native
+
     def key_of(self, state: int) -> Hashable:
         """The source's key of ``state`` (e.g. the component states of a union or product).
 

@@ -19,7 +19,7 @@ import heapq
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -89,8 +89,11 @@ class _SharedUnion:
         """The components whose lexeme may end in `state` (every parse state asks again)."""
         hit = self._accepted.get(state)
         if hit is None:
-            hit = frozenset(self.source.accepted(self.dfa.key_of(state)))  # type: ignore[arg-type]
-            self._accepted[state] = hit
+            native = self.dfa.native_states  # (C reads the flags: no key built in Python)
+            found: Iterable[int] | None = None if native is None else native.accepted(state)
+            if found is None:
+                found = self.source.accepted(self.dfa.key_of(state))  # type: ignore[arg-type]
+            hit = self._accepted[state] = frozenset(found)
         return hit
 
 

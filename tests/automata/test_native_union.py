@@ -109,6 +109,40 @@ def test_accepted_components_match_re() -> None:
             assert not expected, text
 
 
+def test_c_accepted_components_match_the_keys() -> None:
+    """`NativeUnion.accepted` (C reads the components' flags) names the components the key
+    says accept, state by state; where the C side's view of a component is stale it declines
+    (None) rather than guess."""
+    parts = [make() for make in PARTS]
+    d = _union(True, parts)
+    d.build_all()
+    native = d.native_states
+    assert native is not None
+    source = d._source
+    assert isinstance(source, UnionSource)
+    answered = 0
+    for state in range(d.num_states):
+        expected = list(source.accepted(d.key_of(state)))  # type: ignore[arg-type]
+        got = native.accepted(state)
+        if got is not None:
+            answered += 1
+            assert got == expected, state
+    assert answered == d.num_states
+    assert any(native.accepted(s) for s in range(d.num_states))
+    assert native.accepted(d.num_states) is None  # (no such state)
+    # components grown behind the union's back: stale views decline, never mislead
+    fresh = [make() for make in PARTS]
+    e = _union(True, fresh)
+    for part in fresh:
+        part.build_all()
+    e_native, e_source = e.native_states, e._source
+    assert e_native is not None and isinstance(e_source, UnionSource)
+    for state in range(e.num_states):
+        got = e_native.accepted(state)
+        if got is not None:
+            assert got == list(e_source.accepted(e.key_of(state))), state  # type: ignore[arg-type]
+
+
 def test_python_built_components_and_stale_views() -> None:
     """Components whose rows Python builds (a trie, a product) grow after the C side last saw
     them: the union asks Python for the rows (and fresh arrays) and still matches Python."""
