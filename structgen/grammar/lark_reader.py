@@ -52,19 +52,20 @@ MAX_REPEAT = 1000
 
 # The grammar language's tokens, as Lark's own lexer reads them (lark/load_grammar.py
 # TERMINALS): comments swallow the whitespace before them, newlines are significant except
-# before a `|`, and a backslash at a line's end continues it.
+# before a `|`, and a backslash at a line's end continues it. (Names and strings, most of a
+# grammar, are tried first: no other token starts as they do.)
 _TOKENS = re.compile(
     r"""
-    (?P<skip>\s*(?://|\#)[^\n]*|[ \t]+|\\[ ]*\n)
+    (?P<rule>_?[a-z][_a-z0-9]*)
+  | (?P<term>_?[A-Z][_A-Z0-9]*)
+  | (?P<string>"(?:\\"|\\\\|[^"\n])*?"i?)
+  | (?P<skip>\s*(?://|\#)[^\n]*|[ \t]+|\\[ ]*\n)
   | (?P<nl_or>(?:\r?\n)+\s*\|)
   | (?P<nl>(?:\r?\n)+\s*)
   | (?P<to>->)
   | (?P<dotdot>\.\.)
   | (?P<op>[+*]|\?(?![a-z_]))
   | (?P<mod>(?:!|!\??|\?!?)(?=[_a-z]))
-  | (?P<rule>_?[a-z][_a-z0-9]*)
-  | (?P<term>_?[A-Z][_A-Z0-9]*)
-  | (?P<string>"(?:\\"|\\\\|[^"\n])*?"i?)
   | (?P<regexp>/(?!/)(?:\\/|\\\\|[^/])*?/[imslux]*)
   | (?P<directive>%[a-z]+)
   | (?P<number>[+-]?\d+)
@@ -80,17 +81,22 @@ class _Tok(NamedTuple):
 
 
 def _tokens(text: str) -> list[_Tok]:
+    # One scan (`finditer`: no Python call per position tried); every token kind is
+    # non-empty, so a gap between two matches is text no token reads: Lark decides.
     out: list[_Tok] = []
-    pos, n = 0, len(text)
-    while pos < n:
-        found = _TOKENS.match(text, pos)
-        if found is None or found.end() == pos:
+    append = out.append
+    pos = 0
+    for found in _TOKENS.finditer(text):
+        start, end = found.span()
+        if start != pos:
             raise _Fallback
-        kind = found.lastgroup or ""
+        pos = end
+        kind = found.lastgroup
         if kind != "skip":
             value = found.group()
-            out.append(_Tok(value if kind == "punct" else kind, value))
-        pos = found.end()
+            append(_Tok(value if kind == "punct" else kind, value))  # type: ignore[arg-type]
+    if pos != len(text):
+        raise _Fallback
     out.append(_Tok("nl", ""))
     return out
 
