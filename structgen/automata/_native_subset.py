@@ -284,7 +284,7 @@ class NativeSubset(_NativeStates):
     ) -> None:
         assert _LIB is not None
         self.max_states = max_states
-        n = len(nfa.kind)
+        n = len(nfa)
         pool = nfa.pool
         if isinstance(pool, Pool):  # (its pieces' arrays, joined)
             moves, lo, hi, child = pool.arrays()

@@ -622,10 +622,36 @@ class ByteDFA:
         deferred = self._source
         assert isinstance(deferred, DeferredNFASource) and len(self._keys) == 1
         source = deferred.materialize()
+        if self._native_start(source):
+            return
         key = source.start_key()
         self._keys[self.start] = key
         self._ids = {key: self.start}
         self._source = source
+
+    def _native_start(self, source: NFASource) -> bool:
+        """Hand the materialized automaton straight to a C context whose start C makes from
+        the NFA (no closure in Python, no lists read from the NFA's arrays); False where there
+        is no C context (then Python takes the start, as before)."""
+        if source.nfa.arrays is None:
+            return False
+        native = source.make_native(self.limits.max_dfa_states)
+        if not isinstance(native, _native_subset.NativeSubset):
+            return False
+        native.set_table(self._table, self._accepting, self._table.shape[0])  # (-2 filled)
+        native.budget_checked()
+        sid = native.start(source.nfa.start)
+        if sid == -1:  # (an empty start: not what a deferred source promised; Python decides)
+            return False
+        if sid != self.start:
+            raise MemoryError("the C subset construction could not make the start state")
+        self._source = source
+        self._native = native
+        self._keys = []
+        self._ids = {}
+        self._built = bytearray()
+        self._refresh_views()
+        return True
 
     def _build_row(self, state: int) -> None:
         with self._lock:
@@ -1278,6 +1304,7 @@ class UnionSource(_Source):
         self.num_classes = int(self.byte_classes.max()) + 1
         # each class's smallest byte (classes are numbered by it, so these come in order)
         self.reps = class_representatives(self.byte_classes)
+        self._start_key: tuple[tuple[int, int], ...] | None = None
 
     # Keys are sparse: ((component index, component state), ...) for the live components only,
     # so a lexer over 40 terminals of which 3 are still alive hashes 3 pairs, not 40 states.
@@ -1289,7 +1316,13 @@ class UnionSource(_Source):
         return out
 
     def start_key(self) -> tuple[tuple[int, int], ...]:
-        return tuple((i, p.start) for i, p in enumerate(self.parts) if p.is_live(p.start))
+        # (asked twice by ByteDFA.__init__; a grammar's union has hundreds of terminals)
+        key = getattr(self, "_start_key", None)  # (None, or absent when unpickled)
+        if key is None:
+            key = self._start_key = tuple(
+                (i, p.start) for i, p in enumerate(self.parts) if not p.is_empty
+            )
+        return key
 
     def start_is_live(self) -> bool:
         return bool(self.start_key())

@@ -76,15 +76,15 @@ class ByteNFA:
     """
 
     __slots__ = (
-        "arrays", "eps", "kind", "live", "match", "next", "node", "pool", "ranges", "start",
+        "_eps", "_kind", "_live", "_next", "_node", "arrays", "match", "pool", "ranges", "start",
     )  # fmt: skip
 
     def __init__(
         self,
-        kind: list[int],
-        eps: Sequence[tuple[int, ...]] | list[list[int]],
-        node: list[int],
-        nxt: list[int],
+        kind: list[int] | None,
+        eps: Sequence[tuple[int, ...]] | list[list[int]] | None,
+        node: list[int] | None,
+        nxt: list[int] | None,
         pool: Sequence[tuple[tuple[int, int, int], ...]],
         start: int,
         match: int,
@@ -93,20 +93,64 @@ class ByteNFA:
         live: list[bool] | None = None,
         arrays: tuple[Any, ...] | None = None,
     ) -> None:
+        """With `arrays` (built in C) the lists may be None: they are read from the arrays
+        when first asked for (the C subset construction reads the arrays, and a deferred
+        terminal's start comes from C: most NFAs built in C never need them)."""
         self.ranges = ranges
-        self.kind = kind
-        self.eps: Any = eps
-        self.node = node
-        self.next = nxt
+        self._kind = kind
+        self._eps: Any = eps
+        self._node = node
+        self._next = nxt
         self.pool = pool
         self.start = start
         self.match = match
         #: (kind, live, node, next, eps offsets, eps) as numpy arrays when built in C
         self.arrays = arrays
-        self.live = self._trim() if live is None else live
+        if live is None and arrays is None:
+            live = self._trim()
+        self._live = live
+
+    # (lists for the Python subset construction and the closure of a start in Python)
+
+    @property
+    def kind(self) -> list[int]:
+        found = self._kind
+        if found is None:
+            found = self._kind = self.arrays[0].tolist()  # type: ignore[index]
+        return found
+
+    @property
+    def live(self) -> list[bool]:
+        found = self._live
+        if found is None:
+            found = self._live = self.arrays[1].astype(bool).tolist()  # type: ignore[index]
+        return found
+
+    @property
+    def node(self) -> list[int]:
+        found = self._node
+        if found is None:
+            found = self._node = self.arrays[2].tolist()  # type: ignore[index]
+        return found
+
+    @property
+    def next(self) -> list[int]:
+        found = self._next
+        if found is None:
+            found = self._next = self.arrays[3].tolist()  # type: ignore[index]
+        return found
+
+    @property
+    def eps(self) -> Any:
+        found = self._eps
+        if found is None:
+            assert self.arrays is not None
+            off, flat = self.arrays[4], self.arrays[5]
+            found = self._eps = _Splits(off.tolist(), flat[: int(off[-1])].tolist())
+        return found
 
     def __len__(self) -> int:
-        return len(self.kind)
+        return len(self.kind) if self.arrays is None else len(self.arrays[0])
 
     def _trim(self) -> list[bool]:
         n = len(self.kind)
@@ -730,15 +774,8 @@ def _build_native(
     finally:
         lib.sg_nfa_free(handle)
     ranges = leaves.ranges
+    # (the lists are made from the arrays only if Python asks: `ByteNFA`)
     return ByteNFA(
-        kind.tolist(),
-        _Splits(eps_off.tolist(), eps[:n_eps].tolist()),
-        node_ids.tolist(),
-        nxt.tolist(),
-        b.pool,
-        start,
-        0,
-        ranges,
-        live=live.astype(bool).tolist(),
+        None, None, None, None, b.pool, start, 0, ranges,
         arrays=(kind, live, node_ids, nxt, eps_off, eps),
-    )
+    )  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import pickle
 import random
 import threading
 
@@ -78,6 +79,13 @@ def test_a_deferred_automaton_is_the_eager_one(node: object) -> None:
         assert deferred.accepts(data) == eager.accepts(data), data
     assert not deferred.is_deferred  # (built by the first row)
     assert np.array_equal(deferred.row(deferred.start), eager.row(eager.start))
+    # its start made in C from the NFA's arrays: the same key, no lists read from them
+    assert deferred.key_of(deferred.start) == eager.key_of(eager.start)
+    assert deferred._source.nfa._kind is None  # type: ignore[attr-defined]
+    # and it pickles and comes back the same (the lists made on demand there)
+    clone = pickle.loads(pickle.dumps(deferred))
+    for data in samples[:200]:
+        assert clone.accepts(data) == eager.accepts(data), data
 
 
 def test_limits_and_empty_languages_are_decided_at_once() -> None:
