@@ -13,7 +13,7 @@ import importlib.util
 import operator
 import os
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from itertools import chain
 from typing import Any
 
@@ -114,6 +114,14 @@ def _load() -> Any:
     lib.sg_union_need.argtypes = [_P, _P]
     lib.sg_union_accepted.restype = ctypes.c_int64
     lib.sg_union_accepted.argtypes = [_P, ctypes.c_int32, _P, ctypes.c_int64]
+    lib.sg_chain_free.restype = None
+    lib.sg_chain_free.argtypes = [_P]
+    lib.sg_chain_lay_out.restype = ctypes.c_int64
+    lib.sg_chain_lay_out.argtypes = [_P, ctypes.c_int64]
+    lib.sg_chain_intern.restype = ctypes.c_int64
+    lib.sg_chain_intern.argtypes = [_P, ctypes.c_int64]
+    lib.sg_chain_build.restype = ctypes.c_int
+    lib.sg_chain_build.argtypes = [_P, ctypes.c_int32]
     lib.sg_union_intern.restype = ctypes.c_int64
     lib.sg_union_intern.argtypes = [_P, _P, ctypes.c_int64]
     lib.sg_union_build.restype = ctypes.c_int
@@ -152,6 +160,9 @@ def _address(name: str) -> int:
 #: unavailable)
 WALK_BUILD: int = _address("sg_subset_walk_build")
 UNION_WALK_BUILD: int = _address("sg_union_walk_build")
+CHAIN_WALK_BUILD: int = _address("sg_chain_walk_build")
+#: `chain_context` (the extension's function that makes an `sg_chain`), or None
+_CHAIN_CONTEXT = extension_function("chain_context") if _LIB is not None else None
 
 
 def search_limit_error(budget: int) -> LimitExceededError:
@@ -258,6 +269,15 @@ class _NativeStates:
     def accepted(self, state: int) -> list[int] | None:
         """A union state's accepting components (`NativeUnion`); None: ask the key."""
         return None
+
+    def take_keys(self, keys: Sequence[Any], stop: Callable[[int], None]) -> None:
+        """Create the states a Python-built DFA has so far, in order (the hand-over to C:
+        each gets its id again); `stop` acts on a stop code before the retry."""
+        for i, key in enumerate(keys):
+            assert key or key == 0
+            while (sid := self.intern(key)) < 0:
+                stop(-1 - sid)
+            assert sid == i
 
     def _elements(self, state: int) -> list[int]:
         scratch = getattr(_KEY_SCRATCH, "buf", None)  # (asked per lexer state: one per thread)
@@ -367,6 +387,55 @@ _BETWEEN_UNITS = 0xFFFFFFFF  # a counted key's unit state -1, as C keeps it
 _PART_FIELDS = operator.attrgetter(
     "table_address", "accepting_address", "capacity", "native_builder", "native_context"
 )
+
+
+class NativeChain(_NativeStates):
+    """A chain of blocks' C context (`LiteralSource`, chains.py): rows past the spine built
+    in C — from the walk and from a union of terminals directly, never through Python."""
+
+    walk_build = CHAIN_WALK_BUILD
+
+    def __init__(self, blocks: Sequence[Any], laid_out: int, max_states: int) -> None:
+        """`blocks`: the chain's `Block`s (C reads their `c_data`: kept alive here);
+        `laid_out`: the states with an id from the start (spine, first and final states)."""
+        assert _LIB is not None and _CHAIN_CONTEXT is not None
+        self.max_states = max_states
+        self._blocks = blocks
+        self._laid_out = laid_out
+        self._adopt(_CHAIN_CONTEXT(blocks, max_states), _LIB.sg_chain_free, "chain")
+
+    def build(self, state: int) -> int:
+        return int(_LIB.sg_chain_build(self.ctx, state))
+
+    def intern(self, key: Any) -> int:
+        """The id of a key as `LiteralSource` writes it (a laid-out id, or (block, local)):
+        id or ``-1 - code``."""
+        if type(key) is int:
+            found = int(_LIB.sg_chain_lay_out(self.ctx, key + 1))
+            if found < 0:
+                return -1 + found
+            return key if key < found else -1 - BAD_STATE
+        block, local = key
+        return int(_LIB.sg_chain_intern(self.ctx, (block + 1) << 32 | local))
+
+    def take_keys(self, keys: Sequence[Any], stop: Callable[[int], None]) -> None:
+        """The laid-out states in one call (ids 0.., their keys themselves), then the deeper
+        ones Python met (keyed (block, local), after them)."""
+        n = min(self._laid_out, len(keys))
+        assert not n or keys[n - 1] == n - 1
+        while (found := int(_LIB.sg_chain_lay_out(self.ctx, n))) < 0:
+            stop(-found)
+        assert found == n
+        for i in range(n, len(keys)):
+            while (sid := self.intern(keys[i])) < 0:
+                stop(-1 - sid)
+            assert sid == i
+
+    def key(self, state: int) -> Any:
+        (element,) = self._elements(state)
+        if element < 1 << 32:
+            return element
+        return ((element >> 32) - 1, element & 0xFFFFFFFF)
 
 
 class NativeUnion(_NativeStates):

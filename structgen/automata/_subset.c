@@ -361,6 +361,18 @@ static void publish_row(int32_t *out, const int32_t *row, const uint8_t *classes
     __atomic_store_n(&out[0], row[classes[0]], __ATOMIC_RELEASE);
 }
 
+/* Each byte its own class (a row written per byte). */
+static const uint8_t *identity_classes(void)
+{
+    static uint8_t classes[256];
+    static int ready;
+    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+        for (int b = 0; b < 256; b++) classes[b] = (uint8_t)b;
+        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    }
+    return classes;
+}
+
 static int build_locked(sg_subset *s, int32_t state)
 {
     sg_states *st = &s->st;
@@ -487,6 +499,153 @@ int sg_subset_walk_build(sg_subset *s, int32_t state, const int32_t **table,
     *table = s->st.table;
     *accepting = s->st.accepting;
     pthread_mutex_unlock(&s->st.lock);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ chains */
+
+/* A key's or literal's chain of blocks (chains.py `LiteralSource`): states are the laid-out
+ * ids (element q < 2**32: block starts, first states, the final state) and the deeper states of
+ * the blocks, met on first visit (element (block + 1) << 32 | local). A row is the block's
+ * moves from its local state, its targets the next block's start, a first state (its id laid
+ * out) or a deeper one (interned). Each block's data is one int32 array (`Block.c_data`):
+ * size, width, rank[size] (a first state's rank, 0 otherwise), first[width - 1], move offsets
+ * [size + 1], then (byte, target local) pairs; Python keeps the arrays alive. */
+typedef struct {
+    sg_states st;
+    int32_t n_blocks;
+    int32_t *spine;            /* n_blocks + 1: each block's start id, then the final state */
+    const int32_t **blocks;
+    int32_t row[256];
+} sg_chain;
+
+void sg_chain_free(sg_chain *c)
+{
+    if (!c) return;
+    states_free(&c->st);
+    free(c->spine);
+    free((void *)c->blocks);
+    free(c);
+}
+
+/* A chain over `n_blocks` blocks' data (kept alive by the caller); the spine from their widths. */
+static sg_chain *chain_new(int32_t n_blocks, const int32_t *const *blocks, int64_t max_states)
+{
+    if (n_blocks < 1) return NULL;
+    sg_chain *c = (sg_chain *)calloc(1, sizeof(sg_chain));
+    if (!c) return NULL;
+    c->spine = (int32_t *)malloc((size_t)(n_blocks + 1) * sizeof(int32_t));
+    c->blocks = (const int32_t **)malloc((size_t)n_blocks * sizeof(int32_t *));
+    if (!c->spine || !c->blocks || states_init(&c->st, max_states)) {
+        sg_chain_free(c);
+        return NULL;
+    }
+    c->n_blocks = n_blocks;
+    c->spine[0] = 0;
+    for (int32_t i = 0; i < n_blocks; i++) {
+        c->blocks[i] = blocks[i];
+        c->spine[i + 1] = c->spine[i] + blocks[i][1];
+    }
+    return c;
+}
+
+/* Creates the laid-out states from n_states on, up to `n` (ids are their elements): the count
+ * created so far, or a negative code -SG_x (a budget check, a bigger table) to act on first. */
+int64_t sg_chain_lay_out(sg_chain *c, int64_t n)
+{
+    pthread_mutex_lock(&c->st.lock);
+    int64_t r = 0;
+    int32_t final = c->spine[c->n_blocks];
+    while (c->st.n_states < n) {
+        int64_t q = c->st.n_states;
+        int64_t sid = intern(&c->st, &q, 1, q == final);
+        if (sid < 0) { r = sid; break; }
+    }
+    if (r == 0) r = c->st.n_states;
+    pthread_mutex_unlock(&c->st.lock);
+    return r;
+}
+
+/* Interns a deeper state's element (unpickling, the hand-over from Python): id or -1 - SG_x. */
+int64_t sg_chain_intern(sg_chain *c, int64_t element)
+{
+    pthread_mutex_lock(&c->st.lock);
+    int64_t r = intern(&c->st, &element, 1, 0);
+    pthread_mutex_unlock(&c->st.lock);
+    return r < 0 ? -1 + r : r;
+}
+
+static int chain_build_locked(sg_chain *c, int32_t state)
+{
+    sg_states *st = &c->st;
+    if (state < 0 || state >= st->n_states) return SG_BAD_STATE;
+    int32_t *out = st->table + (int64_t)state * 256;
+    if (out[0] != -2) return SG_OK;  /* built already (the spine, or meanwhile) */
+    int64_t e = st->elems[st->set_off[state]];
+    int32_t final = c->spine[c->n_blocks], i, local;
+    if (e < ((int64_t)1 << 32)) {
+        int32_t q = (int32_t)e;
+        if (q == final) {
+            for (int b = 0; b < 256; b++) c->row[b] = -1;
+            publish_row(out, c->row, identity_classes());
+            return SG_OK;
+        }
+        int32_t lo = 0, hi = c->n_blocks;  /* the last block start <= q */
+        while (hi - lo > 1) {
+            int32_t mid = (lo + hi) / 2;
+            if (c->spine[mid] <= q) lo = mid; else hi = mid;
+        }
+        i = lo;
+        const int32_t *d = c->blocks[i];
+        int32_t size = d[0];
+        local = q == c->spine[i] ? 0 : d[2 + size + (q - c->spine[i] - 1)];
+    } else {
+        i = (int32_t)((e >> 32) - 1);
+        local = (int32_t)(e & 0xFFFFFFFF);
+        if (i < 0 || i >= c->n_blocks) return SG_BAD_STATE;
+    }
+    const int32_t *d = c->blocks[i];
+    int32_t size = d[0], width = d[1];
+    const int32_t *rank = d + 2, *moves = d + 2 + size + (width - 1);
+    const int32_t *pairs = moves + size + 1;
+    for (int b = 0; b < 256; b++) c->row[b] = -1;
+    for (int32_t m = moves[local]; m < moves[local + 1]; m++) {
+        int32_t byte = pairs[2 * m], t = pairs[2 * m + 1], id;
+        if (t == size) {
+            id = c->spine[i + 1];
+        } else if (rank[t]) {
+            id = c->spine[i] + rank[t];
+        } else {
+            int64_t el = ((int64_t)(i + 1) << 32) | t;
+            int64_t sid = intern(st, &el, 1, 0);
+            if (sid < 0) return (int)-sid;
+            id = (int32_t)sid;
+            out = st->table + (int64_t)state * 256;  /* (unchanged: a grown table stops first) */
+        }
+        c->row[byte] = id;
+    }
+    publish_row(out, c->row, identity_classes());
+    return SG_OK;
+}
+
+/* Builds ``state``'s row: OK or a stop code (a bigger table, a budget check first). */
+int sg_chain_build(sg_chain *c, int32_t state)
+{
+    pthread_mutex_lock(&c->st.lock);
+    int r = chain_build_locked(c, state);
+    pthread_mutex_unlock(&c->st.lock);
+    return r;
+}
+
+/* The trie walk's and a union's entry (as sg_subset_walk_build). */
+int sg_chain_walk_build(sg_chain *c, int32_t state, const int32_t **table,
+                        const uint8_t **accepting)
+{
+    pthread_mutex_lock(&c->st.lock);
+    int r = chain_build_locked(c, state);
+    *table = c->st.table;
+    *accepting = c->st.accepting;
+    pthread_mutex_unlock(&c->st.lock);
     return r;
 }
 
@@ -2311,6 +2470,71 @@ done:
     return out;
 }
 
+/* chain_context(blocks, max_states): a new `sg_chain` (its address; free with sg_chain_free)
+ * over the blocks' `c_data` arrays (int32, C-contiguous; the caller keeps them alive). One call
+ * where ctypes took a list of addresses and the spine as arrays. */
+static PyObject *chain_context(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    static PyObject *data_name;
+    if (data_name == NULL && (data_name = PyUnicode_InternFromString("c_data")) == NULL)
+        return NULL;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "chain_context takes blocks and max_states");
+        return NULL;
+    }
+    long long max_states = PyLong_AsLongLong(args[1]);
+    if (max_states == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "chain_context takes a sequence of blocks");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    const int32_t **ptrs = NULL;
+    PyObject *out = NULL;
+    if (m < 1 || m > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "chain_context: a chain has 1 to 2**20 blocks");
+        goto done;
+    }
+    ptrs = (const int32_t **)malloc((size_t)m * sizeof(int32_t *));
+    if (ptrs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *d = PyObject_GetAttr(items[i], data_name);
+        if (d == NULL)
+            goto done;
+        Py_buffer view;
+        int got = PyObject_GetBuffer(d, &view, PyBUF_C_CONTIGUOUS);
+        Py_DECREF(d);
+        if (got < 0)
+            goto done;
+        const int32_t *data = (const int32_t *)view.buf;
+        Py_ssize_t words = view.len / (Py_ssize_t)sizeof(int32_t);
+        PyBuffer_Release(&view);  /* (the array outlives the context: the caller keeps it) */
+        if (words < 3 || data[0] < 1 || data[1] < 1 || data[1] > data[0]
+            || words < 2 + (Py_ssize_t)data[0] + data[1] - 1 + data[0] + 1) {
+            PyErr_SetString(PyExc_ValueError, "chain_context: a block's data is malformed");
+            goto done;
+        }
+        ptrs[i] = data;
+    }
+    sg_chain *c = chain_new((int32_t)m, ptrs, (int64_t)max_states);
+    if (c == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    out = PyLong_FromVoidPtr(c);
+    if (out == NULL)
+        sg_chain_free(c);
+done:
+    free((void *)ptrs);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
@@ -2328,6 +2552,8 @@ static PyMethodDef methods[] = {
      "joint_classes(parts): bytes(256), the byte classes refining every part's"},
     {"check_snapshots", (PyCFunction)(void (*)(void))check_snapshots, METH_FASTCALL,
      "check_snapshots(rows, byte_classes, states, classes): None, or why they are bad"},
+    {"chain_context", (PyCFunction)(void (*)(void))chain_context, METH_FASTCALL,
+     "chain_context(blocks, max_states): a new C chain context's address (sg_chain_free)"},
     {"chain_arrays", (PyCFunction)(void (*)(void))chain_arrays, METH_FASTCALL,
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,

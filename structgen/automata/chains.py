@@ -13,8 +13,10 @@ Layout (`literal_dfa`): state ids are given block by block — a block's start (
 state), then the states one byte into the block (its *first* states) — and the final,
 accepting state last. Spine rows are written at once from the blocks' cached rows (one C
 call for the whole chain, a few numpy operations without the extension); the other rows are
-built on first visit (`LiteralSource.expand`), as the walks of a vocabulary seldom leave the
-spine (an escape is read only by the tokens that spell one). See docs/design/chains.md.
+built on first visit, as the walks of a vocabulary seldom leave the spine (an escape is read
+only by the tokens that spell one): in C (`NativeChain`, from each block's `c_data`), so that a
+grammar's lexer, a union of many keys, builds them without a call into Python; in Python
+(`LiteralSource.expand`) without the extension. See docs/design/chains.md.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen._lru import LRU
+from structgen.automata import _native_subset
+from structgen.automata._native_subset import _NativeStates
 from structgen.automata.dfa import (
     ByteDFA,
     _alphabet_of_ranges,
@@ -58,6 +62,8 @@ MAX_SPELLINGS = 64
 MAX_CLASS_POINTS = 16
 #: a block has at most this many states
 MAX_BLOCK_STATES = 256
+#: rows past the spine built in C (`NativeChain`) where the extension is built; False: Python
+NATIVE_CHAINS = True
 
 
 _DEAD = -(1 << 30)
@@ -82,6 +88,9 @@ class Block:
     size: int  # local states
     width: int  # ids laid out up front: the start and the first states
     digest: bytes  # of `moves` (which spell the language): a chain's fingerprint joins them
+    #: the block for the C rows (`sg_chain`): size, width, rank, first, move offsets per local
+    #: state, then (byte, target) pairs; int32, read-only
+    c_data: npt.NDArray[np.int32]
 
 
 def _block(spellings: Sequence[tuple[int, ...]]) -> Block | None:
@@ -135,8 +144,17 @@ def _block(spellings: Sequence[tuple[int, ...]]) -> Block | None:
         start_row[byte] = 1 + len(first) if target is None else rank[target]
     frozen = tuple(moves)
     digest = hashlib.blake2b(repr(frozen).encode(), digest_size=16).digest()
+    offsets = [0]
+    pairs: list[int] = []
+    for local_moves in frozen:
+        for data, target in local_moves:
+            for byte in data:
+                pairs += (byte, target)
+        offsets.append(len(pairs) // 2)
+    c_data = np.array([size, 1 + len(first), *rank, *first, *offsets, *pairs], dtype=np.int32)
+    c_data.setflags(write=False)
     return Block(
-        frozen, first, tuple(rank), start_row.tobytes(), used, size, 1 + len(first), digest
+        frozen, first, tuple(rank), start_row.tobytes(), used, size, 1 + len(first), digest, c_data
     )
 
 
@@ -318,6 +336,13 @@ class LiteralSource(_Source):
 
     def is_accepting(self, key: Any) -> bool:
         return type(key) is int and key == self.final
+
+    def make_native(self, max_states: int) -> _NativeStates | None:
+        """The rows past the spine built in C (`NativeChain`): a union of terminals (a
+        grammar's lexer) reads them without asking Python."""
+        if not NATIVE_CHAINS or _native_subset._CHAIN_CONTEXT is None:
+            return None
+        return _native_subset.NativeChain(self.blocks, self.num_laid_out, max_states)
 
     def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
         if key == self.final:

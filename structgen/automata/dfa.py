@@ -600,11 +600,7 @@ class ByteDFA:
         native.set_table(self._table, self._accepting, self._table.shape[0])  # (-2 filled)
         native.budget_checked()  # Python checked the budget for the states so far
         self._native = native
-        for i, key in enumerate(self._keys):
-            assert key
-            while (sid := native.intern(key)) < 0:
-                self._native_stop(-1 - sid)
-            assert sid == i
+        native.take_keys(self._keys, self._native_stop)
         self._keys = []
         self._ids = {}
         self._built = bytearray()

@@ -17,12 +17,20 @@ from hypothesis import strategies as st
 import structgen
 import structgen.automata as automata
 from structgen import Compiler, Matcher, SchemaOptions, allocate_bitmask
-from structgen.automata import AutomataLimits, String, compile_ast, compile_regex
+from structgen.automata import (
+    AutomataLimits,
+    String,
+    _native_subset,
+    chains,
+    compile_ast,
+    compile_regex,
+)
 from structgen.automata.chains import LiteralSource
 from structgen.automata.dfa import ByteDFA, NFASource
 from structgen.automata.nfa import build_nfa
 from structgen.automata.snapshot import restore_dfa, snapshot_dfa
 from structgen.grammar.lark_frontend import load_builtin
+from tests.automata.test_native_subset import _assert_isomorphic
 from tests.conftest import load_vocab
 
 LIMITS = AutomataLimits()
@@ -410,3 +418,118 @@ def test_a_key_chain_snapshots_and_rebuilds_past_its_snapshot() -> None:
     assert restored.accepts(b'"\\u006e\\u00E9v"') and restored.accepts('"név"'.encode())
     assert restored.accepts(b'"n\\u00e9\\u0076"') and not restored.accepts(b'"n\\u00e9\\u0077"')
     assert not restored.accepts(b'"nev"') and not restored.accepts(b'"\\u006E\\u00e9v')
+
+
+def _python_chain(node: object) -> ByteDFA:
+    old = chains.NATIVE_CHAINS
+    chains.NATIVE_CHAINS = False
+    try:
+        return compile_ast(node, limits=LIMITS)  # type: ignore[arg-type]
+    finally:
+        chains.NATIVE_CHAINS = old
+
+
+def _build_all(dfa: ByteDFA, native: bool) -> None:
+    old = chains.NATIVE_CHAINS
+    chains.NATIVE_CHAINS = native
+    try:
+        dfa.build_all()
+    finally:
+        chains.NATIVE_CHAINS = old
+
+
+@pytest.mark.skipif(_native_subset._CHAIN_CONTEXT is None, reason="the C chain rows are not built")
+@settings(max_examples=120, deadline=None)
+@given(
+    st.one_of(
+        KEYS.map(lambda text: ("key", text)),
+        st.lists(_PIECES, min_size=1, max_size=4).map(lambda items: ("chain", items)),
+    ),
+    st.integers(0, 3),
+)
+def test_c_rows_are_the_python_rows(case: tuple[str, object], python_first: int) -> None:
+    """Every row past the spine built in C (`NativeChain`) is the row `LiteralSource.expand`
+    builds, state by state with equal keys — also when Python built some rows first and the
+    chain then went to C (the deeper states it met handed over in its order), and after a
+    pickle round trip."""
+    from structgen.automata import concat
+    from structgen.schema._strings import literal_body
+
+    kind, value = case
+    if kind == "key":
+        node = concat([String('"'), literal_body(value), String('"')])  # type: ignore[arg-type]
+    else:
+        node = concat(value)  # type: ignore[arg-type]
+    native = compile_ast(node, limits=LIMITS)
+    if not isinstance(native._source, LiteralSource):
+        return  # (not a chain: test_any_chain_of_choices_is_the_nfa_automaton)
+    python = _python_chain(node)
+    # some rows in Python first (deeper states interned there), then the rest in C
+    rng = random.Random(python_first)
+    old = chains.NATIVE_CHAINS
+    chains.NATIVE_CHAINS = False
+    try:
+        for _ in range(python_first):
+            native.accepts(_sample(native, rng))
+            native.row(rng.randrange(native.num_states))
+    finally:
+        chains.NATIVE_CHAINS = old
+    _build_all(native, True)
+    _build_all(python, False)
+    assert python._native is None
+    went_native = native._native is not None
+    assert went_native or (native.table != -2).all()
+    n = _assert_isomorphic(native, python)
+    assert n == native.num_states == python.num_states
+    clone = pickle.loads(pickle.dumps(native))
+    assert [clone.key_of(i) for i in range(n)] == [native.key_of(i) for i in range(n)]
+    assert np.array_equal(clone.table, native.table)
+
+
+@pytest.mark.skipif(_native_subset._CHAIN_CONTEXT is None, reason="the C chain rows are not built")
+def test_a_union_of_keys_builds_their_escapes_without_python() -> None:
+    """A grammar lexer over key chains: once a key's chain is in C, the union's C rows read
+    its escape rows there (no row requested from Python for it)."""
+    from structgen.automata import concat
+    from structgen.automata.dfa import UnionSource
+    from structgen.schema._strings import literal_body
+
+    keys = [
+        compile_ast(concat([String('"'), literal_body(k), String('"')]), limits=LIMITS)
+        for k in ("name", "nickname", "größe", "id")
+    ]
+    union = ByteDFA(UnionSource(keys), fingerprint="keys", limits=LIMITS)
+    asked: list[int] = []
+    for data in (b'"\\u006eame"', b'"n\\u0069ckname"', b'"gr\\u00f6\\u00DFe"'):
+        state = union.start
+        for byte in data:
+            state = union.next_state(state, byte)
+            assert state >= 0, data
+        assert union.is_accepting(state)
+    assert all(k._native is not None for k in keys[:3])
+    native = union._native
+    assert native is not None
+    provide = type(native).provide_row
+
+    def counting(self: object) -> None:
+        asked.append(1)
+        provide(self)  # type: ignore[arg-type]
+
+    type(native).provide_row = counting  # type: ignore[method-assign]
+    try:
+        for data in (b'"\\u006E\\u0061me"', b'"ni\\u0063kname"'):
+            state = union.start
+            for byte in data:
+                state = union.next_state(state, byte)
+            assert union.is_accepting(state), data
+    finally:
+        type(native).provide_row = provide  # type: ignore[method-assign]
+    assert not asked
+
+
+@pytest.mark.skipif(_native_subset._CHAIN_CONTEXT is None, reason="the C chain rows are not built")
+def test_chain_context_refuses_malformed_blocks() -> None:
+    block = chains._set_block(1 << 65)
+    for bad in [[], [object()], [replace(block, c_data=np.zeros(2, dtype=np.int32))], 3]:
+        with pytest.raises((ValueError, TypeError, AttributeError)):
+            _native_subset._CHAIN_CONTEXT(bad, 100)
