@@ -195,6 +195,7 @@ MAX_SLICE_BUILD_SECONDS = 0.02
 _LAYOUT_TOKENS = itertools.count()
 _GAVE_UP = 1 << 62  # flag in `sg_contained_groups`' result: some check gave up
 _SLICE_RETRIES = 4  # checks of a terminal state that gave up, before its partial answer stands
+_SMALL_EVENTS = 64  # events split by state with Python lists up to this many
 
 
 class Events:
@@ -259,8 +260,27 @@ class Events:
         n = len(self.lo)
         if not n:
             return []
+        if n <= _SMALL_EVENTS:  # (most: a list's count and a dict beat numpy's calls here)
+            states = self.state.tolist()
+            first = states[0]
+            if states.count(first) == n:  # the common case: one state
+                return [(first, self)]
+            members: dict[int, list[int]] = {}
+            for i, s in enumerate(states):
+                found = members.get(s)
+                if found is None:
+                    members[s] = [i]
+                else:
+                    found.append(i)
+            out = []
+            for s in sorted(members):  # (ascending states, each in walk order: as below)
+                part = np.array(members[s], dtype=np.intp)
+                out.append(
+                    (s, Events(self.lo[part], self.hi[part], self.cut[part], self.state[part]))
+                )
+            return out
         first = int(self.state[0])
-        if n == 1 or (self.state == first).all():  # the common case: one state
+        if (self.state == first).all():  # the common case: one state
             return [(first, self)]
         order = np.argsort(self.state, kind="stable")
         states = self.state[order]
