@@ -361,16 +361,11 @@ static void publish_row(int32_t *out, const int32_t *row, const uint8_t *classes
     __atomic_store_n(&out[0], row[classes[0]], __ATOMIC_RELEASE);
 }
 
-/* Each byte its own class (a row written per byte). */
-static const uint8_t *identity_classes(void)
+/* publish_row for a row written per byte (a chain's: each byte its own class). */
+static void publish_byte_row(int32_t *out, const int32_t *row)
 {
-    static uint8_t classes[256];
-    static int ready;
-    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
-        for (int b = 0; b < 256; b++) classes[b] = (uint8_t)b;
-        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
-    }
-    return classes;
+    for (int b = 255; b >= 1; b--) out[b] = row[b];
+    __atomic_store_n(&out[0], row[0], __ATOMIC_RELEASE);
 }
 
 static int build_locked(sg_subset *s, int32_t state)
@@ -587,7 +582,7 @@ static int chain_build_locked(sg_chain *c, int32_t state)
         int32_t q = (int32_t)e;
         if (q == final) {
             for (int b = 0; b < 256; b++) c->row[b] = -1;
-            publish_row(out, c->row, identity_classes());
+            publish_byte_row(out, c->row);
             return SG_OK;
         }
         int32_t lo = 0, hi = c->n_blocks;  /* the last block start <= q */
@@ -624,7 +619,7 @@ static int chain_build_locked(sg_chain *c, int32_t state)
         }
         c->row[byte] = id;
     }
-    publish_row(out, c->row, identity_classes());
+    publish_byte_row(out, c->row);
     return SG_OK;
 }
 
