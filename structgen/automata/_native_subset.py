@@ -152,6 +152,16 @@ _LIB = _load()
 _KEY_SCRATCH = threading.local()  # a buffer per thread for the keys C hands back
 
 
+def _key_buffer() -> tuple[npt.NDArray[np.int64], int]:
+    """This thread's buffer for what C hands back per state (keys, accepting components) and
+    its address (asked per lexer state: made once per thread)."""
+    scratch = getattr(_KEY_SCRATCH, "buf", None)
+    if scratch is None:
+        buf = np.empty(64, dtype=np.int64)
+        scratch = _KEY_SCRATCH.buf = (buf, buf.ctypes.data)
+    return scratch  # type: ignore[no-any-return]
+
+
 def _address(name: str) -> int:
     return ctypes.cast(getattr(_LIB, name), ctypes.c_void_p).value or 0 if _LIB is not None else 0
 
@@ -273,18 +283,17 @@ class _NativeStates:
     def take_keys(self, keys: Sequence[Any], stop: Callable[[int], None]) -> None:
         """Create the states a Python-built DFA has so far, in order (the hand-over to C:
         each gets its id again); `stop` acts on a stop code before the retry."""
-        for i, key in enumerate(keys):
-            assert key or key == 0
-            while (sid := self.intern(key)) < 0:
+        self._intern_each(keys, stop, 0)
+
+    def _intern_each(self, keys: Sequence[Any], stop: Callable[[int], None], first: int) -> None:
+        """`take_keys` from `keys[first]` on (the states before it are created already)."""
+        for i in range(first, len(keys)):
+            while (sid := self.intern(keys[i])) < 0:
                 stop(-1 - sid)
             assert sid == i
 
     def _elements(self, state: int) -> list[int]:
-        scratch = getattr(_KEY_SCRATCH, "buf", None)  # (asked per lexer state: one per thread)
-        if scratch is None:
-            buf = np.empty(64, dtype=np.int64)
-            scratch = _KEY_SCRATCH.buf = (buf, buf.ctypes.data)
-        buf, address = scratch
+        buf, address = _key_buffer()
         n = int(_LIB.sg_states_key(self.ctx, state, address, len(buf)))
         if n < 0:
             raise IndexError(f"state {state} has not been created")
@@ -426,10 +435,7 @@ class NativeChain(_NativeStates):
         while (found := int(_LIB.sg_chain_lay_out(self.ctx, n))) < 0:
             stop(-found)
         assert found == n
-        for i in range(n, len(keys)):
-            while (sid := self.intern(keys[i])) < 0:
-                stop(-1 - sid)
-            assert sid == i
+        self._intern_each(keys, stop, n)
 
     def key(self, state: int) -> Any:
         (element,) = self._elements(state)
@@ -507,11 +513,7 @@ class NativeUnion(_NativeStates):
         stale): ask the key."""
         if self.mode != UNION:
             return None
-        scratch = getattr(_KEY_SCRATCH, "buf", None)
-        if scratch is None:
-            buf = np.empty(64, dtype=np.int64)
-            scratch = _KEY_SCRATCH.buf = (buf, buf.ctypes.data)
-        buf, address = scratch
+        buf, address = _key_buffer()
         n = int(_LIB.sg_union_accepted(self.ctx, state, address, len(buf)))
         return None if n < 0 else buf[:n].tolist()  # type: ignore[no-any-return]
 

@@ -151,11 +151,10 @@ def _block(spellings: Sequence[tuple[int, ...]]) -> Block | None:
             for byte in data:
                 pairs += (byte, target)
         offsets.append(len(pairs) // 2)
-    c_data = np.array([size, 1 + len(first), *rank, *first, *offsets, *pairs], dtype=np.int32)
+    width = 1 + len(first)
+    c_data = np.array([size, width, *rank, *first, *offsets, *pairs], dtype=np.int32)
     c_data.setflags(write=False)
-    return Block(
-        frozen, first, tuple(rank), start_row.tobytes(), used, size, 1 + len(first), digest, c_data
-    )
+    return Block(frozen, first, tuple(rank), start_row.tobytes(), used, size, width, digest, c_data)
 
 
 def _bits(mask: int) -> list[int]:

@@ -597,10 +597,18 @@ class ByteDFA:
         native = self._source.make_native(self.limits.max_dfa_states)
         if native is None:
             return
-        native.set_table(self._table, self._accepting, self._table.shape[0])  # (-2 filled)
-        native.budget_checked()  # Python checked the budget for the states so far
+        self._give_table(native)
         self._native = native
         native.take_keys(self._keys, self._native_stop)
+        self._leave_python_mode()
+
+    def _give_table(self, native: _NativeStates) -> None:
+        """Install this DFA's arrays in a new C context (its rows so far kept)."""
+        native.set_table(self._table, self._accepting, self._table.shape[0])  # (-2 filled)
+        native.budget_checked()  # Python checked the budget for the states so far
+
+    def _leave_python_mode(self) -> None:
+        """After the C context holds every state: Python's keys and flags go."""
         self._keys = []
         self._ids = {}
         self._built = bytearray()
@@ -634,8 +642,7 @@ class ByteDFA:
         native = source.make_native(self.limits.max_dfa_states)
         if not isinstance(native, _native_subset.NativeSubset):
             return False
-        native.set_table(self._table, self._accepting, self._table.shape[0])  # (-2 filled)
-        native.budget_checked()
+        self._give_table(native)
         sid = native.start(source.nfa.start)
         if sid == -1:  # (an empty start: not what a deferred source promised; Python decides)
             return False
@@ -643,10 +650,7 @@ class ByteDFA:
             raise MemoryError("the C subset construction could not make the start state")
         self._source = source
         self._native = native
-        self._keys = []
-        self._ids = {}
-        self._built = bytearray()
-        self._refresh_views()
+        self._leave_python_mode()
         return True
 
     def _build_row(self, state: int) -> None:
