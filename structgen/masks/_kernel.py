@@ -1,4 +1,4 @@
-"""ctypes binding of the C trie walk (`_native.c`), with a clean fallback when it is missing.
+"""Python side of the C trie walk (`_native.c`), with a clean fallback when it is missing.
 
 The extension is optional: `pip install` builds it when a C compiler is present; without it (or
 with `STRUCTGEN_NATIVE=0`) the numpy walker in `_walker.py` does the same work, more slowly.
@@ -11,7 +11,6 @@ import importlib.util
 import itertools
 import os
 import threading
-import time
 from collections.abc import Hashable, Iterator
 from typing import Any, NamedTuple
 
@@ -24,30 +23,19 @@ from structgen.masks._slices import DEFAULT_SLICES, SlicePlan, TokenSlice, fores
 __all__ = ["Events", "NativeWalk", "equality_available", "native_available"]
 
 
-class _WalkState(ctypes.Structure):
-    _fields_ = [
-        ("range", ctypes.c_int64),
-        ("next", ctypes.c_int64),
-        ("valid", ctypes.c_int64),
-        ("n_events", ctypes.c_int64),
-        ("dead_event", ctypes.c_int64),
-    ]
-
-
 class _NodeView(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_void_p) for name in ("byte", "depth", "end", "tok_lo", "tok_hi", "ids")
-    ]
+    _fields_ = [(name, ctypes.c_void_p) for name in ("node", "tok_lo", "tok_hi", "ids")]
 
 
-class _DfaView(ctypes.Structure):
-    # An older build reads only the first two fields (and always builds rows through Python).
-    _fields_ = [
-        ("table", ctypes.c_void_p),
-        ("accepting", ctypes.c_void_p),
-        ("native_build", ctypes.c_void_p),  # a C row builder (regex DFAs), or NULL
-        ("native_ctx", ctypes.c_void_p),
-    ]
+#: `packed_node` in _native.c: a trie node as the walk reads it (two words, not five arrays)
+PACKED_NODE = np.dtype([("a", "<u4"), ("b", "<u4")])
+_NODE_LOW = 0xFFFFFF  # the low 24 bits of each word
+_NODE_NO_TOKEN = 0xFFFFFF
+_NODE_TOKENS = 0xFFFFFE
+
+
+class TrieTooLarge(ValueError):
+    """The vocabulary's trie does not fit the C walk's packed nodes (the numpy walk is used)."""
 
 
 class _EventsOut(ctypes.Structure):
@@ -60,43 +48,25 @@ class _EventsOut(ctypes.Structure):
     ]
 
 
-_ROW_BUILDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32)
-# The arguments both walks (`sg_walk_nodes`, `sg_walk_forest`) end with.
-_WALK_TAIL: list[Any] = [
-    ctypes.c_int32,  # start state
-    ctypes.POINTER(_DfaView),
-    _ROW_BUILDER,
-    ctypes.c_void_p,  # stack
-    ctypes.POINTER(_WalkState),
-    ctypes.c_void_p,  # mask words
-    ctypes.POINTER(_EventsOut),
-]
-
-
 def _load() -> tuple[Any, Any]:
+    """The extension (its entry points: `walk`, `contained`, `bounded_equal`, `take_words`) and
+    `sg_subtree_ends` (through ctypes: once per vocabulary), or None each."""
     if os.environ.get("STRUCTGEN_NATIVE", "1") == "0":
         return None, None
-    spec = importlib.util.find_spec("structgen.masks._native")
-    if spec is None or spec.origin is None or not spec.origin.endswith((".so", ".pyd")):
-        return None, None
     try:
-        lib = ctypes.CDLL(spec.origin)
-        fn = lib.sg_walk_nodes
-        ends = lib.sg_subtree_ends
-    except (OSError, AttributeError):  # missing, or an old build without these functions
+        _native = importlib.import_module("structgen.masks._native")
+    except ImportError:
         return None, None
-    fn.restype = ctypes.c_int64
-    fn.argtypes = [
-        ctypes.POINTER(_NodeView),
-        ctypes.c_void_p,  # range lo
-        ctypes.c_void_p,  # range hi
-        ctypes.c_void_p,  # range base
-        ctypes.c_int64,  # number of ranges
-        *_WALK_TAIL,
-    ]
+    spec = importlib.util.find_spec("structgen.masks._native")
+    if spec is None or spec.origin is None or not hasattr(_native, "walk"):
+        return None, None  # (an old build: the numpy walker)
+    try:
+        ends = ctypes.CDLL(spec.origin).sg_subtree_ends
+    except (OSError, AttributeError):
+        return None, None
     ends.restype = None
     ends.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-    return fn, ends
+    return _native, ends
 
 
 class _SliceView(ctypes.Structure):
@@ -126,60 +96,7 @@ class _SliceChecks(ctypes.Structure):
     ]
 
 
-def _load_more() -> tuple[Any, Any, Any, Any]:
-    """`sg_walk_forest`, `sg_contained_groups`, `sg_bounded_equal` and `sg_take_words`, or
-    None each (no extension, or an older build)."""
-    if _FN is None:
-        return None, None, None, None
-    spec = importlib.util.find_spec("structgen.masks._native")
-    assert spec is not None and spec.origin is not None
-    try:
-        lib = ctypes.CDLL(spec.origin)
-        forest, contained = lib.sg_walk_forest, lib.sg_contained_groups
-        equal, take = lib.sg_bounded_equal, lib.sg_take_words
-    except (OSError, AttributeError):
-        return None, None, None, None
-    take.restype = ctypes.c_int64
-    take.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-    forest.restype = ctypes.c_int64
-    forest.argtypes = [
-        ctypes.POINTER(_NodeView),
-        ctypes.c_void_p,  # root children by group and byte
-        ctypes.c_int32,  # number of groups
-        ctypes.c_uint64,  # groups to skip
-        *_WALK_TAIL,
-    ]
-    contained.restype = ctypes.c_int64
-    contained.argtypes = [
-        ctypes.POINTER(_DfaView),
-        _ROW_BUILDER,
-        ctypes.c_int32,  # the DFA state
-        ctypes.POINTER(_SliceChecks),
-    ]
-    equal.restype = ctypes.c_int64
-    equal.argtypes = [
-        ctypes.POINTER(_DfaView),
-        _ROW_BUILDER,
-        ctypes.c_void_p,  # representative bytes
-        ctypes.c_int32,  # their number
-        ctypes.c_void_p,  # relevant classes per depth
-        ctypes.c_int32,  # p
-        ctypes.c_int32,  # q
-        ctypes.c_int32,  # max_len
-        ctypes.c_int64,  # max_pairs
-        ctypes.c_int64,  # max_builds
-        ctypes.c_int64,  # n_slots
-        ctypes.c_void_p,  # slots
-        ctypes.c_void_p,  # pa
-        ctypes.c_void_p,  # pb
-        ctypes.c_void_p,  # pd
-        ctypes.c_void_p,  # ps
-    ]
-    return forest, contained, equal, take
-
-
-_FN, _ENDS = _load()
-_FOREST, _CONTAINED, _EQUAL, _TAKE_WORDS = _load_more()
+_EXT, _ENDS = _load()
 #: pairs of states an equality check may visit before it gives up ("not known equal")
 MAX_EQUAL_PAIRS = 4096
 _EQUAL_SLOTS = 8192  # a power of two above MAX_EQUAL_PAIRS: the visited set's open addressing
@@ -334,9 +251,39 @@ def trie_nodes(lex: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
     return {"byte": byte, "depth": depth, "end": end, "tok_lo": tok_lo, "tok_hi": tok_hi}
 
 
+def pack_nodes(
+    byte: npt.NDArray[np.uint8],
+    depth: npt.NDArray[np.int32],
+    end: npt.NDArray[np.int32],
+    tok_lo: npt.NDArray[np.int32],
+    tok_hi: npt.NDArray[np.int32],
+    ids: npt.NDArray[np.int32],
+) -> npt.NDArray[Any]:
+    """The node arrays as `PACKED_NODE` records: `a` = end | byte << 24, `b` = token | depth
+    << 24, where a node where one token ends holds its id (no indirection through `ids`) and one
+    where several end says so (`tok_lo`, `tok_hi`). Raises `TrieTooLarge` past 2**24 - 1 nodes,
+    token ids of 2**24 - 2 and more, or tokens over 255 bytes (real vocabularies: 1.3 M nodes,
+    262 k ids and 128 bytes at most)."""
+    n = len(byte)
+    count = tok_hi - tok_lo
+    largest_id = int(ids.max()) if len(ids) else 0
+    if n > _NODE_LOW or largest_id >= _NODE_TOKENS or (n and int(depth.max()) > 255):
+        raise TrieTooLarge(
+            f"{n} trie nodes, token ids up to {largest_id}: over the C walk's packed limits"
+        )
+    token = np.full(n, _NODE_NO_TOKEN, dtype=np.uint32)
+    one = count == 1
+    token[one] = ids[tok_lo[one]]
+    token[count > 1] = _NODE_TOKENS
+    packed = np.empty(n, dtype=PACKED_NODE)
+    packed["a"] = end.astype(np.uint32) | (byte.astype(np.uint32) << np.uint32(24))
+    packed["b"] = token | (depth.astype(np.uint32) << np.uint32(24))
+    return packed
+
+
 def native_available() -> bool:
     """Whether the compiled trie walk is in use."""
-    return _FN is not None
+    return _EXT is not None
 
 
 class SharingTables(NamedTuple):
@@ -347,60 +294,6 @@ class SharingTables(NamedTuple):
     relevant: npt.NDArray[np.uint8]
 
 
-class _Binding:
-    """A DFA's arrays for one C call, and the row builder that refreshes them (ctypes).
-
-    Creating the ctypes callback costs more than a small walk, so each thread keeps one binding
-    and rebinds it to the DFA of each call (`bind`); `busy` guards against a nested call on the
-    same thread, which gets a fresh binding instead.
-    """
-
-    __slots__ = ("build_seconds", "busy", "callback", "dfa", "failure", "view", "view_ref")
-
-    def __init__(self, dfa: Any = None) -> None:
-        self.view = _DfaView(0, 0, None, None)
-        self.view_ref = ctypes.byref(self.view)
-        self.callback = _ROW_BUILDER(self._build)
-        self.busy = False
-        self.dfa: Any = None
-        self.failure: list[BaseException] = []
-        self.build_seconds = 0.0  # time spent building rows during the call
-        if dfa is not None:
-            self.bind(dfa)
-
-    def bind(self, dfa: Any) -> None:
-        """Point the view at `dfa`'s current arrays and reset the per-call results."""
-        self.dfa = dfa
-        view = self.view
-        view.table = dfa.table_address
-        view.accepting = dfa.accepting_address
-        view.native_build = getattr(dfa, "native_builder", 0) or None
-        view.native_ctx = getattr(dfa, "native_context", 0) or None
-        if self.failure:
-            self.failure = []
-        self.build_seconds = 0.0
-
-    def _build(self, need: int) -> int:
-        try:
-            started = time.perf_counter()
-            dfa = self.dfa
-            dfa.row(int(need))
-            view = self.view
-            view.table = dfa.table_address
-            view.accepting = dfa.accepting_address
-            # (the DFA may have switched to its C builder while building this row)
-            view.native_build = getattr(dfa, "native_builder", 0) or None
-            view.native_ctx = getattr(dfa, "native_context", 0) or None
-            self.build_seconds += time.perf_counter() - started
-            return 0
-        except BaseException as exc:  # re-raised by `raise_failure`, outside the C frame
-            self.failure.append(exc)
-            return -1
-
-    def raise_failure(self) -> None:
-        raise self.failure[0] if self.failure else RuntimeError("the C trie walk failed")
-
-
 _NO_EVENTS = Events(
     np.zeros(0, dtype=np.int64),
     np.zeros(0, dtype=np.int64),
@@ -409,6 +302,24 @@ _NO_EVENTS = Events(
 )
 for _array in (_NO_EVENTS.lo, _NO_EVENTS.hi, _NO_EVENTS.cut, _NO_EVENTS.state):
     _array.setflags(write=False)
+
+
+class _Scratch:
+    """One thread's walk buffers: the DFA state stack and the boundary event arrays, with the
+    events descriptor the C walk writes through (addresses kept: they are passed every call)."""
+
+    __slots__ = ("busy", "cut", "events", "hi", "lo", "p_events", "p_stack", "stack", "state")
+
+    def __init__(self, depth: int, size: int, cap: int) -> None:
+        self.stack = np.empty(depth, dtype=np.int32)
+        self.lo = np.empty(size, dtype=np.int64)
+        self.hi = np.empty(size, dtype=np.int64)
+        self.cut = np.empty(size, dtype=np.int32)
+        self.state = np.empty(size, dtype=np.int32)
+        self.events = _EventsOut(*addresses(self.lo, self.hi, self.cut, self.state), cap)
+        self.p_events = ctypes.addressof(self.events)
+        (self.p_stack,) = addresses(self.stack)
+        self.busy = False
 
 
 class NativeWalk:
@@ -424,7 +335,7 @@ class NativeWalk:
         # forest repeats the prefixes its tries share), and boundary events and their sub-walks
         # name nodes of either.
         layouts = [(lex, np.array([0, len(lex["ids"])], dtype=np.int64))]
-        if slices and _FOREST is not None and len(lex["ids"]):
+        if slices and _EXT is not None and len(lex["ids"]):
             self.plan = plan_slices(lex, slices)
             layouts.append(forest_order(lex, self.plan.group))
         parts = [trie_nodes(layout) for layout, _ in layouts]
@@ -451,22 +362,17 @@ class NativeWalk:
         #: the longest token's length in bytes (the trie's depth)
         self.max_depth = int(self.depth.max()) if self.n else 0
         self.words = (vocab_size + 31) // 32
+        self.packed = pack_nodes(
+            self.byte, self.depth, self.end, self.tok_lo, self.tok_hi, self.ids
+        )
         self._view = _NodeView(
-            self.byte.ctypes.data,
-            self.depth.ctypes.data,
-            self.end.ctypes.data,
+            self.packed.ctypes.data,
             self.tok_lo.ctypes.data,
             self.tok_hi.ctypes.data,
             self.ids.ctypes.data,
         )
-        self._view_ref = ctypes.byref(self._view)
+        self._view_address = ctypes.addressof(self._view)
         self._scratch = threading.local()
-        self._whole = (  # the plain trie's nodes (for a build without `sg_walk_forest`)
-            np.zeros(1, dtype=np.int64),
-            np.full(1, self.plain_nodes, dtype=np.int64),
-            np.zeros(1, dtype=np.int32),
-        )
-        self._whole_addresses = tuple(a.ctypes.data for a in self._whole)
         # Per trie (row 0: the plain one, then the slices' and the rest's), the node of each
         # byte at depth 1 (-1: no token starts with it).
         top = np.flatnonzero(self.depth == 1)
@@ -520,35 +426,15 @@ class NativeWalk:
             template.n_slots = _EQUAL_SLOTS
             self._slice_template = template
 
-    def _buffers(self) -> tuple[Any, ...]:
-        """Per-thread scratch: the stack, event buffers and the events descriptor."""
-        bufs = getattr(self._scratch, "bufs", None)
-        if bufs is None:
-            size = max(self.n, 1)
-            stack = np.empty(self.max_depth + 2, dtype=np.int32)
-            ev_lo = np.empty(size, dtype=np.int64)
-            ev_hi = np.empty(size, dtype=np.int64)
-            ev_cut = np.empty(size, dtype=np.int32)
-            ev_state = np.empty(size, dtype=np.int32)
-            out = _EventsOut(
-                ev_lo.ctypes.data, ev_hi.ctypes.data, ev_cut.ctypes.data, ev_state.ctypes.data, 0
-            )
-            ws = _WalkState(0, -1, 0, 0, -1)
-            bufs = (
-                stack,
-                ev_lo,
-                ev_hi,
-                ev_cut,
-                ev_state,
-                out,
-                stack.ctypes.data,
-                ctypes.byref(out),
-                ws,
-                ctypes.byref(ws),
-                _Binding(),
-            )
-            self._scratch.bufs = bufs
-        return bufs  # type: ignore[no-any-return]
+    def _buffers(self) -> _Scratch:
+        """This thread's scratch: the stack and event buffers (a fresh set for a walk nested in
+        this thread's walk, from a row build, so the outer one's stack is left alone)."""
+        bufs: _Scratch | None = getattr(self._scratch, "bufs", None)
+        if bufs is None or bufs.busy:
+            bufs = _Scratch(self.max_depth + 2, max(self.n, 1), self.n)
+            if getattr(self._scratch, "bufs", None) is None:
+                self._scratch.bufs = bufs
+        return bufs
 
     def walk(
         self,
@@ -568,77 +454,65 @@ class NativeWalk:
         allowed whole: their tokens are set without a walk. Returns `words` and the boundary
         events (none unless `boundaries`).
         """
-        assert _FN is not None
+        assert _EXT is not None
         if words is None:
             words = np.zeros(self.words, dtype=np.uint32)
-        keep: tuple[Any, ...] = ()
-        if ranges is None:
-            (p_words,) = addresses(words)
-            a_lo, a_hi, a_base = self._whole_addresses
-            n_ranges = 1
-        else:
-            r_lo = np.ascontiguousarray(ranges.lo, dtype=np.int64)
-            r_hi = np.ascontiguousarray(ranges.hi, dtype=np.int64)
-            r_base = np.ascontiguousarray(ranges.cut, dtype=np.int32)
-            keep = (r_lo, r_hi, r_base)  # alive until the call returns
-            p_words, a_lo, a_hi, a_base = addresses(words, r_lo, r_hi, r_base)
-            n_ranges = len(r_lo)
         bufs = self._buffers()
-        ev_lo, ev_hi, ev_cut, ev_state, out, p_stack, p_out, ws, p_ws, binding = bufs[1:]
-        out.cap = self.n if boundaries else 0
-        ws.n_events = 0  # (the C walk sets `range` itself and uses no other field)
         dfa.row(state)
-        if binding.busy:  # a walk nested in this thread's walk (from a row build): not shared
-            binding = _Binding()
-            ws = _WalkState(0, -1, 0, 0, -1)
-            p_ws = ctypes.byref(ws)
-        binding.bind(dfa)
-        binding.busy = True
+        bufs.busy = True
         try:
-            if ranges is None and _FOREST is not None:
-                result = _FOREST(
-                    self._view_ref,
+            if ranges is None:
+                (p_words,) = addresses(words)
+                n_events, build_ns = _EXT.walk(
+                    self._view_address,
                     self._forest_roots_address if skip else self._plain_roots_address,
                     self.n_groups if skip else 1,
                     skip,
+                    0,
+                    0,
+                    0,
+                    0,
                     state,
-                    binding.view_ref,
-                    binding.callback,
-                    p_stack,
-                    p_ws,
+                    dfa,
+                    bufs.p_stack,
                     p_words,
-                    p_out,
+                    bufs.p_events,
+                    boundaries,
                 )
             else:
-                result = _FN(
-                    self._view_ref,
+                r_lo = np.ascontiguousarray(ranges.lo, dtype=np.int64)
+                r_hi = np.ascontiguousarray(ranges.hi, dtype=np.int64)
+                r_base = np.ascontiguousarray(ranges.cut, dtype=np.int32)
+                p_words, a_lo, a_hi, a_base = addresses(words, r_lo, r_hi, r_base)
+                n_events, build_ns = _EXT.walk(
+                    self._view_address,
+                    0,
+                    0,
+                    0,
                     a_lo,
                     a_hi,
                     a_base,
-                    n_ranges,
+                    len(r_lo),
                     state,
-                    binding.view_ref,
-                    binding.callback,
-                    p_stack,
-                    p_ws,
+                    dfa,
+                    bufs.p_stack,
                     p_words,
-                    p_out,
+                    bufs.p_events,
+                    boundaries,
                 )
         finally:
-            binding.busy = False
-            binding.dfa = None  # do not keep the DFA alive
-        del keep
-        if result != 0:
-            binding.raise_failure()
-        self._scratch.build_seconds = binding.build_seconds
+            bufs.busy = False
+        self._scratch.build_seconds = build_ns * 1e-9
         if skip and ranges is None:
             for g in range(self.n_groups):
                 if skip >> g & 1:
                     np.bitwise_or(words, self.group_words[g], out=words)
-        k = ws.n_events
+        k = n_events
         if not k:
             return words, _NO_EVENTS
-        events = Events(ev_lo[:k].copy(), ev_hi[:k].copy(), ev_cut[:k].copy(), ev_state[:k].copy())
+        events = Events(
+            bufs.lo[:k].copy(), bufs.hi[:k].copy(), bufs.cut[:k].copy(), bufs.state[:k].copy()
+        )
         return words, events
 
     def walk_sparse(
@@ -647,10 +521,7 @@ class NativeWalk:
         """`walk(dfa, state, ranges=ranges, boundaries=True)` with the mask as its non-zero
         words (`indices`, `values`): a continued walk sets a few tokens, and a zeroed buffer
         per thread, taken back word by word in C, spares a fresh mask and a scan of it."""
-        if _TAKE_WORDS is None:
-            words, events = self.walk(dfa, state, ranges=ranges, boundaries=True)
-            indices = np.flatnonzero(words)
-            return indices, words[indices], events
+        assert _EXT is not None
         scratch = self._scratch
         buffers = getattr(scratch, "sparse", None)
         scratch.sparse = None  # (in use: a nested call makes its own)
@@ -662,7 +533,7 @@ class NativeWalk:
         words, idx, val, p_words, p_idx, p_val = buffers
         try:
             _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
-            k = _TAKE_WORDS(p_words, self.words, p_idx, p_val)
+            k = _EXT.take_words(p_words, self.words, p_idx, p_val)
         except BaseException:
             words[:] = 0  # (clean for the next walk)
             raise
@@ -741,22 +612,12 @@ class NativeWalk:
             assert self._slice_template is not None
             checks = _SliceChecks.from_buffer_copy(self._slice_template)
             _, checks.slots, checks.pa, checks.pb, checks.pd, checks.ps = self._equal_buffers()
-            checks = self._scratch.checks = (checks, ctypes.byref(checks))
+            checks = self._scratch.checks = (checks, ctypes.addressof(checks))
         checks[0].max_builds = MAX_SLICE_BUILDS
         checks[0].max_build_ns = int(MAX_SLICE_BUILD_SECONDS * 1e9)
         dfa.row(state)
-        binding = self._buffers()[-1]
-        if binding.busy:  # nested in this thread's walk (from a row build): not shared
-            binding = _Binding()
-        binding.bind(dfa)
-        binding.busy = True
-        try:
-            result = _CONTAINED(binding.view_ref, binding.callback, state, checks[1])
-        finally:
-            binding.busy = False
-            binding.dfa = None
-        if result < 0:
-            binding.raise_failure()
+        assert _EXT is not None
+        result = _EXT.contained(dfa, state, checks[1])
         return int(result)
 
     def last_build_seconds(self) -> float:
@@ -799,12 +660,10 @@ class NativeWalk:
         token prefixes alive (`sg_bounded_equal`; `tables` from `class_positions`). False when
         they differ, or when the check gave up (too many pairs, or more than `max_builds`
         DFA rows to build)."""
-        assert _EQUAL is not None
+        assert _EXT is not None
         _, *addresses = self._equal_buffers()
-        binding = _Binding(dfa)
-        result = _EQUAL(
-            ctypes.byref(binding.view),
-            binding.callback,
+        result = _EXT.bounded_equal(
+            dfa,
             tables.reps.ctypes.data,
             len(tables.reps),
             tables.relevant.ctypes.data,
@@ -816,11 +675,9 @@ class NativeWalk:
             _EQUAL_SLOTS,
             *addresses,
         )
-        if result < 0:
-            binding.raise_failure()
         return bool(result == 1)
 
 
 def equality_available() -> bool:
     """Whether the compiled bounded-equality check (`NativeWalk.same_mask`) is in use."""
-    return _EQUAL is not None
+    return _EXT is not None

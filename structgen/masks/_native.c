@@ -14,10 +14,12 @@
  * built lazily by Python: on a row that is not built yet (-2) the walk calls back into Python,
  * which builds the row and refreshes the table pointers, and goes on.
  *
- * Loaded with ctypes (see _kernel.py); the module init only makes the file importable.
+ * Python calls the walks through the entry points at the end of this file (see _kernel.py);
+ * the tree's construction helper (`sg_subtree_ends`) is loaded with ctypes.
  */
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 typedef struct {
@@ -60,11 +62,23 @@ typedef struct {        /* boundary event output */
     int64_t cap;        /* 0: do not collect events */
 } events_out;
 
+/* A trie node, packed into 8 bytes: the walk reads one record per node instead of five arrays
+ * (a fifth faster over a large vocabulary). `a`: one past the node's subtree (low 24 bits) and
+ * the byte that leads into the node (high 8); `b`: the token that ends at the node (low 24 bits;
+ * NODE_NO_TOKEN: none, NODE_TOKENS: several, ids[tok_lo[k] .. tok_hi[k])) and the node's depth
+ * (high 8; 1 for the root's children). Python checks the limits (_kernel.py: pack_nodes). */
+typedef struct {
+    uint32_t a;
+    uint32_t b;
+} packed_node;
+
+#define NODE_LOW 0xFFFFFFu
+#define NODE_NO_TOKEN 0xFFFFFFu
+#define NODE_TOKENS 0xFFFFFEu
+
 typedef struct {        /* the vocabulary's trie as nodes in preorder (fixed per vocabulary) */
-    const uint8_t *byte;     /* the byte that leads into the node */
-    const int32_t *depth;    /* 1 for the root's children */
-    const int32_t *end;      /* one past the node's subtree */
-    const int32_t *tok_lo;   /* tokens ending at the node: ids[tok_lo .. tok_hi) */
+    const packed_node *node;
+    const int32_t *tok_lo;   /* nodes where several tokens end: ids[tok_lo[k] .. tok_hi[k]) */
     const int32_t *tok_hi;
     const int32_t *ids;
 } node_view;
@@ -81,9 +95,7 @@ int64_t sg_walk_nodes(
     int32_t start, dfa_view *dfa, row_builder build,
     int32_t *stack, walk_state *ws, uint32_t *mask_words, events_out *ev)
 {
-    const uint8_t *bytes = v->byte;
-    const int32_t *depth = v->depth;
-    const int32_t *end = v->end;
+    const packed_node *node = v->node;
     const int32_t *tok_lo = v->tok_lo;
     const int32_t *tok_hi = v->tok_hi;
     const int32_t *ids = v->ids;
@@ -94,15 +106,16 @@ int64_t sg_walk_nodes(
         int64_t last = -1;
         stack[base] = start;
         while (k < hi) {
-            int32_t d = depth[k];
+            uint32_t a = node[k].a, b = node[k].b;
+            int32_t d = (int32_t)(b >> 24);
             int32_t s = stack[d - 1];
-            int32_t t = dfa->table[(int64_t)s * 256 + bytes[k]];
+            int32_t t = dfa->table[(int64_t)s * 256 + (a >> 24)];
             if (t == -2) {
                 if (build_row(dfa, build, s) < 0) return -1;
-                t = dfa->table[(int64_t)s * 256 + bytes[k]];
+                t = dfa->table[(int64_t)s * 256 + (a >> 24)];
             }
             if (t < 0) {
-                int64_t e = end[k];
+                int64_t e = a & NODE_LOW;
                 if (collect && d - 1 > base && dfa->accepting[s]) {
                     if (last >= 0 && ev->hi[last] == k && ev->cut[last] == d - 1
                             && ev->state[last] == s) {
@@ -117,9 +130,14 @@ int64_t sg_walk_nodes(
                 continue;
             }
             stack[d] = t;
-            for (int32_t j = tok_lo[k]; j < tok_hi[k]; j++) {
-                int32_t id = ids[j];
+            uint32_t id = b & NODE_LOW;
+            if (id < NODE_TOKENS) {
                 mask_words[id >> 5] |= (uint32_t)1u << (id & 31);
+            } else if (id == NODE_TOKENS) {
+                for (int32_t j = tok_lo[k]; j < tok_hi[k]; j++) {
+                    int32_t one = ids[j];
+                    mask_words[one >> 5] |= (uint32_t)1u << (one & 31);
+                }
             }
             k++;
         }
@@ -200,7 +218,7 @@ int64_t sg_walk_forest(
         for (int b = 0; b < 256; b++) {
             int32_t k = children[b];
             if (k < 0 || row[b] == -1) continue;
-            lo[n] = k; hi[n] = v->end[k]; base[n] = 0;
+            lo[n] = k; hi[n] = v->node[k].a & NODE_LOW; base[n] = 0;
             n++;
         }
     }
@@ -406,6 +424,256 @@ void sg_subtree_ends(const int32_t *depth, int64_t n, int32_t *end, int32_t *sta
     }
 }
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, NULL};
+/* ---- Python entry points -------------------------------------------------------------------
+ *
+ * The walks and checks above take many arguments and call back into Python for rows a C builder
+ * does not make. Through ctypes each call cost more than a small walk (its argument conversion
+ * and the callback's set-up), so Python calls them through these functions instead: plain
+ * integers (addresses of numpy buffers and ctypes structs that Python keeps alive) and the
+ * Python DFA, whose `table_address`, `accepting_address`, `native_builder` and `native_context`
+ * fill the view and whose `row(state)` builds a row. The C work runs without the GIL (batches are
+ * filled on threads); a row built in Python takes it back for the call. */
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+#if defined(_MSC_VER)
+#define SG_THREAD_LOCAL __declspec(thread)
+#else
+#define SG_THREAD_LOCAL _Thread_local
+#endif
+
+typedef struct python_call {   /* one C call's link back to Python, per thread (nesting: outer) */
+    PyObject *dfa;
+    dfa_view *view;
+    PyThreadState *released;   /* the thread state while the GIL is released */
+    int64_t build_ns;          /* time spent building rows in Python */
+    PyObject *exc_type, *exc_value, *exc_tb;  /* the failure of a row build */
+    struct python_call *outer;
+} python_call;
+
+static SG_THREAD_LOCAL python_call *current_call;
+static PyObject *str_row, *str_table, *str_accepting, *str_builder, *str_context;
+
+/* An attribute that holds an address (an int, 0, None or missing: NULL). -1 on error. */
+static int address_attr(PyObject *obj, PyObject *name, void **out, int optional)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL) {
+        if (optional && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            *out = NULL;
+            return 0;
+        }
+        return -1;
+    }
+    *out = value == Py_None ? NULL : PyLong_AsVoidPtr(value);
+    Py_DECREF(value);
+    return *out == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* Fills the view from the DFA's current arrays (with the GIL). */
+static int read_view(PyObject *dfa, dfa_view *view)
+{
+    void *table, *accepting, *builder, *ctx;
+    if (address_attr(dfa, str_table, &table, 0) < 0
+            || address_attr(dfa, str_accepting, &accepting, 0) < 0
+            || address_attr(dfa, str_builder, &builder, 1) < 0
+            || address_attr(dfa, str_context, &ctx, 1) < 0)
+        return -1;
+    view->table = (const int32_t *)table;
+    view->accepting = (const uint8_t *)accepting;
+    view->native_build = (native_builder)builder;
+    view->native_ctx = ctx;
+    return 0;
+}
+
+/* The row builder the C walks get: takes the GIL back, calls `dfa.row(state)` and refreshes the
+ * view (the DFA may have grown its table, or switched to its C builder). */
+static int python_row(int32_t state)
+{
+    python_call *call = current_call;
+    PyEval_RestoreThread(call->released);
+    int64_t started = now_ns();
+    PyObject *arg = PyLong_FromLong(state);
+    PyObject *result = arg ? PyObject_CallMethodOneArg(call->dfa, str_row, arg) : NULL;
+    Py_XDECREF(arg);
+    int ok = 0;
+    if (result != NULL) {
+        Py_DECREF(result);
+        ok = read_view(call->dfa, call->view) == 0;
+    }
+    if (!ok && call->exc_type == NULL)
+        PyErr_Fetch(&call->exc_type, &call->exc_value, &call->exc_tb);
+    else if (!ok)
+        PyErr_Clear();
+    call->build_ns += now_ns() - started;
+    call->released = PyEval_SaveThread();
+    return ok ? 0 : -1;
+}
+
+/* Starts a C call on `dfa`: the view filled, this thread's link set (GIL still held). The link
+ * points into the caller's frame, which resets it in call_leave before it returns. */
+#if defined(__GNUC__) && __GNUC__ >= 12
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#endif
+static int call_enter(python_call *call, PyObject *dfa, dfa_view *view)
+{
+    memset(call, 0, sizeof(*call));
+    call->dfa = dfa;
+    call->view = view;
+    if (read_view(dfa, view) < 0) return -1;
+    call->outer = current_call;
+    current_call = call;
+    return 0;
+}
+
+/* Ends it (GIL held): the link restored, a row build's failure raised (-1). */
+static int call_leave(python_call *call, int64_t result)
+{
+    current_call = call->outer;
+    if (call->exc_type != NULL) {
+        PyErr_Restore(call->exc_type, call->exc_value, call->exc_tb);
+        return -1;
+    }
+    if (result < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "the C trie walk failed");
+        return -1;
+    }
+    return 0;
+}
+
+static int args_ok(Py_ssize_t nargs, Py_ssize_t want, const char *name)
+{
+    if (nargs == want) return 1;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, nargs);
+    return 0;
+}
+
+#define ADDR(i) PyLong_AsVoidPtr(args[i])
+#define I64(i) PyLong_AsLongLong(args[i])
+
+/* walk(view, roots, n_groups, skip, lo, hi, base, n_ranges, start, dfa, stack, words, events,
+ *      collect) -> (n_events, build_ns)
+ * `sg_walk_forest` when `roots` is not 0 (the whole vocabulary; lo, hi, base unused), else
+ * `sg_walk_nodes` over the ranges. `events` is an events_out whose `cap` is used when `collect`. */
+static PyObject *py_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!args_ok(nargs, 14, "walk")) return NULL;
+    const node_view *v = ADDR(0);
+    const int32_t *roots = ADDR(1);
+    int32_t n_groups = (int32_t)I64(2);
+    uint64_t skip = PyLong_AsUnsignedLongLongMask(args[3]);
+    const int64_t *lo = ADDR(4), *hi = ADDR(5);
+    const int32_t *base = ADDR(6);
+    int64_t n_ranges = I64(7);
+    int32_t start = (int32_t)I64(8);
+    int32_t *stack = ADDR(10);
+    uint32_t *words = ADDR(11);
+    events_out *ev_given = ADDR(12);
+    int collect = PyObject_IsTrue(args[13]);
+    if (PyErr_Occurred()) return NULL;
+    if (v == NULL || stack == NULL || words == NULL || ev_given == NULL) {
+        PyErr_SetString(PyExc_ValueError, "walk: a NULL buffer");
+        return NULL;
+    }
+    events_out ev = *ev_given;
+    if (!collect) ev.cap = 0;
+    walk_state ws = {0, -1, 0, 0, -1};
+    dfa_view view;
+    python_call call;
+    if (call_enter(&call, args[9], &view) < 0) return NULL;
+    int64_t result;
+    call.released = PyEval_SaveThread();
+    if (roots != NULL)
+        result = sg_walk_forest(v, roots, n_groups, skip, start, &view, python_row, stack, &ws,
+                                words, &ev);
+    else
+        result = sg_walk_nodes(v, lo, hi, base, n_ranges, start, &view, python_row, stack, &ws,
+                               words, &ev);
+    PyEval_RestoreThread(call.released);
+    if (call_leave(&call, result) < 0) return NULL;
+    return Py_BuildValue("(LL)", (long long)ws.n_events, (long long)call.build_ns);
+}
+
+/* contained(dfa, state, checks) -> groups (sg_contained_groups; `checks` a slice_checks). */
+static PyObject *py_contained(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!args_ok(nargs, 3, "contained")) return NULL;
+    int32_t q = (int32_t)I64(1);
+    const slice_checks *checks = ADDR(2);
+    if (PyErr_Occurred()) return NULL;
+    dfa_view view;
+    python_call call;
+    if (call_enter(&call, args[0], &view) < 0) return NULL;
+    call.released = PyEval_SaveThread();
+    int64_t result = sg_contained_groups(&view, python_row, q, checks);
+    PyEval_RestoreThread(call.released);
+    if (call_leave(&call, result) < 0) return NULL;
+    return PyLong_FromLongLong(result);
+}
+
+/* bounded_equal(dfa, reps, n_reps, relevant, p, q, max_len, max_pairs, max_builds, n_slots,
+ *               slots, pa, pb, pd, ps) -> 1 equal, 0 not known equal (sg_bounded_equal). */
+static PyObject *py_bounded_equal(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!args_ok(nargs, 15, "bounded_equal")) return NULL;
+    const uint8_t *reps = ADDR(1);
+    int32_t n_reps = (int32_t)I64(2);
+    const uint8_t *relevant = ADDR(3);
+    int32_t p = (int32_t)I64(4), q = (int32_t)I64(5), max_len = (int32_t)I64(6);
+    int64_t max_pairs = I64(7), max_builds = I64(8), n_slots = I64(9);
+    int64_t *slots = ADDR(10);
+    int32_t *pa = ADDR(11), *pb = ADDR(12), *pd = ADDR(13);
+    int64_t *ps = ADDR(14);
+    if (PyErr_Occurred()) return NULL;
+    dfa_view view;
+    python_call call;
+    if (call_enter(&call, args[0], &view) < 0) return NULL;
+    call.released = PyEval_SaveThread();
+    int64_t result = sg_bounded_equal(&view, python_row, reps, n_reps, relevant, p, q, max_len,
+                                      max_pairs, max_builds, n_slots, slots, pa, pb, pd, ps);
+    PyEval_RestoreThread(call.released);
+    if (call_leave(&call, result) < 0) return NULL;
+    return PyLong_FromLongLong(result);
+}
+
+/* take_words(words, n, idx, val) -> count (sg_take_words). */
+static PyObject *py_take_words(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!args_ok(nargs, 4, "take_words")) return NULL;
+    uint32_t *words = ADDR(0);
+    int64_t n = I64(1);
+    int64_t *idx = ADDR(2);
+    uint32_t *val = ADDR(3);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(sg_take_words(words, n, idx, val));
+}
+
+#undef ADDR
+#undef I64
+
+static PyMethodDef methods[] = {
+    {"walk", (PyCFunction)(void (*)(void))py_walk, METH_FASTCALL, "The trie walk (see the file)."},
+    {"contained", (PyCFunction)(void (*)(void))py_contained, METH_FASTCALL,
+     "The token groups a state allows whole."},
+    {"bounded_equal", (PyCFunction)(void (*)(void))py_bounded_equal, METH_FASTCALL,
+     "Whether two states keep the same token prefixes alive."},
+    {"take_words", (PyCFunction)(void (*)(void))py_take_words, METH_FASTCALL,
+     "The non-zero words of a mask, zeroing them."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    str_row = PyUnicode_InternFromString("row");
+    str_table = PyUnicode_InternFromString("table_address");
+    str_accepting = PyUnicode_InternFromString("accepting_address");
+    str_builder = PyUnicode_InternFromString("native_builder");
+    str_context = PyUnicode_InternFromString("native_context");
+    if (!str_row || !str_table || !str_accepting || !str_builder || !str_context) return NULL;
+    return PyModule_Create(&module);
+}

@@ -33,6 +33,7 @@ from structgen.masks._kernel import (
     Events,
     NativeWalk,
     SharingTables,
+    TrieTooLarge,
     equality_available,
     native_available,
 )
@@ -196,6 +197,7 @@ def first_byte_masks(vocab: Vocabulary) -> npt.NDArray[np.int32]:
 
 
 _NATIVE: dict[str, NativeWalk] = {}
+_TOO_LARGE: set[str] = set()  # vocabularies whose trie the C walk cannot pack
 
 
 def native_walk(vocab: Vocabulary) -> NativeWalk | None:
@@ -204,7 +206,13 @@ def native_walk(vocab: Vocabulary) -> NativeWalk | None:
         return None
     hit = _NATIVE.get(vocab.fingerprint)  # (one dict read is atomic: no lock on the hot path)
     if hit is None:
-        hit = NativeWalk(vocab.trie, vocab.size)
+        if vocab.fingerprint in _TOO_LARGE:
+            return None
+        try:
+            hit = NativeWalk(vocab.trie, vocab.size)
+        except TrieTooLarge:  # (no real vocabulary: the numpy walk, exact and slower)
+            _TOO_LARGE.add(vocab.fingerprint)
+            return None
         with _NATIVE_LOCK:
             _NATIVE[vocab.fingerprint] = hit
             while len(_NATIVE) > 8:

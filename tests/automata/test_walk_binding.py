@@ -1,5 +1,6 @@
-"""The C walk reuses one row-builder binding per thread: interleaved DFAs, a failed row build
-and a walk nested in a row build must all give exact masks."""
+"""The C walk's link back to Python (rows built there) is per call and per thread: interleaved
+DFAs, a failed row build and a walk nested in a row build must all give exact masks; and its
+packed trie nodes hold every token, within limits that fall back to the numpy walk past them."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from structgen import Compiler, Matcher, Vocabulary, allocate_bitmask
 from structgen.automata import ByteDFA, alternatives, compile_regex
-from structgen.masks._kernel import native_available
+from structgen.masks._kernel import NativeWalk, TrieTooLarge, native_available
 from structgen.masks._walker import native_walk
 from tests.conftest import load_vocab
 
@@ -106,3 +108,31 @@ def test_interleaved_dfas_failure_and_nesting() -> None:
     assert flaky.nested_words is not None
     assert np.array_equal(flaky.nested_words, expected[(id(regex), regex.start)])
     assert np.array_equal(words, brute_mask(vocab, outer, outer.start))
+
+
+def test_several_tokens_at_one_node_are_all_set() -> None:
+    """Two ids with the same bytes end at one trie node (its packed record points at both)."""
+    vocab = Vocabulary.from_tokens([b"ab", b"a", b"ab", b"abc", b"b", b"ab"], eos_token_ids=[1])
+    native = native_walk(vocab)
+    assert native is not None
+    dfa = compile_regex("ab|a")
+    words, _ = native.walk(dfa, dfa.start)
+    assert np.array_equal(words, brute_mask(vocab, dfa, dfa.start))
+    assert int(words[0]) == 0b100111
+
+
+def test_a_trie_past_the_packed_limits_takes_the_numpy_walk() -> None:
+    """A token over 255 bytes does not fit a packed node: the C walk refuses the vocabulary
+    with a typed error, and masks come from the numpy walk, still exact."""
+    long_token = b"x" * 300
+    tokens = [b"x", b"xx", b"y", long_token, b"xy"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[2])
+    with pytest.raises(TrieTooLarge, match="packed limits"):
+        NativeWalk(vocab.trie, vocab.size)
+    assert native_walk(vocab) is None
+    compiled = Compiler(vocab).regex("x{1,400}")
+    matcher = Matcher(compiled)
+    bitmask = allocate_bitmask(1, vocab.size, backend="numpy")
+    matcher.fill_bitmask(bitmask, 0)
+    allowed = {t for t in range(len(tokens)) if bitmask[0, t >> 5] >> (t & 31) & 1}
+    assert allowed == {0, 1, 3}
