@@ -74,6 +74,9 @@ from structgen.schema._scalars import (
     string_words,
 )
 
+#: the keywords that make a subschema constrain anything (`flatten` keeps the others out)
+_CONSTRAINING = frozenset(COMBINATORS) | KNOWN
+
 __all__ = ["SchemaCompiler"]
 
 _LEGACY_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")
@@ -286,7 +289,7 @@ class SchemaCompiler:
             if rest is not schema:
                 self.keep.append(rest)
                 sub = Sub(rest, sub.ptr, sub.base)
-            if any(k in rest for k in COMBINATORS) or any(k in KNOWN for k in rest):
+            if not _CONSTRAINING.isdisjoint(rest):  # (a combinator or a known keyword)
                 out.append(sub)
         return out
 
