@@ -509,8 +509,9 @@ static int python_row(int32_t state)
     return ok ? 0 : -1;
 }
 
-/* Starts a C call on `dfa`: the view filled, this thread's link set (GIL still held). The link
- * points into the caller's frame, which resets it in call_leave before it returns. */
+/* Starts a C call on `dfa`: the view filled, this thread's link set, the GIL released (on
+ * failure, -1 with the GIL held). The link points into the caller's frame, which resets it in
+ * call_leave before it returns. */
 #if defined(__GNUC__) && __GNUC__ >= 12
 #pragma GCC diagnostic ignored "-Wdangling-pointer"
 #endif
@@ -522,12 +523,14 @@ static int call_enter(python_call *call, PyObject *dfa, dfa_view *view)
     if (read_view(dfa, view) < 0) return -1;
     call->outer = current_call;
     current_call = call;
+    call->released = PyEval_SaveThread();
     return 0;
 }
 
-/* Ends it (GIL held): the link restored, a row build's failure raised (-1). */
+/* Ends it: the GIL taken back, the link restored, a row build's failure raised (-1). */
 static int call_leave(python_call *call, int64_t result)
 {
+    PyEval_RestoreThread(call->released);
     current_call = call->outer;
     if (call->exc_type != NULL) {
         PyErr_Restore(call->exc_type, call->exc_value, call->exc_tb);
@@ -582,14 +585,12 @@ static PyObject *py_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     python_call call;
     if (call_enter(&call, args[9], &view) < 0) return NULL;
     int64_t result;
-    call.released = PyEval_SaveThread();
     if (roots != NULL)
         result = sg_walk_forest(v, roots, n_groups, skip, start, &view, python_row, stack, &ws,
                                 words, &ev);
     else
         result = sg_walk_nodes(v, lo, hi, base, n_ranges, start, &view, python_row, stack, &ws,
                                words, &ev);
-    PyEval_RestoreThread(call.released);
     if (call_leave(&call, result) < 0) return NULL;
     return Py_BuildValue("(LL)", (long long)ws.n_events, (long long)call.build_ns);
 }
@@ -605,9 +606,7 @@ static PyObject *py_contained(PyObject *self, PyObject *const *args, Py_ssize_t 
     dfa_view view;
     python_call call;
     if (call_enter(&call, args[0], &view) < 0) return NULL;
-    call.released = PyEval_SaveThread();
     int64_t result = sg_contained_groups(&view, python_row, q, checks);
-    PyEval_RestoreThread(call.released);
     if (call_leave(&call, result) < 0) return NULL;
     return PyLong_FromLongLong(result);
 }
@@ -630,10 +629,8 @@ static PyObject *py_bounded_equal(PyObject *self, PyObject *const *args, Py_ssiz
     dfa_view view;
     python_call call;
     if (call_enter(&call, args[0], &view) < 0) return NULL;
-    call.released = PyEval_SaveThread();
     int64_t result = sg_bounded_equal(&view, python_row, reps, n_reps, relevant, p, q, max_len,
                                       max_pairs, max_builds, n_slots, slots, pa, pb, pd, ps);
-    PyEval_RestoreThread(call.released);
     if (call_leave(&call, result) < 0) return NULL;
     return PyLong_FromLongLong(result);
 }
