@@ -16,7 +16,9 @@ from tests.conftest import IN_CI
 def test_c_extensions_are_built() -> None:
     assert _kernel.native_available(), "structgen.masks._native did not build"
     assert _kernel.equality_available()
-    assert _kernel._FOREST is not None and _kernel._CONTAINED is not None
+    assert _kernel._EXT is not None and _kernel._ENDS is not None
+    for entry in ("walk", "contained", "bounded_equal", "take_words"):
+        assert hasattr(_kernel._EXT, entry), entry
     assert native_subset_available(), "structgen.automata._subset did not build"
     assert _native_subset._ADDRESSES is not None
     assert _native_subset.native_byte_classes is not None
