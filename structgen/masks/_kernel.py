@@ -7,7 +7,7 @@ with `STRUCTGEN_NATIVE=0`) the numpy walker in `_walker.py` does the same work, 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
+import importlib
 import itertools
 import os
 import threading
@@ -57,11 +57,10 @@ def _load() -> tuple[Any, Any]:
         _native = importlib.import_module("structgen.masks._native")
     except ImportError:
         return None, None
-    spec = importlib.util.find_spec("structgen.masks._native")
-    if spec is None or spec.origin is None or not hasattr(_native, "walk"):
+    if not hasattr(_native, "walk"):
         return None, None  # (an old build: the numpy walker)
     try:
-        ends = ctypes.CDLL(spec.origin).sg_subtree_ends
+        ends = ctypes.CDLL(_native.__file__).sg_subtree_ends
     except (OSError, AttributeError):
         return None, None
     ends.restype = None
@@ -430,11 +429,12 @@ class NativeWalk:
         """This thread's scratch: the stack and event buffers (a fresh set for a walk nested in
         this thread's walk, from a row build, so the outer one's stack is left alone)."""
         bufs: _Scratch | None = getattr(self._scratch, "bufs", None)
-        if bufs is None or bufs.busy:
-            bufs = _Scratch(self.max_depth + 2, max(self.n, 1), self.n)
-            if getattr(self._scratch, "bufs", None) is None:
-                self._scratch.bufs = bufs
-        return bufs
+        if bufs is not None and not bufs.busy:
+            return bufs
+        fresh = _Scratch(self.max_depth + 2, max(self.n, 1), self.n)
+        if bufs is None:
+            self._scratch.bufs = fresh
+        return fresh
 
     def walk(
         self,
@@ -459,47 +459,36 @@ class NativeWalk:
             words = np.zeros(self.words, dtype=np.uint32)
         bufs = self._buffers()
         dfa.row(state)
+        if ranges is None:  # the whole vocabulary (`sg_walk_forest`), skipping `skip`'s groups
+            roots = self._forest_roots_address if skip else self._plain_roots_address
+            n_groups = self.n_groups if skip else 1
+            (p_words,) = addresses(words)
+            a_lo = a_hi = a_base = n_ranges = 0
+        else:  # the ranges' subtrees (`sg_walk_nodes`)
+            roots = n_groups = 0
+            r_lo = np.ascontiguousarray(ranges.lo, dtype=np.int64)
+            r_hi = np.ascontiguousarray(ranges.hi, dtype=np.int64)
+            r_base = np.ascontiguousarray(ranges.cut, dtype=np.int32)
+            p_words, a_lo, a_hi, a_base = addresses(words, r_lo, r_hi, r_base)
+            n_ranges = len(r_lo)
         bufs.busy = True
         try:
-            if ranges is None:
-                (p_words,) = addresses(words)
-                n_events, build_ns = _EXT.walk(
-                    self._view_address,
-                    self._forest_roots_address if skip else self._plain_roots_address,
-                    self.n_groups if skip else 1,
-                    skip,
-                    0,
-                    0,
-                    0,
-                    0,
-                    state,
-                    dfa,
-                    bufs.p_stack,
-                    p_words,
-                    bufs.p_events,
-                    boundaries,
-                )
-            else:
-                r_lo = np.ascontiguousarray(ranges.lo, dtype=np.int64)
-                r_hi = np.ascontiguousarray(ranges.hi, dtype=np.int64)
-                r_base = np.ascontiguousarray(ranges.cut, dtype=np.int32)
-                p_words, a_lo, a_hi, a_base = addresses(words, r_lo, r_hi, r_base)
-                n_events, build_ns = _EXT.walk(
-                    self._view_address,
-                    0,
-                    0,
-                    0,
-                    a_lo,
-                    a_hi,
-                    a_base,
-                    len(r_lo),
-                    state,
-                    dfa,
-                    bufs.p_stack,
-                    p_words,
-                    bufs.p_events,
-                    boundaries,
-                )
+            n_events, build_ns = _EXT.walk(
+                self._view_address,
+                roots,
+                n_groups,
+                skip,
+                a_lo,
+                a_hi,
+                a_base,
+                n_ranges,
+                state,
+                dfa,
+                bufs.p_stack,
+                p_words,
+                bufs.p_events,
+                boundaries,
+            )
         finally:
             bufs.busy = False
         self._scratch.build_seconds = build_ns * 1e-9

@@ -23,11 +23,7 @@
 #include <time.h>
 
 typedef struct {
-    int64_t range;       /* current range */
-    int64_t next;        /* next token index to process (-1: the range has not started) */
-    int64_t valid;       /* stack depth that is valid for the previous token's prefix */
     int64_t n_events;    /* boundary events written */
-    int64_t dead_event;  /* event that a run of skipped tokens extends, or -1 */
 } walk_state;
 
 /* A row builder in C (a regex DFA's subset construction, structgen/automata/_subset.c): builds
@@ -100,9 +96,9 @@ int64_t sg_walk_nodes(
     const int32_t *tok_hi = v->tok_hi;
     const int32_t *ids = v->ids;
     int collect = ev->cap > 0;
-    for (ws->range = 0; ws->range < n_ranges; ws->range++) {
-        int64_t k = r_lo[ws->range], hi = r_hi[ws->range];
-        int32_t base = r_base[ws->range];
+    for (int64_t r = 0; r < n_ranges; r++) {
+        int64_t k = r_lo[r], hi = r_hi[r];
+        int32_t base = r_base[r];
         int64_t last = -1;
         stack[base] = start;
         while (k < hi) {
@@ -580,7 +576,7 @@ static PyObject *py_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     events_out ev = *ev_given;
     if (!collect) ev.cap = 0;
-    walk_state ws = {0, -1, 0, 0, -1};
+    walk_state ws = {0};
     dfa_view view;
     python_call call;
     if (call_enter(&call, args[9], &view) < 0) return NULL;
