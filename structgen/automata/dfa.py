@@ -196,6 +196,9 @@ def table_capacity(states: int) -> int:
     return max(16, 1 << (states - 1).bit_length())
 
 
+#: a table the C builder fills grows by this factor (its unused rows are never written, so
+#: they cost address space only; each growth copies the rows so far)
+GROWTH_NATIVE = 8
 #: tables from this size on come from `_UNINITIALISED` (see `_table_memory`)
 BIG_TABLE_BYTES = 4 << 20
 _UNINITIALISED = extension_function("uninitialised", switchable=False)
@@ -238,6 +241,7 @@ class ByteDFA:
         # owns the states (``_keys``/``_ids`` are emptied) and writes rows into ``_table``.
         self._native: _NativeStates | None = None
         self._retired: list[npt.NDArray[Any]] = []
+        self._untouched_from = 16  # the table's rows from here on were never written
         self._ids: dict[Hashable, int] = {}
         self._keys: list[Hashable] = []
         self._table: IntArray = np.full((16, 256), -2, dtype=np.int32)
@@ -254,10 +258,12 @@ class ByteDFA:
         state (``STATE_BYTES`` each, Python or C), and its source (an NFA, a product's
         components). Cache budgets count it (see ``structgen.cache_usage``)."""
         arrays = self._table.nbytes + self._accepting.nbytes
-        arrays += sum(a.nbytes for a in self._retired)
+        arrays += sum(a.nbytes for a in self._retired)  # (full when they were retired)
         native = self._native
         if native is not None:
             arrays += native.extra_bytes()  # (a product's liveness memo, in C)
+            # (a grown table's rows past the states are never written: no memory behind them)
+            arrays -= (self._table.shape[0] - max(self._untouched_from, self.num_states)) * 1024
         return arrays + self.num_states * STATE_BYTES + self._source.memory_bytes()
 
     @property
@@ -435,8 +441,9 @@ class ByteDFA:
             # memos of the mask layer, keyed by this process's vocabulary layouts
             state.pop("_slice_memos", None)
             state.pop("_slices_possible", None)
-            state["_table"] = self._table.copy()
-            state["_accepting"] = self._accepting.copy()
+            rows = table_capacity(max(self.num_states, 1))  # (not a grown table's spare rows)
+            state["_table"] = self._table[:rows].copy()
+            state["_accepting"] = self._accepting[:rows].copy()
             state["_built"] = bytes(self._built)
             state["_ids"] = dict(self._ids)
             state["_keys"] = list(self._keys)
@@ -503,6 +510,7 @@ class ByteDFA:
         """What a DFA made from saved or given arrays still needs: Python mode (no C context),
         its own built flags, a lock, the read-only views and addresses."""
         self._native = None
+        self._untouched_from = self._table.shape[0]
         self._built = bytearray(built)
         self._lock = threading.RLock()
         self._refresh_views()
@@ -545,20 +553,23 @@ class ByteDFA:
     def _grow(self) -> None:
         """Double the table (under the lock)."""
         old = self._table.shape[0]
-        cap = old * 2
-        accepting = np.zeros(cap, dtype=np.bool_)
         native = self._native
+        cap = old * (GROWTH_NATIVE if native is not None else 2)
+        cap = max(old * 2, min(cap, table_capacity(self.limits.max_dfa_states)))
+        accepting = np.zeros(cap, dtype=np.bool_)
         if native is None:
             table = _table_memory(cap)
             table[:old] = self._table  # (each cell written once: np.full and a copy cost more)
             table[old:] = -2
             accepting[:old] = self._accepting
+            self._untouched_from = cap
         else:
             # C copies its states' rows in under its lock and fills each later state's row
             # with -2 when it creates the state: the rest is never written (a grown table is
             # mostly unused capacity, and writing it was most of a first visit's growth)
             table = _table_memory(cap)
             native.set_table(table, accepting, 0)
+            self._untouched_from = old
         # A C walk on another thread (the GIL released) may still read the old arrays through
         # its raw pointers: keep them (together at most the size of the current ones).
         self._retired.append(self._table)
