@@ -24,35 +24,40 @@ class LRU(Generic[K, V]):
     evicts between the read and its move to the end is simply not moved (the caches are read
     tens of thousands of times per compile; the lock was half a read's cost). Writes lock, so
     that evictions keep the size bound.
+
+    Each entry keeps its own key beside the value: the move to the end looks the entry up by
+    that stored key, found by identity, where the key asked with may be an equal but distinct
+    regex tree that would be compared node by node a second time.
     """
 
     def __init__(self, max_entries: int) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
         self.max_entries = max_entries
-        self._data: OrderedDict[K, V] = OrderedDict()
+        self._data: OrderedDict[K, tuple[K, V]] = OrderedDict()
         self._lock = threading.Lock()
         _ALL.add(self)  # type: ignore[arg-type]
 
     def get(self, key: K) -> V | None:
         data = self._data
-        hit = data.get(key)
-        if hit is not None:
-            try:  # noqa: SIM105  (contextlib.suppress costs more than the read)
-                data.move_to_end(key)
-            except KeyError:  # (evicted meanwhile by another thread: still a valid answer)
-                pass
-        return hit
+        entry = data.get(key)
+        if entry is None:
+            return None
+        try:  # noqa: SIM105  (contextlib.suppress costs more than the read)
+            data.move_to_end(entry[0])
+        except KeyError:  # (evicted meanwhile by another thread: still a valid answer)
+            pass
+        return entry[1]
 
     def put(self, key: K, value: V) -> V:
         """Store `value` unless another thread stored one first; returns the stored one."""
         with self._lock:
             data = self._data
-            found = data.setdefault(key, value)
-            data.move_to_end(key)
+            entry = data.setdefault(key, (key, value))
+            data.move_to_end(entry[0])
             while len(data) > self.max_entries:
                 data.popitem(last=False)
-            return found
+            return entry[1]
 
     def get_or_make(self, key: K, make: Callable[[], V]) -> V:
         """The entry of `key`, made (outside the lock) when missing."""

@@ -47,3 +47,31 @@ def test_concurrent_reads_and_evictions_keep_the_bound_and_never_raise() -> None
         t.join()
     assert not errors
     assert len(cache) <= 8
+
+
+def test_a_read_compares_an_equal_key_once() -> None:
+    # Regex trees are keys: an equal but distinct tree is compared node by node. The read
+    # finds the entry by it once; the move to the end goes by the stored key (identity).
+    compared = 0
+
+    class Tree:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+        def __hash__(self) -> int:
+            return hash(self.label)
+
+        def __eq__(self, other: object) -> bool:
+            nonlocal compared
+            compared += 1
+            return isinstance(other, Tree) and other.label == self.label
+
+    cache: LRU[Tree, int] = LRU(4)
+    stored = Tree("x")
+    cache.put(stored, 1)
+    compared = 0
+    assert cache.get(Tree("x")) == 1
+    assert compared == 1
+    compared = 0
+    assert cache.put(Tree("x"), 2) == 1  # (the stored value stands, found by one comparison)
+    assert compared == 1
