@@ -14,11 +14,20 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
-from structgen.automata.chains import Block, chain_blocks, chain_fingerprint, literal_dfa
+import numpy as np
+
+from structgen.automata.chains import (
+    Block,
+    LiteralSource,
+    chain_blocks,
+    chain_fingerprint,
+    literal_dfa,
+)
 from structgen.automata.counted import COUNT_ABOVE, compile_counted
 from structgen.automata.dfa import (
     ByteDFA,
     DeferredNFASource,
+    DifferenceSource,
     NFASource,
     ProductSource,
     TrieSource,
@@ -38,8 +47,10 @@ from structgen.automata.regex_syntax import (
     Alternation,
     CharClass,
     Concat,
+    Difference,
     Empty,
     Node,
+    Pattern,
     Repeat,
     SearchLanguage,
     String,
@@ -61,8 +72,10 @@ __all__ = [
     "Concat",
     "Dialect",
     "DialectSpec",
+    "Difference",
     "Empty",
     "Node",
+    "Pattern",
     "Repeat",
     "SearchLanguage",
     "String",
@@ -74,6 +87,7 @@ __all__ = [
     "compile_regex",
     "concat",
     "dialects_of",
+    "difference",
     "intersect",
     "intersect_all",
     "literal",
@@ -120,7 +134,7 @@ def compile_regex(
 
 
 def compile_ast(
-    node: Node,
+    node: Pattern,
     *,
     limits: AutomataLimits | None = None,
     fingerprint: str | Callable[[], str] | None = None,
@@ -138,6 +152,10 @@ def compile_ast(
     limits = limits or _DEFAULT_LIMITS
     if type(node) is String and not node.text:  # (the empty string: no leaf to spell it)
         node = Empty()
+    if isinstance(node, Difference):
+        parts = [compile_ast(p, limits=limits, pattern=pattern) for p in node.subtrahends]
+        minuend = compile_ast(node.minuend, limits=limits, pattern=pattern)
+        return difference(minuend, parts, limits=limits)
     given = None if callable(fingerprint) else fingerprint
     chain = chain_dfa(node, limits=limits, fingerprint=given)
     if chain is not None:
@@ -280,6 +298,82 @@ def intersect_all(dfas: Sequence[ByteDFA], *, limits: AutomataLimits | None = No
         return unique[0]
     source = ProductSource(unique, limits.max_dfa_states)
     return ByteDFA(source, fingerprint=fingerprint, limits=limits)
+
+
+def difference(
+    minuend: ByteDFA, subtrahends: Sequence[ByteDFA], *, limits: AutomataLimits | None = None
+) -> ByteDFA:
+    """The lazy DFA of the texts `minuend` accepts and no subtrahend does (`DifferenceSource`):
+    an object's "any other key" is any quoted string but its declared names, run beside them
+    instead of spelled as a trie of everything that leaves them.
+
+    Exact where `minuend` has infinitely many texts after every state with a transition and
+    accepts in every state without one, and each subtrahend's language is finite: checked
+    here (the minuend is built whole, a subtrahend that is not a chain of literals too);
+    raises ``ValueError`` otherwise.
+    """
+    limits = limits or _DEFAULT_LIMITS
+    if not _open_ended(minuend):
+        raise ValueError("the minuend must have an infinite future from every state with a move")
+    for part in subtrahends:
+        if not _finite(part):
+            raise ValueError("a subtrahend's language must be finite")
+    fingerprint = _digest(
+        b"difference", minuend.fingerprint.encode(), *(p.fingerprint.encode() for p in subtrahends)
+    )
+    source = DifferenceSource([minuend, *subtrahends])
+    return ByteDFA(source, fingerprint=fingerprint, limits=limits)
+
+
+def _successors(dfa: ByteDFA) -> list[set[int]]:
+    """Every state's targets, the automaton built whole (bounded by its limits)."""
+    count = dfa.build_all()
+    return [set(np.unique(dfa.row(s)).tolist()) - {-1} for s in range(count)]
+
+
+def _open_ended(dfa: ByteDFA) -> bool:
+    """Whether every state with a move has infinitely many texts after it and every state
+    without one accepts (memoised on the automaton: the minuends are few and shared)."""
+    known: bool | None = getattr(dfa, "_open_ended", None)
+    if known is None:
+        succ = _successors(dfa)
+        finite = {s for s, out in enumerate(succ) if not out}  # (a finite future, so far)
+        grew = True
+        while grew:  # states whose every target has a finite future have one too
+            grew = False
+            for s, out in enumerate(succ):
+                if s not in finite and out <= finite:
+                    finite.add(s)
+                    grew = True
+        known = all(not succ[s] and dfa.is_accepting(s) for s in finite)
+        dfa._open_ended = known  # type: ignore[attr-defined]
+    return known
+
+
+def _finite(dfa: ByteDFA) -> bool:
+    """Whether the language is finite: a chain of literals is; else no cycle in the whole
+    automaton (its states all live)."""
+    if isinstance(dfa._source, LiteralSource):
+        return True
+    succ = _successors(dfa)
+    state = [0] * len(succ)  # 0 new, 1 on the path, 2 done
+    for root in range(len(succ)):
+        if state[root]:
+            continue
+        stack = [(root, iter(succ[root]))]
+        state[root] = 1
+        while stack:
+            s, it = stack[-1]
+            t = next(it, None)
+            if t is None:
+                state[s] = 2
+                stack.pop()
+            elif state[t] == 1:
+                return False
+            elif not state[t]:
+                state[t] = 1
+                stack.append((t, iter(succ[t])))
+    return True
 
 
 def _product_parts(dfa: ByteDFA) -> Sequence[ByteDFA]:

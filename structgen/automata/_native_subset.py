@@ -388,7 +388,7 @@ SequenceKey = frozenset[tuple[int, int]]
 CountedKey = tuple[int, int]
 
 #: the kinds of composed DFA the C union context builds (`sg_union_set_mode`)
-UNION, SEQUENCE, COUNTED, PRODUCT = range(4)
+UNION, SEQUENCE, COUNTED, PRODUCT, DIFFERENCE = range(5)
 _BETWEEN_UNITS = 0xFFFFFFFF  # a counted key's unit state -1, as C keeps it
 
 

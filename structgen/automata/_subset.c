@@ -704,6 +704,12 @@ typedef struct {
 #define U_SEQUENCE 1
 #define U_COUNTED 2
 #define U_PRODUCT 3
+/* A difference: component 0's language less the others' (`DifferenceSource`, dfa.py). A key
+ * holds component 0 (else the text is dead) and the others still alive; it accepts where
+ * component 0 does and no other. Component 0 is checked by Python to have an infinite future
+ * from every state with a transition, so with finitely many other texts a state is dead only
+ * where component 0 has no transition left and another component accepts. */
+#define U_DIFFERENCE 4
 /* Tuples a search visits breadth first before it asks for the components' distances: at most
  * GUIDE_AFTER, a quarter of the budget, at least GUIDE_MIN. The distances build each component
  * whole (~2 ms for a format's automaton); a breadth-first search of a few thousand tuples costs
@@ -803,7 +809,7 @@ typedef struct {
     sg_states st;
     int32_t n_parts;
     sg_part *parts;
-    int32_t mode;             /* U_UNION, U_SEQUENCE, U_COUNTED, U_PRODUCT */
+    int32_t mode;             /* U_UNION, U_SEQUENCE, U_COUNTED, U_PRODUCT, U_DIFFERENCE */
     int32_t *starts;          /* per component: its start state (sequence, counted) */
     int64_t lo, hi;           /* counted: the bounds (hi -1: none) */
     uint8_t classes[256];
@@ -953,7 +959,7 @@ void sg_union_need(sg_union *u, int64_t *out)
  * component (the unit) and the bounds `lo`, `hi` (-1: unbounded). 0, or -1 for a bad mode. */
 int sg_union_set_mode(sg_union *u, int32_t mode, const int32_t *starts, int64_t lo, int64_t hi)
 {
-    if (mode < U_UNION || mode > U_PRODUCT || (mode == U_COUNTED && u->n_parts != 1)) return -1;
+    if (mode < U_UNION || mode > U_DIFFERENCE || (mode == U_COUNTED && u->n_parts != 1)) return -1;
     pthread_mutex_lock(&u->st.lock);
     u->mode = mode;
     memcpy(u->starts, starts, (size_t)u->n_parts * sizeof(int32_t));
@@ -981,6 +987,12 @@ static uint8_t union_accepting(sg_union *u, const int64_t *a, int64_t n)
             if (u->parts[last].accepting[a[k] & 0xFFFFFFFF]) return 1;
         return 0;
     }
+    if (u->mode == U_DIFFERENCE) {  /* (sorted: component 0 first, when present) */
+        if (n < 1 || a[0] >> 32 != 0 || !u->parts[0].accepting[a[0] & 0xFFFFFFFF]) return 0;
+        for (int64_t k = 1; k < n; k++)
+            if (u->parts[a[k] >> 32].accepting[a[k] & 0xFFFFFFFF]) return 0;
+        return 1;
+    }
     for (int64_t k = 0; k < n; k++)
         if (u->parts[a[k] >> 32].accepting[a[k] & 0xFFFFFFFF]) return 1;
     return 0;
@@ -990,8 +1002,9 @@ static uint8_t union_accepting(sg_union *u, const int64_t *a, int64_t n)
  * component, a sequence's any number, a counted repetition's one (count, unit state). */
 static int key_valid(sg_union *u, const int64_t *a, int64_t n)
 {
-    if (n <= 0 || (u->mode == U_UNION && n > u->n_parts) || (u->mode == U_COUNTED && n != 1)
-        || (u->mode == U_PRODUCT && n != u->n_parts))
+    if (n <= 0 || ((u->mode == U_UNION || u->mode == U_DIFFERENCE) && n > u->n_parts)
+        || (u->mode == U_COUNTED && n != 1) || (u->mode == U_PRODUCT && n != u->n_parts)
+        || (u->mode == U_DIFFERENCE && a[0] >> 32 != 0))
         return 0;
     for (int64_t k = 0; k < n; k++) {
         int64_t i = a[k] >> 32, s = a[k] & 0xFFFFFFFF;
@@ -1395,6 +1408,8 @@ static int union_build_locked(sg_union *u, int32_t state)
             col[(int64_t)c * klen] = t;
         }
     }
+    /* a difference's text is dead without component 0 (read now: interning moves the key) */
+    const int lost = u->mode == U_DIFFERENCE && key[0] >> 32 != 0;
     /* per class: the moved components (classes that move them all alike share the target) */
     memset(u->memo_class, 0xFF, sizeof u->memo_class);
     for (int32_t c = 0; c < nc; c++) {
@@ -1423,6 +1438,21 @@ static int union_build_locked(sg_union *u, int32_t state)
             if (mv[k] >= 0) u->target[n++] = u->base[k] | mv[k];
         if (n == 0) { u->row[c] = -1; continue; }
         if (u->mode == U_SEQUENCE) n = sequence_close(u, n);
+        if (u->mode == U_DIFFERENCE) {  /* component 0 moves; and where it has no move left, */
+            if (lost || mv[0] < 0) { u->row[c] = -1; continue; }
+            int other = 0;              /* the text must not be another component's */
+            for (int64_t j = 1; j < n && !other; j++) {
+                int64_t i = u->target[j] >> 32, t = u->target[j] & 0xFFFFFFFF;
+                other = u->parts[i].accepting[t];
+            }
+            if (other) {
+                const int32_t *first = built_part_row(u, 0, mv[0]);
+                if (!first) return SG_NEED_ROW;
+                int moves = 0;
+                for (int32_t d = 0; d < nc && !moves; d++) moves = first[u->reps[d]] >= 0;
+                if (!moves) { u->row[c] = -1; continue; }
+            }
+        }
         if (u->mode == U_PRODUCT) {  /* every component moves, and the tuple is live */
             if (n < klen) { u->row[c] = -1; continue; }
             for (int64_t k = 0; k < klen; k++) u->tuple[k] = mv[k];

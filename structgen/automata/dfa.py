@@ -1378,3 +1378,62 @@ class UnionSource(_Source):
                 seen[col] = sid
             out[c] = sid
         return out
+
+
+class DifferenceSource(UnionSource):
+    """The texts of ``parts[0]`` (the minuend) that no other part (a subtrahend) accepts — an
+    object's "any other key": any quoted string but its declared names — run side by side as
+    a union is, with no complement built.
+
+    A key keeps the minuend's state first (without it the text is dead) and the subtrahends
+    still alive; it accepts where the minuend does and no subtrahend. `difference` checks
+    that every minuend state with a transition has infinitely many texts after it (so finitely
+    many subtrahend texts cannot kill it) and that a state with none accepts: the only dead
+    ends are then texts a subtrahend accepts where the minuend can go no further, and those
+    moves lead to -1. Not a union for slice proofs (a subtrahend keeps nothing alive).
+    """
+
+    is_union = False
+
+    def start_is_live(self) -> bool:
+        key = self.start_key()
+        return bool(key) and key[0][0] == 0
+
+    def is_accepting(self, key: tuple[tuple[int, int], ...]) -> bool:
+        if not key or key[0][0] != 0:
+            return False
+        parts = self.parts
+        if not parts[0].is_accepting(key[0][1]):
+            return False
+        return not any(parts[i].is_accepting(s) for i, s in key[1:])
+
+    def make_native(self, max_states: int) -> _NativeStates | None:
+        if not (NATIVE_UNION and _native_subset.native_subset_available()):
+            return None
+        return _native_subset.NativeUnion(
+            self.parts, self.byte_classes, max_states, mode=_native_subset.DIFFERENCE
+        )
+
+    def expand(
+        self, key: tuple[tuple[int, int], ...], intern: Callable[[Hashable], int]
+    ) -> list[int]:
+        if not key or key[0][0] != 0:
+            return [-1] * self.num_classes
+        parts = self.parts
+        index = [i for i, _ in key]
+        moves = np.stack([parts[i].row(s)[self.reps] for i, s in key])  # [alive, classes]
+        out = [-1] * self.num_classes
+        seen: dict[tuple[int, ...], int] = {}
+        for c, column in enumerate(moves.T.tolist()):
+            col = tuple(column)
+            sid = seen.get(col)
+            if sid is None:
+                sid = -1
+                if col[0] >= 0:
+                    target = tuple((i, t) for i, t in zip(index, col) if t >= 0)
+                    taken = any(parts[i].is_accepting(t) for i, t in target[1:])
+                    if not (taken and bool((parts[0].row(col[0]) < 0).all())):
+                        sid = intern(target)
+                seen[col] = sid
+            out[c] = sid
+        return out

@@ -181,7 +181,21 @@ class Repeat:
         return (Repeat, (self.item, self.min, self.max))  # no cached hash: it differs per process
 
 
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """Matches what ``minuend`` matches and no subtrahend does: an object's "any other key",
+    built side by side (`automata.difference`) rather than as a trie of what leaves the
+    declared names. A whole terminal's pattern (or one it must also match), never inside
+    another node; the subtrahends' languages are finite, and the minuend has an infinite
+    future from every state with a move (checked when its automaton is built)."""
+
+    minuend: Node
+    subtrahends: tuple[Node, ...]
+
+
 Node = Empty | String | CharClass | Concat | Alternation | Repeat
+#: what a grammar terminal matches: a regex AST, or a difference of them
+Pattern = Node | Difference
 
 
 def _slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:

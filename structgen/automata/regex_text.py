@@ -15,8 +15,10 @@ from structgen.automata.regex_syntax import (
     Alternation,
     CharClass,
     Concat,
+    Difference,
     Empty,
     Node,
+    Pattern,
     Repeat,
     String,
 )
@@ -28,7 +30,7 @@ _SPECIAL = set("\\.^$|?*+()[]{}/")
 _CLASS_SPECIAL = set("\\]^-[")
 
 
-def regex_text(node: Node, *, limit: int = 400) -> str:
+def regex_text(node: Pattern, *, limit: int = 400) -> str:
     """`node` as pattern text, at most `limit` characters (then cut, ending in `…`)."""
     out: list[str] = []
     size = [0]
@@ -82,7 +84,7 @@ def _atomic(node: Node) -> bool:
     )
 
 
-def _write(node: Node, put: Callable[[str], None], size: list[int], limit: int) -> None:
+def _write(node: Pattern, put: Callable[[str], None], size: list[int], limit: int) -> None:
     if size[0] > limit:
         return
     if isinstance(node, Empty):
@@ -104,6 +106,15 @@ def _write(node: Node, put: Callable[[str], None], size: list[int], limit: int) 
             if i:
                 put("|")
             _write(item, put, size, limit)
+    elif isinstance(node, Difference):  # (as a lookahead: what Python's re would read)
+        put("(?!(?:")
+        for i, item in enumerate(node.subtrahends):
+            if i:
+                put("|")
+            _write(item, put, size, limit)
+        put(")\\Z)(?:")
+        _write(node.minuend, put, size, limit)
+        put(")")
     elif isinstance(node, Repeat):
         group = not _atomic(node.item)
         if group:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from structgen._lru import LRU
-from structgen.automata import Node
+from structgen.automata import Difference, Node, Pattern
 from structgen.automata.nfa import node_program
 from structgen.automata.regex_text import regex_text
 
@@ -28,8 +28,8 @@ class TerminalDef:
     """
 
     name: str
-    pattern: Node
-    intersect: tuple[Node, ...] = ()
+    pattern: Pattern
+    intersect: tuple[Pattern, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +93,15 @@ class Grammar:
         return digest.hexdigest()
 
 
-def node_digest(node: Node) -> bytes:
+def node_digest(node: Pattern) -> bytes:
     """A 16-byte digest of a regex AST (stable across processes): its NFA program's, so the
-    walk that fingerprints a terminal also serves its NFA."""
+    walk that fingerprints a terminal also serves its NFA (a `Difference`, which has no
+    program: its parts' digests)."""
+    if isinstance(node, Difference):
+        digest = hashlib.blake2b(node_digest(node.minuend), digest_size=16, person=b"sg-diff-1")
+        for part in node.subtrahends:
+            digest.update(node_digest(part))
+        return digest.digest()
     return _DIGESTS.get_or_make(node, lambda: node_program(node).digest)
 
 

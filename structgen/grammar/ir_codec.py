@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from structgen.automata import Alternation, CharClass, Concat, Empty, Node, Repeat, String
+from structgen.automata import (
+    Alternation,
+    CharClass,
+    Concat,
+    Difference,
+    Empty,
+    Node,
+    Pattern,
+    Repeat,
+    String,
+)
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 
 __all__ = ["IRDataError", "grammar_from_data", "grammar_to_data"]
@@ -28,10 +38,10 @@ def grammar_to_data(grammar: Grammar, *, rules: bool = True) -> dict[str, Any]:
     rules out (the compile cache keeps them numbered in the parser's tables)."""
     nodes: list[list[Any]] = []
     index: dict[int, int] = {}  # by object
-    equal: dict[Node, int] = {}  # by structure (nodes cache their hashes)
-    keep: list[Node] = []  # (ids of nodes stay unique while the walk runs)
+    equal: dict[Pattern, int] = {}  # by structure (nodes cache their hashes)
+    keep: list[Pattern] = []  # (ids of nodes stay unique while the walk runs)
 
-    def visit(node: Node) -> int:
+    def visit(node: Pattern) -> int:
         hit = index.get(id(node))
         if hit is None:
             hit = equal.get(node)
@@ -52,6 +62,8 @@ def grammar_to_data(grammar: Grammar, *, rules: bool = True) -> dict[str, Any]:
             entry = ["cls", [bound for pair in node.ranges for bound in pair]]
         elif isinstance(node, Empty):
             entry = ["nil"]
+        elif isinstance(node, Difference):
+            entry = ["dif", visit(node.minuend), [visit(c) for c in node.subtrahends]]
         else:
             raise IRDataError(f"no data form for a {type(node).__name__} node")
         keep.append(node)
@@ -90,7 +102,7 @@ def _list(value: Any) -> list[Any]:
     return value
 
 
-def _node(entry: Any, built: list[Node]) -> Node:
+def _node(entry: Any, built: list[Pattern]) -> Pattern:
     entry = _list(entry)
     if not entry:
         raise IRDataError("an empty node entry")
@@ -98,7 +110,10 @@ def _node(entry: Any, built: list[Node]) -> Node:
     below = len(built) - 1  # children come before their parents: no cycle can be written
 
     def child(value: Any) -> Node:
-        return built[_int(value, 0, below)]
+        node = built[_int(value, 0, below)]
+        if isinstance(node, Difference):
+            raise IRDataError("a difference is a whole pattern, not a part of one")
+        return node
 
     if kind == "cat" and len(args) == 1:
         return Concat(tuple(child(c) for c in _list(args[0])))
@@ -126,6 +141,8 @@ def _node(entry: Any, built: list[Node]) -> Node:
         return CharClass(tuple(ranges))
     if kind == "nil" and not args:
         return Empty()
+    if kind == "dif" and len(args) == 2:
+        return Difference(child(args[0]), tuple(child(c) for c in _list(args[1])))
     raise IRDataError(f"an unknown node entry {kind!r}")
 
 
@@ -134,7 +151,7 @@ def grammar_from_data(data: Any, rules: tuple[str, tuple[Rule, ...]] | None = No
     the start and rules, for data written without them."""
     if not isinstance(data, dict):
         raise IRDataError("a grammar is a JSON object")
-    built: list[Node] = []
+    built: list[Pattern] = []
     try:
         for entry in _list(data["nodes"]):
             built.append(_node(entry, built))

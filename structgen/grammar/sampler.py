@@ -13,7 +13,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from structgen.automata import Alternation, CharClass, Concat, Empty, Node, Repeat, String
+from structgen.automata import (
+    Alternation,
+    CharClass,
+    Concat,
+    Difference,
+    Empty,
+    Node,
+    Pattern,
+    Repeat,
+    String,
+    compile_ast,
+)
 from structgen.errors import GrammarError
 from structgen.grammar.ir import Grammar
 
@@ -58,13 +69,22 @@ def sample_sentences(
     return [_sentence(grammar.start, table, terminals, ignores, rng, *limits) for _ in range(count)]
 
 
-def random_string(node: Node, rng: random.Random, *, max_extra_repeats: int = 4) -> str:
+def random_string(node: Pattern, rng: random.Random, *, max_extra_repeats: int = 4) -> str:
     """A random string of the regex AST's language (``re.fullmatch`` would accept it).
 
     Unbounded or wide repetitions take their minimum plus a geometric number of extra rounds
     (at most ``max_extra_repeats``); a character class yields printable ASCII when it can (most
-    of the time), otherwise other ASCII, BMP or any code point (never a surrogate).
+    of the time), otherwise other ASCII, BMP or any code point (never a surrogate). A
+    `Difference` draws from its minuend until the text is none of its subtrahends'.
     """
+    if isinstance(node, Difference):
+        excluded = [compile_ast(part) for part in node.subtrahends]
+        for _ in range(1000):
+            text = random_string(node.minuend, rng, max_extra_repeats=max_extra_repeats)
+            data = text.encode("utf-8", "surrogatepass")
+            if not any(dfa.accepts(data) for dfa in excluded):
+                return text
+        raise ValueError("no text outside the subtrahends was drawn in 1,000 tries")
     out: list[str] = []
     stack: list[Node] = [node]
     while stack:
@@ -131,8 +151,8 @@ def _alt_depth(rhs: tuple[str, ...], depth: dict[str, int]) -> int:
 def _sentence(
     start: str,
     table: dict[str, list[_Alternative]],
-    terminals: dict[str, Node],
-    ignores: list[Node],
+    terminals: dict[str, Pattern],
+    ignores: list[Pattern],
     rng: random.Random,
     max_depth: int,
     max_terminals: int,

@@ -14,8 +14,10 @@ from structgen._lru import LRU
 from structgen.automata import (
     AutomataLimits,
     ByteDFA,
-    Node,
+    Difference,
+    Pattern,
     compile_ast,
+    difference,
     intersect_all,
 )
 from structgen.grammar.ir import TerminalDef, node_digest
@@ -67,6 +69,8 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
 def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     """A new lazy DFA of the terminal (not shared: `terminal_dfa` is the cached way)."""
     where = f"terminal {terminal.name}"
+    if isinstance(terminal.pattern, Difference) and not terminal.intersect:
+        return _difference_dfa(terminal.pattern, limits)
     if not terminal.intersect:
         # (a key, a literal: a chain, fingerprinted by its blocks without digesting the AST)
         return compile_ast(
@@ -80,10 +84,19 @@ def build_terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA
     return intersect_all([_component_dfa(p, limits, where) for p in parts], limits=limits)
 
 
-def _component_dfa(node: Node, limits: AutomataLimits, where: str) -> ByteDFA:
+def _difference_dfa(node: Difference, limits: AutomataLimits) -> ByteDFA:
+    """A difference over the shared automata of its parts: an object's "any other key" runs
+    beside the automata its declared keys' terminals have already (no walk of the parts)."""
+    parts = [terminal_dfa(TerminalDef("", p), limits) for p in (node.minuend, *node.subtrahends)]
+    return difference(parts[0], parts[1:], limits=limits)
+
+
+def _component_dfa(node: Pattern, limits: AutomataLimits, where: str) -> ByteDFA:
     """An intersected constraint's automaton, shared by fingerprint: the branches of a schema's
     `anyOf`s repeat the same lengths and patterns in many terminals, whose products then share
     the components' rows and their distance tables (`ProductSource`)."""
+    if isinstance(node, Difference):
+        return _difference_dfa(node, limits)
     fingerprint = node_digest(node).hex()
     live = live_terminal_dfa(fingerprint, limits)
     if live is not None:
