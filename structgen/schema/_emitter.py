@@ -6,6 +6,7 @@ one automaton); the rule counter enforces `SchemaOptions.max_rules`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -13,8 +14,10 @@ from structgen._lru import LRU
 from structgen.automata import (
     AutomataLimits,
     CharClass,
+    Difference,
     Empty,
     Node,
+    Pattern,
     Repeat,
     String,
     concat,
@@ -24,11 +27,14 @@ from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.earley import known_closure
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 from structgen.grammar.terminals import terminal_dfa
+from structgen.schema._strings import any_string_body, literal_body
 
 __all__ = ["GrammarEmitter"]
 
 #: the one instance of each recent terminal language (see `GrammarEmitter.terminal`)
-_CANONICAL: LRU[tuple[Node, tuple[Node, ...]], tuple[Node, tuple[Node, ...]]] = LRU(4096)
+_CANONICAL: LRU[tuple[Pattern, tuple[Pattern, ...]], tuple[Pattern, tuple[Pattern, ...]]] = LRU(
+    4096
+)
 _QUOTE = String('"')
 
 
@@ -39,7 +45,7 @@ class GrammarEmitter:
         self.opts = options
         self.limits = limits
         self.rules: list[Rule] = []
-        self.terminals: dict[tuple[Node, tuple[Node, ...]], str] = {}
+        self.terminals: dict[tuple[Pattern, tuple[Pattern, ...]], str] = {}
         self.term_defs: list[TerminalDef] = []
         self.key_rules: dict[str, str] = {}
         self._puncts: dict[str, str] = {}  # `punct`'s terminal per text (asked per rule)
@@ -59,7 +65,7 @@ class GrammarEmitter:
     def add(self, lhs: str, *rhs: str) -> None:
         self.rules.append(Rule(lhs, tuple(rhs)))
 
-    def terminal(self, node: Node, extra: tuple[Node, ...] = ()) -> str:
+    def terminal(self, node: Pattern, extra: tuple[Pattern, ...] = ()) -> str:
         """The terminal of `node` (intersected with `extra`), one per language. Its pattern
         is the one instance of that AST made recently (schema after schema the same strings,
         numbers and keys are built afresh): every cache keyed by a terminal's AST downstream
@@ -86,7 +92,7 @@ class GrammarEmitter:
     def _punct_terminal(self, text: str) -> str:
         return self.terminal(_punct_node(self.layout, self.opts.max_whitespace, text))
 
-    def key_terminal(self, body: Node, extra: tuple[Node, ...] = ()) -> str:
+    def key_terminal(self, body: Pattern, extra: tuple[Pattern, ...] = ()) -> str:
         """A rule `key: "name" COLON` — the quoted key, then the shared `ws : ws` terminal.
 
         Keeping the colon and its whitespace out of the key terminal keeps the union lexer of
@@ -101,8 +107,8 @@ class GrammarEmitter:
             self.key_rules[term] = rule
         return rule
 
-    def string_terminal(self, body: Node, extra: tuple[Node, ...] = ()) -> str:
-        return self.terminal(quoted(body), tuple(quoted(e) for e in extra))
+    def string_terminal(self, body: Pattern, extra: tuple[Pattern, ...] = ()) -> str:
+        return self.terminal(_quoted(body), tuple(_quoted(e) for e in extra))
 
     def grammar(self, start: str) -> Grammar:
         """The grammar with `start` as its start symbol; raises `SchemaError` when no text
@@ -141,6 +147,28 @@ def quoted(body: Node) -> Node:
     """A JSON string of `body`'s language, quotes included: one instance per body (the same
     bodies, any string's above all, come back property after property)."""
     return concat([_QUOTE, body, _QUOTE])
+
+
+def _quoted(body: Pattern) -> Pattern:
+    """`quoted`, where a `Difference` (the other keys, `other_keys`) is quoted already."""
+    return body if isinstance(body, Difference) else quoted(body)
+
+
+def other_keys(words: Iterable[str], *, canonical: bool = False) -> Difference:
+    """Quoted keys whose decoded string is none of `words`: any quoted string less each
+    word's quoted spellings (`automata.difference`, beside the words' own key automata).
+    Every spelling of a word is that word's, so this is exact; with `canonical`, json.dumps'
+    spellings only. Recent sets are kept (one object's keys, asked per position)."""
+    key = (frozenset(words), canonical)
+    return _OTHER_KEYS.get_or_make(key, lambda: _other_keys(*key))
+
+
+def _other_keys(words: frozenset[str], canonical: bool) -> Difference:
+    names = tuple(quoted(literal_body(w, canonical=canonical)) for w in sorted(words))
+    return Difference(quoted(any_string_body(canonical=canonical)), names)
+
+
+_OTHER_KEYS: LRU[tuple[frozenset[str], bool], Difference] = LRU(256)
 
 
 @lru_cache(maxsize=64)

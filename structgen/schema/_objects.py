@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from structgen._json_data import escape_pointer
-from structgen.automata import CharClass, Node, alternation, compile_ast, intersect
+from structgen.automata import CharClass, Node, Pattern, alternation, compile_ast, intersect
 from structgen.errors import LimitExceededError, StructgenError, UnsupportedSchemaError
+from structgen.schema._emitter import other_keys
 from structgen.schema._forms import ObjectForm, Unsat, read_string
 from structgen.schema._keywords import COMBINATORS, SOME_KW, kinds_of_type, same_json
 from structgen.schema._refs import Sub
@@ -200,7 +201,7 @@ def _extra_members(
     for ns in names_schemas:
         name_parts.extend(_names_language(c, ns))
     canonical = c.canonical
-    base_key = not_in_set(declared, canonical=canonical) if declared else None
+    base_key = other_keys(declared, canonical=canonical) if declared else None
 
     def trivial(sub: Sub) -> bool:
         pats = sub.schema.get("patternProperties") or {}
@@ -208,7 +209,8 @@ def _extra_members(
         return addl in (True, {}) and all(v is True or v == {} for v in pats.values())
 
     def key_terminal(decoded: list[Node], encoded: list[Node]) -> str:
-        enc = [encode(d, canonical=canonical) for d in decoded] + encoded + name_parts
+        enc: list[Pattern] = [encode(d, canonical=canonical) for d in decoded]
+        enc += encoded + name_parts
         enc += [base_key] if base_key else []
         if not enc:
             return c.emit.key_terminal(any_string_body(canonical=canonical))
