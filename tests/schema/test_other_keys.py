@@ -10,6 +10,8 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from structgen import SchemaOptions
 from structgen.automata import AutomataLimits, Difference
@@ -81,3 +83,37 @@ def test_generate_mode_offers_json_dumps_spelling_only(name: str) -> None:
     assert dfa.accepts(json.dumps(name + "z", ensure_ascii=False).encode())  # type: ignore[attr-defined]
     if name and name.isascii() and name.isalpha():  # (other spellings are not offered)
         assert not dfa.accepts(f'"\\u{ord(name[0]):04x}z"'.encode())  # type: ignore[attr-defined]
+
+
+def _spell(text: str, rng: random.Random) -> str:
+    """`text` as a JSON string, each character in a random one of its spellings."""
+    return '"' + "".join(rng.choice(_spellings(ch)) for ch in text) + '"'
+
+
+_CHARS = st.sampled_from(["a", "b", "é", "/", '"', "\\", "\n", "\U0001f600", "Z", "0"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(st.text(_CHARS, max_size=4), min_size=1, max_size=5, unique=True),
+    keys=st.lists(st.text(_CHARS, max_size=4), max_size=6),
+    seed=st.integers(0, 2**31),
+)
+def test_other_keys_are_the_undeclared_names_in_any_spelling(
+    names: list[str], keys: list[str], seed: int
+) -> None:
+    # Random names and keys, each key in a random mix of its spellings: the other-keys
+    # automaton accepts it exactly when its decoded text (json.loads) is not a name.
+    schema = {
+        "type": "object",
+        "properties": {name: {"type": "integer"} for name in names},
+        "additionalProperties": {"type": "string"},
+    }
+    grammar = compile_schema(schema, options=SchemaOptions(mode="accept"))
+    (other,) = [t for t in grammar.terminals if isinstance(t.pattern, Difference)]
+    dfa = terminal_dfa(other, AutomataLimits())
+    rng = random.Random(seed)
+    for key in [*keys, *names]:
+        text = _spell(key, rng)
+        assert json.loads(text) == key
+        assert dfa.accepts(text.encode()) == (key not in names), text  # type: ignore[attr-defined]
