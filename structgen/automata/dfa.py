@@ -1373,11 +1373,16 @@ class UnionSource(_Source):
             col = tuple(column)
             sid = seen.get(col)
             if sid is None:
-                target = tuple((i, t) for i, t in zip(index, col) if t >= 0)
-                sid = intern(target) if target else -1
-                seen[col] = sid
+                sid = seen[col] = self._target(index, col, intern)
             out[c] = sid
         return out
+
+    def _target(
+        self, index: list[int], col: tuple[int, ...], intern: Callable[[Hashable], int]
+    ) -> int:
+        """The id of the state the components `index` reach by the moves `col` (-1: none)."""
+        target = tuple((i, t) for i, t in zip(index, col) if t >= 0)
+        return intern(target) if target else -1
 
 
 class DifferenceSource(UnionSource):
@@ -1417,23 +1422,18 @@ class DifferenceSource(UnionSource):
     def expand(
         self, key: tuple[tuple[int, int], ...], intern: Callable[[Hashable], int]
     ) -> list[int]:
-        if not key or key[0][0] != 0:
+        if key and key[0][0] != 0:  # (the minuend is gone: nothing is alive)
             return [-1] * self.num_classes
+        return super().expand(key, intern)
+
+    def _target(
+        self, index: list[int], col: tuple[int, ...], intern: Callable[[Hashable], int]
+    ) -> int:
+        if col[0] < 0:  # (the minuend's move: `index` starts with it)
+            return -1
         parts = self.parts
-        index = [i for i, _ in key]
-        moves = np.stack([parts[i].row(s)[self.reps] for i, s in key])  # [alive, classes]
-        out = [-1] * self.num_classes
-        seen: dict[tuple[int, ...], int] = {}
-        for c, column in enumerate(moves.T.tolist()):
-            col = tuple(column)
-            sid = seen.get(col)
-            if sid is None:
-                sid = -1
-                if col[0] >= 0:
-                    target = tuple((i, t) for i, t in zip(index, col) if t >= 0)
-                    taken = any(parts[i].is_accepting(t) for i, t in target[1:])
-                    if not (taken and bool((parts[0].row(col[0]) < 0).all())):
-                        sid = intern(target)
-                seen[col] = sid
-            out[c] = sid
-        return out
+        target = tuple((i, t) for i, t in zip(index, col) if t >= 0)
+        taken = any(parts[i].is_accepting(t) for i, t in target[1:])
+        if taken and bool((parts[0].row(col[0]) < 0).all()):  # (a name, and nothing after)
+            return -1
+        return intern(target)
