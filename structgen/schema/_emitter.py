@@ -150,25 +150,26 @@ def quoted(body: Node) -> Node:
 
 
 def _quoted(body: Pattern) -> Pattern:
-    """`quoted`, where a `Difference` (the other keys, `other_keys`) is quoted already."""
+    """`quoted`, where a `Difference` (`strings_except`) is quoted already."""
     return body if isinstance(body, Difference) else quoted(body)
 
 
-def other_keys(words: Iterable[str], *, canonical: bool = False) -> Difference:
-    """Quoted keys whose decoded string is none of `words`: any quoted string less each
-    word's quoted spellings (`automata.difference`, beside the words' own key automata).
-    Every spelling of a word is that word's, so this is exact; with `canonical`, json.dumps'
-    spellings only. Recent sets are kept (one object's keys, asked per position)."""
+def strings_except(words: Iterable[str], *, canonical: bool = False) -> Difference:
+    """Quoted strings whose decoded text is none of `words` — an object's other keys, a
+    string's excluded values: any quoted string less each word's quoted spellings
+    (`automata.difference`, beside the words' own key automata). Every spelling of a word is
+    that word's, so this is exact; with `canonical`, json.dumps' spellings only. Recent sets
+    are kept (one object's keys, asked per position)."""
     key = (frozenset(words), canonical)
-    return _OTHER_KEYS.get_or_make(key, lambda: _other_keys(*key))
+    return _STRINGS_EXCEPT.get_or_make(key, lambda: _strings_except(*key))
 
 
-def _other_keys(words: frozenset[str], canonical: bool) -> Difference:
+def _strings_except(words: frozenset[str], canonical: bool) -> Difference:
     names = tuple(quoted(literal_body(w, canonical=canonical)) for w in sorted(words))
     return Difference(quoted(any_string_body(canonical=canonical)), names)
 
 
-_OTHER_KEYS: LRU[tuple[frozenset[str], bool], Difference] = LRU(256)
+_STRINGS_EXCEPT: LRU[tuple[frozenset[str], bool], Difference] = LRU(256)
 
 
 @lru_cache(maxsize=64)

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from structgen._json_data import escape_pointer
 from structgen.automata import CharClass, Node, Pattern, alternation, compile_ast, intersect
 from structgen.errors import LimitExceededError, StructgenError, UnsupportedSchemaError
-from structgen.schema._emitter import other_keys
+from structgen.schema._emitter import strings_except
 from structgen.schema._forms import ObjectForm, Unsat, read_string
 from structgen.schema._keywords import COMBINATORS, SOME_KW, kinds_of_type, same_json
 from structgen.schema._refs import Sub
 from structgen.schema._scalars import string_parts
-from structgen.schema._strings import any_string_body, encode, literal_body, not_in_set
+from structgen.schema._strings import any_string_body, encode, literal_body
 
 if TYPE_CHECKING:
     from structgen.schema._compiler import SchemaCompiler
@@ -170,12 +170,12 @@ def closed_by_default(
     return not any(key in sub.schema for sub in flat for key in open_keys)
 
 
-def _some_keys(c: SchemaCompiler, sub: Sub, spec: dict[str, JSON]) -> list[Node]:
+def _some_keys(c: SchemaCompiler, sub: Sub, spec: dict[str, JSON]) -> list[Pattern]:
     """The encoded key languages whose intersection is a "some member" key set."""
-    out: list[Node] = []
+    out: list[Pattern] = []
     canonical = c.canonical
     if spec["exclude"]:
-        out.append(not_in_set(spec["exclude"], canonical=canonical))
+        out.append(strings_except(spec["exclude"], canonical=canonical))
     where = f"{sub.ptr}/{escape_pointer(SOME_KW)}"
     if spec["notPatterns"]:
         nodes = [c.patterns.possible(p, where) for p in spec["notPatterns"]]
@@ -197,18 +197,18 @@ def _extra_members(
     ∩ the matched pattern ∩ `propertyNames`; the complement of a pattern is not built, so
     `patternProperties` with `additionalProperties` other than false is unsupported.
     """
-    name_parts: list[Node] = []
+    name_parts: list[Pattern] = []
     for ns in names_schemas:
         name_parts.extend(_names_language(c, ns))
     canonical = c.canonical
-    base_key = other_keys(declared, canonical=canonical) if declared else None
+    base_key = strings_except(declared, canonical=canonical) if declared else None
 
     def trivial(sub: Sub) -> bool:
         pats = sub.schema.get("patternProperties") or {}
         addl = sub.schema.get("additionalProperties", True)
         return addl in (True, {}) and all(v is True or v == {} for v in pats.values())
 
-    def key_terminal(decoded: list[Node], encoded: list[Node]) -> str:
+    def key_terminal(decoded: list[Node], encoded: list[Pattern]) -> str:
         enc: list[Pattern] = [encode(d, canonical=canonical) for d in decoded]
         enc += encoded + name_parts
         enc += [base_key] if base_key else []
@@ -283,7 +283,7 @@ def _extra_members(
     return out, key_terminal
 
 
-def _names_language(c: SchemaCompiler, sub: Sub) -> list[Node]:
+def _names_language(c: SchemaCompiler, sub: Sub) -> list[Pattern]:
     """Encoded key bodies allowed by `propertyNames` (strings only matter for keys)."""
     try:
         flat = c.flatten([sub])

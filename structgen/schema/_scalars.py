@@ -11,9 +11,9 @@ import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from structgen.automata import Node, String, alternation, parse_regex
+from structgen.automata import Node, Pattern, String, alternation, parse_regex
 from structgen.errors import UnsupportedSchemaError
-from structgen.schema._emitter import quoted
+from structgen.schema._emitter import quoted, strings_except
 from structgen.schema._formats import KNOWN_UNSUPPORTED, format_nodes
 from structgen.schema._forms import NumberForm, StringForm, Unsat, excluded_values
 from structgen.schema._keywords import json_equal
@@ -25,7 +25,6 @@ from structgen.schema._strings import (
     length_body,
     literal_bodies,
     literal_body,
-    not_in_set,
 )
 
 if TYPE_CHECKING:
@@ -236,7 +235,7 @@ def _empty_range(r: NumRange) -> bool:
 # ----------------------------------------------------------------------------- strings
 
 
-def string_parts(c: SchemaCompiler, form: StringForm) -> list[Node]:
+def string_parts(c: SchemaCompiler, form: StringForm) -> list[Pattern]:
     """Encoded body languages to intersect for the strings of `form` (empty: any string)."""
     decoded: list[Node] = []
     for item in form.constraints:
@@ -256,9 +255,9 @@ def string_parts(c: SchemaCompiler, form: StringForm) -> list[Node]:
     if hi is not None and lo > hi:
         raise Unsat(form.ptr, "minLength is greater than maxLength")
     canonical = c.canonical
-    parts = [encode(n, canonical=canonical) for n in decoded]
+    parts: list[Pattern] = [encode(n, canonical=canonical) for n in decoded]
     if form.excluded:
-        parts.append(not_in_set(form.excluded, canonical=canonical))
+        parts.append(strings_except(form.excluded, canonical=canonical))
     if lo > 0 or hi is not None:
         parts.insert(0, length_body(lo, hi, canonical=canonical))
     return parts

@@ -21,7 +21,6 @@ from functools import cache, lru_cache
 from typing import Any
 
 from structgen._json_spelling import MANY_LITERALS, MAX_TRIE_WORD, SHORT_ESCAPES, canonical_text
-from structgen._lru import LRU
 from structgen.automata import (
     Alternation,
     CharClass,
@@ -46,7 +45,6 @@ __all__ = [
     "hex_range",
     "length_body",
     "literal_body",
-    "not_in_set",
 ]
 
 ANY_CHAR = CharClass(((0, iv.MAX_CODE_POINT),))
@@ -374,96 +372,6 @@ def literal_bodies(words: Iterable[str], *, canonical: bool = False) -> Node:
         return alternation(parts)
 
     return alternation([build(trie), *(literal_body(w, canonical=canonical) for w in long)])
-
-
-def not_in_set(words: Iterable[str], *, canonical: bool = False) -> Node:
-    """Encoded bodies whose decoded string is none of `words` (a trie walked in encoded form).
-
-    Only raw characters and short escapes are used (no `\\uXXXX`), which keeps the automaton
-    linear in the words' length; leaving the trie at any node, or ending before a word's end,
-    yields a string that is not a word. With `canonical`, only json.dumps' spellings (its short
-    escapes, no `\\/`), and the other control characters are left out. Recent sets are kept
-    (an object's declared keys come back for each of its `additionalProperties` positions).
-    """
-    key = (frozenset(words), canonical)
-    return _NOT_IN_SET.get_or_make(key, lambda: _not_in_set(key[0], canonical))
-
-
-_NOT_IN_SET: LRU[tuple[frozenset[str], bool], Node] = LRU(256)
-
-
-def _not_in_set(words: frozenset[str], canonical: bool) -> Node:
-    trie: dict[str, Any] = {}
-    ends = ""
-    for word in words:
-        node = trie
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[ends] = {}
-    escapes = _CANONICAL_SHORT if canonical else SHORT_ESCAPES
-    raw_ok = _CANONICAL_RAW if canonical else _RAW_OK
-    short_of = {chr(cp): esc for cp, esc in escapes.items()}
-    firsts: dict[str, Node | None] = {}
-    empty: Node = Empty()
-
-    def first(ch: str) -> Node | None:
-        if iv.contains(raw_ok, ord(ch)):
-            return String(ch)
-        if ch in short_of:
-            return String("\\" + short_of[ch])
-        return None  # no raw or short form: strings through it are left out
-
-    def build(node: dict[str, Any]) -> Node:
-        if len(node) == 1 and ends not in node:  # (most trie nodes: one child)
-            children: tuple[str, ...] = tuple(node)
-        else:
-            children = tuple(sorted(k for k in node if k != ends))
-        parts: list[Node] = [] if ends in node else [empty]
-        parts += _leaving(children, canonical)
-        for ch in children:
-            head = firsts.get(ch)
-            if head is None and ch not in firsts:
-                head = firsts[ch] = first(ch)
-            if head is not None:
-                parts.append(Concat((head, build(node[ch]))))
-        return Alternation(tuple(parts)) if len(parts) > 1 else parts[0]
-
-    try:
-        return build(trie)
-    finally:
-        build = None  # type: ignore[assignment]  # (it refers to itself: a cycle)
-
-
-def _leaving(children: tuple[str, ...], canonical: bool) -> list[Node]:
-    """The ways to leave the trie at a node whose children are `children`: a character that
-    is none of them (raw, or a short escape), then anything. They depend only on the children
-    (most nodes have one), so each set of them is built once per process."""
-    key = (children, canonical)
-    found = _LEAVING.get(key)
-    if found is None:  # (two threads may both build it: the same nodes)
-        escapes = _CANONICAL_SHORT if canonical else SHORT_ESCAPES
-        raw_ok = _CANONICAL_RAW if canonical else _RAW_OK
-        tail = _any_body(canonical)
-        found = []
-        raw = iv.difference(raw_ok, iv.from_points(ord(c) for c in children))
-        if raw:
-            found.append(Concat((CharClass(raw), tail)))
-        shorts = sorted(e for cp, e in escapes.items() if chr(cp) not in children)
-        if shorts:
-            letters = CharClass(iv.from_points(ord(e) for e in shorts))
-            found.append(Concat((String("\\"), letters, tail)))
-        found = _LEAVING.put(key, found)
-    return found
-
-
-_LEAVING: LRU[tuple[tuple[str, ...], bool], list[Node]] = LRU(4096)
-
-
-@lru_cache(maxsize=2)
-def _any_body(canonical: bool) -> Node:
-    """Any encoded string body (one node per mode: the key languages share it)."""
-    unit = canonical_class(ANY_CHAR.ranges, controls=False) if canonical else _SIMPLE_UNIT
-    return Repeat(unit, 0, None)
 
 
 def any_of_literals(words: Sequence[str]) -> Node:
