@@ -514,19 +514,22 @@ class Compiler:
         if options is not None and not isinstance(options, _Options):
             raise ArgumentError(f"options must be SchemaOptions, got {describe(options)}")
         opts = options or _Options()
-        data = schema_data(schema, max_nesting=opts.max_nesting)
-        key = ("json_schema", data_fingerprint(data), opts)
-        return self._cached(
-            key,
-            lambda: self._schema_engine(
-                *compile_schema_guarded(
-                    data, options=opts, limits=self.limits.automata(), loaded=True
-                )
-            ),
-            kind="json_schema",
-            source=text_head(schema, 200),
-            recipe=("json_schema", (data,), {"options": opts}),
-        )
+        # (the collector paused from the start: copying a large schema's data allocates enough
+        # containers to set off a full collection of everything the process holds)
+        with paused_gc():
+            data = schema_data(schema, max_nesting=opts.max_nesting)
+            key = ("json_schema", data_fingerprint(data), opts)
+            return self._cached(
+                key,
+                lambda: self._schema_engine(
+                    *compile_schema_guarded(
+                        data, options=opts, limits=self.limits.automata(), loaded=True
+                    )
+                ),
+                kind="json_schema",
+                source=text_head(schema, 200),
+                recipe=("json_schema", (data,), {"options": opts}),
+            )
 
     def json(
         self, *, options: SchemaOptions | None = None, any_value: bool = False
