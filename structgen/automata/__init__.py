@@ -331,49 +331,36 @@ def _successors(dfa: ByteDFA) -> list[set[int]]:
     return [set(np.unique(dfa.row(s)).tolist()) - {-1} for s in range(count)]
 
 
+def _finite_futures(succ: list[set[int]]) -> set[int]:
+    """The states with finitely many texts after them (every state live): those whose every
+    target has a finite future, from the states without a move up."""
+    finite = {s for s, out in enumerate(succ) if not out}
+    grew = True
+    while grew:
+        grew = False
+        for s, out in enumerate(succ):
+            if s not in finite and out <= finite:
+                finite.add(s)
+                grew = True
+    return finite
+
+
 def _open_ended(dfa: ByteDFA) -> bool:
     """Whether every state with a move has infinitely many texts after it and every state
     without one accepts (memoised on the automaton: the minuends are few and shared)."""
     known: bool | None = getattr(dfa, "_open_ended", None)
     if known is None:
         succ = _successors(dfa)
-        finite = {s for s, out in enumerate(succ) if not out}  # (a finite future, so far)
-        grew = True
-        while grew:  # states whose every target has a finite future have one too
-            grew = False
-            for s, out in enumerate(succ):
-                if s not in finite and out <= finite:
-                    finite.add(s)
-                    grew = True
-        known = all(not succ[s] and dfa.is_accepting(s) for s in finite)
+        known = all(not succ[s] and dfa.is_accepting(s) for s in _finite_futures(succ))
         dfa._open_ended = known  # type: ignore[attr-defined]
     return known
 
 
 def _finite(dfa: ByteDFA) -> bool:
-    """Whether the language is finite: a chain of literals is; else no cycle in the whole
-    automaton (its states all live)."""
+    """Whether the language is finite: a chain of literals is; else the start's future."""
     if isinstance(dfa._source, LiteralSource):
         return True
-    succ = _successors(dfa)
-    state = [0] * len(succ)  # 0 new, 1 on the path, 2 done
-    for root in range(len(succ)):
-        if state[root]:
-            continue
-        stack = [(root, iter(succ[root]))]
-        state[root] = 1
-        while stack:
-            s, it = stack[-1]
-            t = next(it, None)
-            if t is None:
-                state[s] = 2
-                stack.pop()
-            elif state[t] == 1:
-                return False
-            elif not state[t]:
-                state[t] = 1
-                stack.append((t, iter(succ[t])))
-    return True
+    return dfa.start in _finite_futures(_successors(dfa))
 
 
 def _product_parts(dfa: ByteDFA) -> Sequence[ByteDFA]:

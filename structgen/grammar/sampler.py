@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 
 from structgen.automata import (
     Alternation,
+    ByteDFA,
     CharClass,
     Concat,
     Difference,
@@ -78,11 +80,10 @@ def random_string(node: Pattern, rng: random.Random, *, max_extra_repeats: int =
     `Difference` draws from its minuend until the text is none of its subtrahends'.
     """
     if isinstance(node, Difference):
-        excluded = [compile_ast(part) for part in node.subtrahends]
+        inside = _automaton(node)
         for _ in range(1000):
             text = random_string(node.minuend, rng, max_extra_repeats=max_extra_repeats)
-            data = text.encode("utf-8", "surrogatepass")
-            if not any(dfa.accepts(data) for dfa in excluded):
+            if inside.accepts(text.encode("utf-8", "surrogatepass")):
                 return text
         raise ValueError("no text outside the subtrahends was drawn in 1,000 tries")
     out: list[str] = []
@@ -109,6 +110,13 @@ def random_string(node: Pattern, rng: random.Random, *, max_extra_repeats: int =
         elif not isinstance(item, Empty):
             raise TypeError(f"unknown regex node {item!r}")
     return "".join(out)
+
+
+@lru_cache(maxsize=64)
+def _automaton(node: Difference) -> ByteDFA:
+    """The difference's automaton, built once per pattern (a sentence draws it again and
+    again)."""
+    return compile_ast(node)
 
 
 # ----------------------------------------------------------------------------- derivations
