@@ -1,5 +1,6 @@
 """`LRU`: the one bounded, thread-safe least-recently-used map behind structgen's module-level
-caches (token classes, spellings, digests); `clear_caches()` empties every one it knows."""
+caches (token classes, spellings, digests, the recent terminal automata); `clear_caches()`
+empties every one it knows."""
 
 from __future__ import annotations
 
@@ -28,12 +29,32 @@ class LRU(Generic[K, V]):
     Each entry keeps its own key beside the value: the move to the end looks the entry up by
     that stored key, found by identity, where the key asked with may be an equal but distinct
     regex tree that would be compared node by node a second time.
+
+    With `weigh` (an estimate of a value's bytes), the entries also weigh at most
+    `max_weight` together (the newest always stays). A value is weighed when stored; values
+    that grow afterwards (automata build rows as they are read) are weighed again every
+    `reweigh_every` insertions, not on every read.
     """
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(
+        self,
+        max_entries: int,
+        *,
+        max_weight: int | None = None,
+        weigh: Callable[[V], int] | None = None,
+        reweigh_every: int = 1024,
+    ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
+        if (max_weight is None) != (weigh is None):
+            raise ValueError("max_weight and weigh go together")
         self.max_entries = max_entries
+        self.max_weight = max_weight
+        self._weigh = weigh
+        self._reweigh_every = reweigh_every
+        self._since_reweigh = 0
+        self._weights: dict[int, int] = {}  # id(entry) -> its weight (weighed caches)
+        self.weight = 0  # the stored values' total weight (weighed caches)
         self._data: OrderedDict[K, tuple[K, V]] = OrderedDict()
         self._lock = threading.Lock()
         _ALL.add(self)  # type: ignore[arg-type]
@@ -55,9 +76,35 @@ class LRU(Generic[K, V]):
             data = self._data
             entry = data.setdefault(key, (key, value))
             data.move_to_end(entry[0])
+            if self._weigh is not None:
+                self._account(entry)
             while len(data) > self.max_entries:
-                data.popitem(last=False)
+                self._forget(data.popitem(last=False)[1])
             return entry[1]
+
+    def _account(self, entry: tuple[K, V]) -> None:
+        """Weigh a new entry (a read-and-move of a stored one costs nothing), re-weigh all
+        now and then, and evict the oldest while over `max_weight`. Under the lock."""
+        weights = self._weights
+        if id(entry) in weights:
+            return
+        assert self._weigh is not None and self.max_weight is not None
+        weight = weights[id(entry)] = self._weigh(entry[1])
+        self.weight += weight
+        self._since_reweigh += 1
+        data = self._data
+        if self._since_reweigh >= self._reweigh_every:
+            self._since_reweigh = 0
+            weights.clear()
+            for stored in data.values():
+                weights[id(stored)] = self._weigh(stored[1])
+            self.weight = sum(weights.values())
+        while self.weight > self.max_weight and len(data) > 1:
+            self._forget(data.popitem(last=False)[1])
+
+    def _forget(self, entry: tuple[K, V]) -> None:
+        if self._weigh is not None:
+            self.weight -= self._weights.pop(id(entry), 0)
 
     def get_or_make(self, key: K, make: Callable[[], V]) -> V:
         """The entry of `key`, made (outside the lock) when missing."""
@@ -67,11 +114,15 @@ class LRU(Generic[K, V]):
     def discard(self, key: K) -> None:
         """Forget `key` (nothing if it is not there)."""
         with self._lock:
-            self._data.pop(key, None)
+            entry = self._data.pop(key, None)
+            if entry is not None:
+                self._forget(entry)
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._weights.clear()
+            self.weight = 0
 
     def __len__(self) -> int:
         return len(self._data)

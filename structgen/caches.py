@@ -5,7 +5,8 @@
   their automata, mask caches and recent parse states, estimated, shared parts counted once.
   The least recently used go first, checked when a compile adds one.
 - Terminal automata and lexers, shared between grammars: weakly, so they live only while a
-  grammar uses them (inside the budget above, or held by the caller).
+  grammar uses them (inside the budget above, or held by the caller); besides, the terminal
+  automata built or used last are held, up to 32 MiB of them (`recent_terminal_bytes`).
 - Per vocabulary, for as long as the process runs: the token table of the C walk and the
   first-byte masks (a few MB for 128k tokens), token classes per byte partition (at most 64).
 - Small bounded memo tables (regex parses, digests, number ranges): a few MB at most.
@@ -40,8 +41,9 @@ def set_cache_budget(nbytes: int) -> None:
 
 def cache_usage() -> dict[str, int]:
     """Entries and estimated bytes: `grammars`, `grammar_bytes` (the compiled-grammar cache),
-    `terminal_automata` and `lexers` alive (weakly cached; the 64 terminal automata built or
-    used last are held, `recent_terminal_automata`), `budget`."""
+    `terminal_automata` and `lexers` alive (weakly cached; the terminal automata built or
+    used last are held, up to 32 MiB: `recent_terminal_automata`, `recent_terminal_bytes`,
+    estimated when each was stored), `budget`."""
     from structgen.engines import grammar as engine
     from structgen.grammar import terminals
 
@@ -52,6 +54,7 @@ def cache_usage() -> dict[str, int]:
         "grammar_bytes": _compiler.cached_bytes(),
         "terminal_automata": len(terminals._TERMINAL_DFAS),
         "recent_terminal_automata": len(terminals._RECENT),
+        "recent_terminal_bytes": terminals._RECENT.weight,
         "lexers": len(engine._UNIONS),
         "budget": cache_budget(),
     }

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 import threading
 
+import pytest
+
 from structgen._lru import LRU
 
 
@@ -75,3 +77,29 @@ def test_a_read_compares_an_equal_key_once() -> None:
     compared = 0
     assert cache.put(Tree("x"), 2) == 1  # (the stored value stands, found by one comparison)
     assert compared == 1
+
+
+def test_a_weighed_cache_keeps_its_weight_bound_and_reweighs() -> None:
+    sizes = {"a": 40, "b": 30, "c": 50, "huge": 500}
+    cache: LRU[str, str] = LRU(10, max_weight=100, weigh=lambda v: sizes[v], reweigh_every=4)
+    cache.put("a", "a")
+    cache.put("b", "b")
+    assert cache.weight == 70
+    assert cache.get("a") == "a"  # (a read moves "a" after "b"; no weighing)
+    cache.put("c", "c")  # 120 > 100: "b", the least recent, goes
+    assert cache.get("b") is None and cache.weight == 90
+    sizes["a"], sizes["b"] = 70, 5  # "a" grew since it was stored: seen when re-weighed
+    cache.put("b", "b")  # the fourth insertion: all weighed again (40 + 50 + 5 would fit)
+    assert cache.get("a") is None and cache.weight == 55  # (70 + 50 + 5 > 100: "a" went)
+    cache.put("huge", "huge")  # over the bound alone: the newest always stays
+    assert len(cache) == 1 and cache.weight == 500
+    cache.discard("huge")
+    assert cache.weight == 0 and len(cache) == 0
+    cache.put("a", "a")
+    cache.clear()
+    assert cache.weight == 0
+
+
+def test_a_weighed_cache_needs_both_bounds() -> None:
+    with pytest.raises(ValueError):
+        LRU(4, max_weight=10)

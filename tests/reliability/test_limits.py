@@ -134,6 +134,6 @@ def test_the_compiled_grammar_cache_stays_within_its_byte_budget() -> None:
     sg.clear_caches()
     usage = sg.cache_usage()
     assert usage["grammars"] == 0 and usage["grammar_bytes"] == 0
-    assert usage["recent_terminal_automata"] == 0
+    assert usage["recent_terminal_automata"] == 0 and usage["recent_terminal_bytes"] == 0
     with pytest.raises(sg.ArgumentError):
         sg.set_cache_budget(-1)
