@@ -275,18 +275,26 @@ _ANY_BUT_NEWLINE: Ranges = ((0, 9), (11, iv.MAX_CODE_POINT))
 def concat(items: Iterable[Node]) -> Node:
     """Concatenation, flattened: nested ``Concat`` inlined, ``Empty`` dropped, strings merged."""
     out: list[Node] = []
+    run: list[str] = []  # the texts of the strings met since the last other node
     for item in items:
         # (exact types: the node classes have no subclasses, and this runs ~100k times in a
         # schema compile)
         for part in item.items if type(item) is Concat else (item,):  # type: ignore[union-attr]
             kind = type(part)
             if kind is String:
-                if out and type(out[-1]) is String:
-                    out[-1] = String(out[-1].text + part.text)  # type: ignore[union-attr]
+                if run:  # (joined once at the run's end, not one new string per piece)
+                    run.append(part.text)  # type: ignore[union-attr]
                     continue
+                run.append(part.text)  # type: ignore[union-attr]
             elif kind is Empty:
                 continue
+            elif run:
+                if len(run) > 1:
+                    out[-1] = String("".join(run))
+                run.clear()
             out.append(part)
+    if len(run) > 1:
+        out[-1] = String("".join(run))
     if not out:
         return Empty()
     if len(out) == 1:

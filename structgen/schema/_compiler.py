@@ -133,6 +133,8 @@ class SchemaCompiler:
         # no unlisted properties where a schema lists some (see `_objects.closed_by_default`)
         self.canonical = options.mode == "generate"
         self._validator: Any = None
+        # `valid`'s per-schema plans, by (id of the schema, whether the value comes from it)
+        self._plans: dict[tuple[int, bool], tuple[JSON, Any]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -386,12 +388,10 @@ class SchemaCompiler:
     def valid(self, value: JSON, flat: list[Sub], *, source: Sub | None = None) -> bool:
         base = self.validator()
         for sub in flat:
-            s = sub.schema
-            if sub is source and isinstance(s, dict):
-                # `value` comes from this schema's own enum/const: check only the rest.
-                s = {k: v for k, v in s.items() if k not in ("enum", "const")}
-                if all(k in ANNOTATIONS for k in s):
-                    continue
+            plan = self._check_plan(base, sub, sub is source)
+            if plan is None:
+                continue
+            s, type_kinds = plan
             if isinstance(s, bool):
                 if not s:
                     return False
@@ -404,7 +404,7 @@ class SchemaCompiler:
                 self.patterns.matches(p, value, sub.ptr, every=False) for p in s.get(NOTPAT_KW, ())
             ):
                 return False
-            checked = self._type_only(base, s, value)
+            checked = self._type_only(base, type_kinds, value)
             if checked is not None:
                 if not checked:
                     return False
@@ -420,11 +420,36 @@ class SchemaCompiler:
                 ) from exc
         return True
 
+    def _check_plan(
+        self, base: Any, sub: Sub, is_source: bool
+    ) -> tuple[JSON, list[JSON] | bool | None] | None:
+        """What `valid` checks of `sub` for any value, worked out once per schema (an enum of
+        hundreds of values asks the same for each): the schema to check (without enum and
+        const when the value comes from them; None: nothing left but annotations) and its
+        `_type_kinds`. The plan holds the schema, so its id is not reused while cached."""
+        key = (id(sub.schema), is_source)
+        found = self._plans.get(key)
+        plan: tuple[JSON, list[JSON] | bool | None] | None
+        if found is not None and found[0] is sub.schema:
+            plan = found[1]
+            return plan
+        s = sub.schema
+        if is_source and isinstance(s, dict):
+            # `value` comes from this schema's own enum/const: check only the rest.
+            s = {k: v for k, v in s.items() if k not in ("enum", "const")}
+        if isinstance(s, dict) and is_source and all(k in ANNOTATIONS for k in s):
+            plan = None
+        else:
+            plan = (s, self._type_kinds(base, s) if isinstance(s, dict) else None)
+        self._plans[key] = (sub.schema, plan)
+        return plan
+
     @staticmethod
-    def _type_only(base: Any, schema: dict[str, JSON], value: JSON) -> bool | None:
-        """`value`'s verdict when `schema` asks nothing but its `type` (an enum's own schema,
-        the common case: `{"type": "string", "enum": [...]}`), by jsonschema's own type
-        checker; None when something else must be evaluated (then the validator judges)."""
+    def _type_kinds(base: Any, schema: dict[str, JSON]) -> list[JSON] | bool | None:
+        """The type names that decide a value when `schema` asks nothing but its `type` (an
+        enum's own schema, the common case: `{"type": "string", "enum": [...]}`); True when it
+        asks nothing at all; None when something else must be evaluated (the validator
+        judges)."""
         kind = None
         validators = type(base).VALIDATORS
         for key in schema:
@@ -434,9 +459,16 @@ class SchemaCompiler:
                 return None  # (anything jsonschema or the compiler would evaluate)
         if kind is None:
             return True  # (annotations and keywords jsonschema ignores)
-        kinds = kind if isinstance(kind, list) else [kind]
+        return kind if isinstance(kind, list) else [kind]
+
+    @staticmethod
+    def _type_only(base: Any, kinds: list[JSON] | bool | None, value: JSON) -> bool | None:
+        """`value`'s verdict by jsonschema's own type checker (`_type_kinds`); None when the
+        validator must judge."""
+        if kinds is None or kinds is True:
+            return kinds
         try:
-            return any(base.is_type(value, k) for k in kinds)
+            return any(base.is_type(value, k) for k in kinds)  # type: ignore[union-attr]
         except Exception:  # an unknown type name: the validator says what it says
             return None
 

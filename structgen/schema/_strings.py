@@ -367,8 +367,17 @@ def literal_bodies(words: Iterable[str], *, canonical: bool = False) -> Node:
     def build(node: dict[str, Any]) -> Node:
         parts: list[Node] = [Empty()] if end in node else []
         for ch, child in node.items():
-            if ch != end:
-                parts.append(concat([char(ch), build(child)]))
+            if ch == end:
+                continue
+            # (a run of nodes with one child each, a word's tail: one concat, not one per
+            # character, each copying the tail built so far)
+            run = [char(ch)]
+            while len(child) == 1 and end not in child:
+                ((ch, child),) = child.items()
+                run.append(char(ch))
+            if len(child) > 1:
+                run.append(build(child))
+            parts.append(concat(run))
         return alternation(parts)
 
     return alternation([build(trie), *(literal_body(w, canonical=canonical) for w in long)])
