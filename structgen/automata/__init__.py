@@ -162,10 +162,12 @@ def compile_ast(
         return chain
     if callable(fingerprint):
         fingerprint = fingerprint()
+    # (a terminal's program is at hand from its fingerprint: its size without another walk;
+    # else the program's digest is the fingerprint, as a terminal's is: no repr of the AST)
+    program = node_program(node) if defer or fingerprint is None else None
     if fingerprint is None:
-        fingerprint = _digest(b"ast", repr(node).encode("utf-8", "surrogatepass"))
-    # (a terminal's program is at hand from its fingerprint: its size without another walk)
-    program = node_program(node) if defer else None
+        assert program is not None
+        fingerprint = program.digest.hex()
     size = nfa_size(node) if program is None else program.nfa_size
     if COUNT_ABOVE < size < limits.max_nfa_states:  # (over the limit: build_nfa says so)
         counted = compile_counted(
@@ -177,7 +179,7 @@ def compile_ast(
         if counted is not None:
             return counted
     where = pattern if pattern else "<regex AST>"
-    if program is not None:
+    if defer and program is not None:
         deferred = _deferred_source(node, program, size + 1, limits, where)
         if deferred is not None:
             return ByteDFA(deferred, fingerprint=fingerprint, limits=limits)
