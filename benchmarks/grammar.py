@@ -338,6 +338,7 @@ class StructgenEngine(StructgenPeer):
         structgen.masks._walker._CLASS_CACHE.clear()
         # the terminal automata and lexers grammars share (with their rows and mask caches)
         structgen.grammar.terminals._TERMINAL_DFAS.clear()
+        structgen.grammar.terminals._RECENT.clear()
         structgen.engines.grammar._UNIONS.clear()
         for module, name in _STRUCTGEN_MEMOS:
             memo = getattr(sys.modules.get(module), name, None)

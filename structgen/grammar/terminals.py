@@ -64,6 +64,10 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     # Keyed by structure: AST nodes cache their hash and share subtrees, so equal terminals
     # from different schemas (number ranges, formats, keys) find the same automaton cheaply.
     key = (terminal.pattern, terminal.intersect, limits)
+    hit = _RECENT.get(key)  # (no lock: most terminals are among the recent ones)
+    if hit is not None:
+        keep_alive(hit)
+        return hit
     with _TERMINAL_LOCK:
         hit = _TERMINAL_DFAS.get(key)
     if hit is not None:

@@ -195,6 +195,7 @@ def _assert_sliced_masks_equal_plain(
         compiler._CACHE.clear()
         engine._UNIONS.clear()  # the shared lexers keep their walk results: start afresh
         terminals._TERMINAL_DFAS.clear()
+        terminals._RECENT.clear()
         monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, walk)
         compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
         runs.append(masks_along(compiled, ids, vocab.size))
