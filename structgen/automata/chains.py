@@ -244,8 +244,53 @@ def _utf8(text: str) -> bytes | None:
 @lru_cache(maxsize=4096)
 def _node_block(node: Node) -> Block | None:
     """The block of a choice (`Alternation`) or a class; cached (a key's characters repeat)."""
+    if _count_spellings(node, MAX_SPELLINGS) is None:
+        return None  # (an enum's words, each character spelled two ways: counted, not listed)
     spellings = _spellings(node, MAX_SPELLINGS)
     return None if spellings is None else _block(spellings)
+
+
+def _count_spellings(node: Node, limit: int) -> int | None:
+    """How many chains `_spellings` makes of `node`, counted without making them; None when
+    more than `limit` (or a node it does not spell). Only a filter: where a count is given,
+    `_spellings` still decides."""
+    kind = type(node)
+    if kind is String or kind is Empty:
+        return 1
+    if kind is CharClass:
+        ranges = node.ranges  # type: ignore[union-attr]
+        # (the ASCII part one byte set, each other code point one chain)
+        count = any(lo <= 0x7F for lo, _ in ranges) + sum(
+            [hi - max(lo, 0x80) + 1 for lo, hi in ranges if hi > 0x7F]
+        )
+        return count if count <= limit else None
+    if kind is Alternation:
+        total = 0
+        for item in node.items:  # type: ignore[union-attr]
+            part = _count_spellings(item, limit)
+            if part is None:
+                return None
+            total += part
+            if total > limit:
+                return None
+        return total
+    if kind is Concat:
+        product = 1
+        for item in node.items:  # type: ignore[union-attr]
+            part = _count_spellings(item, limit)
+            if part is None:
+                return None
+            product *= part
+            if product > limit:
+                return None
+        return product
+    if kind is Repeat and node.max == node.min and node.min <= 8:  # type: ignore[union-attr]
+        part = _count_spellings(node.item, limit)  # type: ignore[union-attr]
+        if part is None:
+            return None
+        product = part**node.min  # type: ignore[union-attr]
+        return product if product <= limit else None
+    return None
 
 
 _CHAIN_ITEMS = (String, CharClass, Alternation)

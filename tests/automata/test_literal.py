@@ -533,3 +533,24 @@ def test_chain_context_refuses_malformed_blocks() -> None:
     for bad in [[], [object()], [replace(block, c_data=np.zeros(2, dtype=np.int32))], 3]:
         with pytest.raises((ValueError, TypeError, AttributeError)):
             _native_subset._CHAIN_CONTEXT(bad, 100)
+
+
+_REGEXES = st.text(alphabet="ab(|)[]{}2é\u4e00-", max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_REGEXES, st.sampled_from([1, 2, 4, 8, 64]))
+def test_the_spelling_count_never_turns_away_a_block(pattern: str, limit: int) -> None:
+    """`_node_block` counts a choice's spellings before listing them (an enum's words, each
+    character spelled two ways, would list up to the limit first): wherever the listing
+    succeeds, the count is its length, so the filter never refuses a chain."""
+    from structgen.automata.chains import _count_spellings, _spellings
+    from structgen.automata.regex_syntax import parse_regex
+
+    try:
+        node = parse_regex(pattern)
+    except Exception:  # (most random texts are no regex)
+        return
+    listed = _spellings(node, limit)
+    if listed is not None:
+        assert _count_spellings(node, limit) == len(listed)
