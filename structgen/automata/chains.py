@@ -264,26 +264,17 @@ def _count_spellings(node: Node, limit: int) -> int | None:
             [hi - max(lo, 0x80) + 1 for lo, hi in ranges if hi > 0x7F]
         )
         return count if count <= limit else None
-    if kind is Alternation:
-        total = 0
+    if kind is Alternation or kind is Concat:  # (a choice adds its items' counts, a row multiplies)
+        choice = kind is Alternation
+        count = 0 if choice else 1
         for item in node.items:  # type: ignore[union-attr]
             part = _count_spellings(item, limit)
             if part is None:
                 return None
-            total += part
-            if total > limit:
+            count = count + part if choice else count * part
+            if count > limit:
                 return None
-        return total
-    if kind is Concat:
-        product = 1
-        for item in node.items:  # type: ignore[union-attr]
-            part = _count_spellings(item, limit)
-            if part is None:
-                return None
-            product *= part
-            if product > limit:
-                return None
-        return product
+        return count
     if kind is Repeat and node.max == node.min and node.min <= 8:  # type: ignore[union-attr]
         part = _count_spellings(node.item, limit)  # type: ignore[union-attr]
         if part is None:
