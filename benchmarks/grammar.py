@@ -337,8 +337,7 @@ class StructgenEngine(StructgenPeer):
         structgen.compiler._CACHE.clear()
         structgen.masks._walker._CLASS_CACHE.clear()
         # the terminal automata and lexers grammars share (with their rows and mask caches)
-        structgen.grammar.terminals._TERMINAL_DFAS.clear()
-        structgen.grammar.terminals._RECENT.clear()
+        structgen.grammar.terminals.clear_terminal_automata()
         structgen.engines.grammar._UNIONS.clear()
         for module, name in _STRUCTGEN_MEMOS:
             memo = getattr(sys.modules.get(module), name, None)

@@ -70,9 +70,8 @@ def clear_caches() -> None:
 
     with _compiler._CACHE_LOCK:
         _compiler._CACHE.clear()
+    terminals.clear_terminal_automata()
     for cache, lock in (
-        (terminals._TERMINAL_DFAS, terminals._TERMINAL_LOCK),
-        (terminals._BY_FINGERPRINT, terminals._TERMINAL_LOCK),
         (engine._UNIONS, engine._UNION_LOCK),
         (_walker._FIRST_BYTE, _walker._FIRST_BYTE_LOCK),
         (_walker._NATIVE, _walker._NATIVE_LOCK),

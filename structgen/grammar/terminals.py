@@ -22,7 +22,13 @@ from structgen.automata import (
 )
 from structgen.grammar.ir import TerminalDef, node_digest
 
-__all__ = ["adopt_terminal_dfa", "build_terminal_dfa", "live_terminal_dfa", "terminal_dfa"]
+__all__ = [
+    "adopt_terminal_dfa",
+    "build_terminal_dfa",
+    "clear_terminal_automata",
+    "live_terminal_dfa",
+    "terminal_dfa",
+]
 
 #: the terminal automata built or used last stay alive after the grammars that used them are
 #: gone, up to this many bytes (estimated: `ByteDFA.memory_bytes`) ...
@@ -53,6 +59,15 @@ _TERMINAL_LOCK = threading.Lock()
 _RECENT: LRU[tuple[Any, ...], ByteDFA] = LRU(
     RECENT_TERMINALS, max_weight=RECENT_TERMINAL_BYTES, weigh=lambda dfa: dfa.memory_bytes()
 )
+
+
+def clear_terminal_automata() -> None:
+    """Forget every shared terminal automaton — both indexes and the recent ones (a lookup
+    reads those first) —: the next compiles build their terminals afresh."""
+    with _TERMINAL_LOCK:
+        _TERMINAL_DFAS.clear()
+        _BY_FINGERPRINT.clear()
+    _RECENT.clear()
 
 
 def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:

@@ -427,21 +427,25 @@ class SchemaCompiler:
         hundreds of values asks the same for each): the schema to check (without enum and
         const when the value comes from them; None: nothing left but annotations) and its
         `_type_kinds`. The plan holds the schema, so its id is not reused while cached."""
-        key = (id(sub.schema), is_source)
-        found = self._plans.get(key)
-        plan: tuple[JSON, list[JSON] | bool | None] | None
-        if found is not None and found[0] is sub.schema:
-            plan = found[1]
-            return plan
         s = sub.schema
-        if is_source and isinstance(s, dict):
+        key = (id(s), is_source)
+        found = self._plans.get(key)
+        if found is not None and found[0] is s:
+            return found[1]  # type: ignore[no-any-return]
+        plan: tuple[JSON, list[JSON] | bool | None] | None
+        if not isinstance(s, dict):
+            plan = (s, None)
+        elif is_source:
             # `value` comes from this schema's own enum/const: check only the rest.
-            s = {k: v for k, v in s.items() if k not in ("enum", "const")}
-        if isinstance(s, dict) and is_source and all(k in ANNOTATIONS for k in s):
-            plan = None
+            rest = {k: v for k, v in s.items() if k not in ("enum", "const")}
+            plan = (
+                None
+                if all(k in ANNOTATIONS for k in rest)
+                else (rest, self._type_kinds(base, rest))
+            )
         else:
-            plan = (s, self._type_kinds(base, s) if isinstance(s, dict) else None)
-        self._plans[key] = (sub.schema, plan)
+            plan = (s, self._type_kinds(base, s))
+        self._plans[key] = (s, plan)
         return plan
 
     @staticmethod

@@ -145,9 +145,7 @@ def test_grammar_masks_are_the_same_with_and_without_deferral(
 
     def masks(defer: bool) -> list[bytes]:
         monkeypatch.setattr(terminals, "DEFER_NFAS", defer)
-        terminals._TERMINAL_DFAS.clear()
-        terminals._BY_FINGERPRINT.clear()
-        terminals._RECENT.clear()
+        terminals.clear_terminal_automata()
         from structgen import compiler
 
         compiler._CACHE.clear()

@@ -59,8 +59,7 @@ def _masks(text: str, mode: str, valid: bool) -> list[np.ndarray]:
     ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
     compiler._CACHE.clear()
     engine._UNIONS.clear()  # the shared lexers keep their walk results: start afresh
-    terminals._TERMINAL_DFAS.clear()
-    terminals._RECENT.clear()
+    terminals.clear_terminal_automata()
     compiled = Compiler(vocab).json_schema(SCHEMA, options=SchemaOptions(mode=mode))  # type: ignore[arg-type]
     out = masks_along(compiled, ids, vocab.size)
     assert (len(out) == len(ids)) == valid  # (an invalid text: the masks up to its error)
@@ -91,8 +90,7 @@ def test_states_far_from_the_bounds_share_one_walk() -> None:
     vocab = load_vocab("llama3_1")
     compiler._CACHE.clear()
     engine._UNIONS.clear()
-    terminals._TERMINAL_DFAS.clear()
-    terminals._RECENT.clear()
+    terminals.clear_terminal_automata()
     schema = {"type": "string", "maxLength": 5000}
     compiled = Compiler(vocab).json_schema(schema)
     ids = load_tokenizer("llama3_1").encode(f'"{body_of(1200)}"', add_special_tokens=False)

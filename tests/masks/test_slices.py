@@ -194,8 +194,7 @@ def _assert_sliced_masks_equal_plain(
     for walk in (NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)):
         compiler._CACHE.clear()
         engine._UNIONS.clear()  # the shared lexers keep their walk results: start afresh
-        terminals._TERMINAL_DFAS.clear()
-        terminals._RECENT.clear()
+        terminals.clear_terminal_automata()
         monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, walk)
         compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
         runs.append(masks_along(compiled, ids, vocab.size))
