@@ -2350,8 +2350,9 @@ static PyObject *class_firsts(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* chain_arrays(blocks): everything `literal_dfa` (chains.py) lays out for a chain of blocks,
  * read from the blocks' `row` (1,024 bytes), `width` and `used` (a bitset int): (table, accepting,
- * built, spine, used, byte classes, classes). The table is `capacity` rows (a power of two, at
- * least 16: dfa.table_capacity) of 256 int32, -2 but the spine rows (each block's row plus its
+ * built, spine, used, byte classes, classes). The table is one row per laid-out state (no spare
+ * rows: a chain's states are all laid out here, and most chains are keys, thousands of them
+ * held among the recent automata) of 256 int32, -2 but the spine rows (each block's row plus its
  * first id, clamped to -1) and the final state's (all -1); `accepting` one byte per row (the
  * final state's 1), `built` one per laid-out state (the spine's 1); the classes: each byte read
  * its own, the other bytes one, numbered in order of smallest byte (and their count). One call
@@ -2414,9 +2415,7 @@ static PyObject *chain_arrays(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto done;
         Py_SETREF(used, joined);
     }
-    Py_ssize_t n = (Py_ssize_t)spine[m] + 1, capacity = 16;
-    while (capacity < n)
-        capacity <<= 1;
+    Py_ssize_t n = (Py_ssize_t)spine[m] + 1, capacity = n;
     table_obj = PyByteArray_FromStringAndSize(NULL, capacity * 256 * (Py_ssize_t)sizeof(int32_t));
     acc_obj = PyByteArray_FromStringAndSize(NULL, capacity);
     built_obj = PyByteArray_FromStringAndSize(NULL, n);

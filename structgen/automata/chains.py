@@ -41,7 +41,6 @@ from structgen.automata.dfa import (
     _alphabet_of_ranges,
     _classes_of_ranges,
     _Source,
-    table_capacity,
 )
 from structgen.automata.nfa import AutomataLimits, extension_function
 from structgen.automata.regex_syntax import (
@@ -428,7 +427,7 @@ def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLi
         accepting = np.frombuffer(accepting_data, dtype=np.bool_)
     else:
         source = LiteralSource(blocks)
-        table = np.full((table_capacity(source.num_laid_out), 256), -2, dtype=np.int32)
+        table = np.full((source.num_laid_out, 256), -2, dtype=np.int32)
         spine_ids = np.asarray(source.spine[:-1], dtype=np.int32)
         rows = b"".join([block.row for block in source.blocks])
         relative = np.frombuffer(rows, dtype=np.int32).reshape(-1, 256)

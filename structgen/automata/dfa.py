@@ -480,7 +480,7 @@ class ByteDFA:
     ) -> ByteDFA:
         """A DFA over arrays made elsewhere (a literal's chain, a restored snapshot): states
         `0..states-1`, each keyed by its id; `built` marks the rows `table` holds already
-        (`table_capacity(states)` rows, the others `-2`); `byte_classes` read-only
+        (at least `states` rows, the others `-2`); `byte_classes` read-only
         (`num_classes` of them, counted when not given). `ids_from_source`: the source hands
         out those states' ids itself, never interning their keys (`LiteralSource`), so they
         are left out of the key -> id map."""
