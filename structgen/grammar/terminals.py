@@ -53,7 +53,7 @@ _TERMINAL_LOCK = threading.Lock()
 # ... and the most recently built or used ones are held strongly: the same terminals (a number,
 # an integer range, a string of some length, the keys "name", "type", "id") come back schema
 # after schema, and between two compiles nothing else may hold them. Bounded by bytes, not by
-# count: a key's automaton is ~40 kB, a pattern's can be megabytes. Across MaskBench's 2,823
+# count: a key's automaton is ~25 kB, a pattern's can be megabytes. Across MaskBench's 2,823
 # schemas 32 MiB (~800 automata) cut the mean compile + first mask by ~10% against 64
 # automata (fewer rebuilt, and those found have their rows built already).
 _RECENT: LRU[tuple[Any, ...], ByteDFA] = LRU(
