@@ -54,8 +54,9 @@ _TERMINAL_LOCK = threading.Lock()
 # an integer range, a string of some length, the keys "name", "type", "id") come back schema
 # after schema, and between two compiles nothing else may hold them. Bounded by bytes, not by
 # count: a key's automaton is ~25 kB, a pattern's can be megabytes. Across MaskBench's 2,823
-# schemas 32 MiB (~800 automata) cut the mean compile + first mask by ~10% against 64
-# automata (fewer rebuilt, and those found have their rows built already).
+# schemas 32 MiB (~800 automata then, ~1,100 with one table row per key state) cut the mean
+# compile + first mask by ~10% against 64 automata (fewer rebuilt, and those found have their
+# rows built already).
 _RECENT: LRU[tuple[Any, ...], ByteDFA] = LRU(
     RECENT_TERMINALS, max_weight=RECENT_TERMINAL_BYTES, weigh=lambda dfa: dfa.memory_bytes()
 )
