@@ -54,7 +54,7 @@ _TERMINAL_LOCK = threading.Lock()
 # an integer range, a string of some length, the keys "name", "type", "id") come back schema
 # after schema, and between two compiles nothing else may hold them. Bounded by bytes, not by
 # count: a key's automaton is ~25 kB, a pattern's can be megabytes. Across MaskBench's 2,823
-# schemas 32 MiB (~800 automata then, ~1,100 with one table row per key state) cut the mean
+# schemas 32 MiB (~1,000 automata; ~1,250 with one table row per key state) cut the mean
 # compile + first mask by ~10% against 64 automata (fewer rebuilt, and those found have their
 # rows built already).
 _RECENT: LRU[tuple[Any, ...], ByteDFA] = LRU(
