@@ -2415,18 +2415,18 @@ static PyObject *chain_arrays(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto done;
         Py_SETREF(used, joined);
     }
-    Py_ssize_t n = (Py_ssize_t)spine[m] + 1, capacity = n;
-    table_obj = PyByteArray_FromStringAndSize(NULL, capacity * 256 * (Py_ssize_t)sizeof(int32_t));
-    acc_obj = PyByteArray_FromStringAndSize(NULL, capacity);
+    Py_ssize_t n = (Py_ssize_t)spine[m] + 1; /* the laid-out states: one table row each */
+    table_obj = PyByteArray_FromStringAndSize(NULL, n * 256 * (Py_ssize_t)sizeof(int32_t));
+    acc_obj = PyByteArray_FromStringAndSize(NULL, n);
     built_obj = PyByteArray_FromStringAndSize(NULL, n);
     spine_obj = PyList_New(m + 1);
     if (table_obj == NULL || acc_obj == NULL || built_obj == NULL || spine_obj == NULL)
         goto done;
     int32_t *table = (int32_t *)PyByteArray_AS_STRING(table_obj);
-    for (size_t k = 0, cells = (size_t)capacity * 256; k < cells; k++)
+    for (size_t k = 0, cells = (size_t)n * 256; k < cells; k++)
         table[k] = -2;
     uint8_t *acc = (uint8_t *)PyByteArray_AS_STRING(acc_obj);
-    memset(acc, 0, (size_t)capacity);
+    memset(acc, 0, (size_t)n);
     acc[spine[m]] = 1;
     uint8_t *built = (uint8_t *)PyByteArray_AS_STRING(built_obj);
     memset(built, 0, (size_t)n);
