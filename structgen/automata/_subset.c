@@ -1559,6 +1559,104 @@ static PyObject *or_words(PyObject *self, PyObject *const *args, Py_ssize_t n)
     Py_RETURN_NONE;
 }
 
+/* first_byte_dead(row, by_byte, out): `out` (int32 words) = the text tokens whose first byte
+ * has no transition in `row` (256 int32, -1 dead): the OR of `by_byte`'s rows (int32
+ * [257, words]: row b the text tokens starting with byte b, row 256 all of them) of the dead
+ * bytes, or when fewer bytes live than die, row 256 less the OR of the live bytes' rows
+ * (_walker.py, `first_byte_dead`, whose five numpy calls cost ~60 us each first visit with
+ * cold caches: the rows OR'd are few, the set-up per call was the cost). */
+static PyObject *first_byte_dead(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError, "first_byte_dead takes row, by_byte and out");
+        return NULL;
+    }
+    Py_buffer row, table, out;
+    if (PyObject_GetBuffer(args[0], &row, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &table, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&row);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&row);
+        PyBuffer_Release(&table);
+        return NULL;
+    }
+    Py_ssize_t words = out.len / 4;
+    int bad = row.len != 256 * 4 || out.len % 4 || table.len != 257 * out.len;
+    if (!bad) {
+        const int32_t *r = (const int32_t *)row.buf;
+        const uint32_t *t = (const uint32_t *)table.buf;
+        uint32_t *o = (uint32_t *)out.buf;
+        int live = 0;
+        for (int b = 0; b < 256; b++)
+            live += r[b] >= 0;
+        int take_live = live < 128; /* OR the smaller side's rows */
+        memset(o, 0, (size_t)words * 4);
+        for (int b = 0; b < 256; b++) {
+            if ((r[b] >= 0) != take_live)
+                continue;
+            const uint32_t *src = t + (size_t)b * (size_t)words;
+            for (Py_ssize_t i = 0; i < words; i++)
+                o[i] |= src[i];
+        }
+        if (take_live) {
+            const uint32_t *all = t + (size_t)256 * (size_t)words;
+            for (Py_ssize_t i = 0; i < words; i++)
+                o[i] = all[i] & ~o[i];
+        }
+    }
+    PyBuffer_Release(&row);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&out);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "first_byte_dead: sizes differ");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* or_and(out, a, b): out |= a & b, over 32-bit words (three buffers of one size). A lexeme that
+ * may end adds the next lexeme's tokens whose first byte cannot extend it: two numpy calls and
+ * a temporary per first visit before. */
+static PyObject *or_and(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError, "or_and takes out, a and b");
+        return NULL;
+    }
+    Py_buffer out, a, b;
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &a, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &b, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    int bad = out.len % 4 || a.len != out.len || b.len != out.len;
+    if (!bad) {
+        uint32_t *o = (uint32_t *)out.buf;
+        const uint32_t *x = (const uint32_t *)a.buf, *y = (const uint32_t *)b.buf;
+        for (Py_ssize_t i = 0, m = out.len / 4; i < m; i++)
+            o[i] |= x[i] & y[i];
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "or_and: sizes differ");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* byte_classes(ranges): bytes(256), the coarsest partition of the bytes in which each (lo, hi)
  * pair of the iterable `ranges` is a union of classes, classes numbered in order of their
  * smallest byte (dfa.py, `byte_classes_from_ranges`, whose numpy path it replaces: a terminal's
@@ -2564,6 +2662,10 @@ static PyMethodDef methods[] = {
      "addresses(*arrays): each C-contiguous buffer's data address"},
     {"or_words", (PyCFunction)(void (*)(void))or_words, METH_FASTCALL,
      "or_words(words, indices, values): words[indices] |= values (uint32, int64, uint32)"},
+    {"first_byte_dead", (PyCFunction)(void (*)(void))first_byte_dead, METH_FASTCALL,
+     "first_byte_dead(row, by_byte, out): the text tokens whose first byte is dead in row"},
+    {"or_and", (PyCFunction)(void (*)(void))or_and, METH_FASTCALL,
+     "or_and(out, a, b): out |= a & b over 32-bit words"},
     {"byte_classes", (PyCFunction)(void (*)(void))byte_classes, METH_FASTCALL,
      "byte_classes(ranges): bytes(256), the coarsest byte partition refining every range"},
     {"program_tables", (PyCFunction)(void (*)(void))program_tables, METH_FASTCALL,

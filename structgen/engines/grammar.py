@@ -99,6 +99,8 @@ class _SharedUnion:
 
 #: `words[indices] |= values` in C (`_subset.c`), or None (numpy's fancy indexing)
 _OR_WORDS = extension_function("or_words")
+#: `out |= a & b` over packed masks in C (`_subset.c`), or None (numpy)
+_OR_AND = extension_function("or_and")
 
 _UNIONS: weakref.WeakValueDictionary[tuple[Any, ...], _SharedUnion] = (
     weakref.WeakValueDictionary()
@@ -454,7 +456,11 @@ class GrammarEngine:
             if after is not None:
                 fresh_mask = self.token_mask((after, self.lexer(after).start, True))
                 # (in place: `words` is this mask's own copy)
-                np.bitwise_or(mask, fresh_mask & walker.first_byte_dead(lex_state), out=mask)
+                dead = walker.first_byte_dead(lex_state)
+                if _OR_AND is not None:
+                    _OR_AND(mask, fresh_mask, dead)
+                else:
+                    np.bitwise_or(mask, fresh_mask & dead, out=mask)
         mask.setflags(write=False)
         return mask
 

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from structgen._gc import paused_gc
 from structgen._lru import LRU
+from structgen.automata.nfa import extension_function
 from structgen.masks._bitmask import pack_bool_mask
 from structgen.masks._kernel import (
     Events,
@@ -195,6 +196,9 @@ def first_byte_masks(vocab: Vocabulary) -> npt.NDArray[np.int32]:
         out = _FIRST_BYTE.setdefault(vocab.fingerprint, out)
     return out
 
+
+#: `first_byte_dead`'s packed mask in C (`_subset.c`), or None (numpy)
+_FIRST_BYTE_DEAD = extension_function("first_byte_dead")
 
 _NATIVE: dict[str, NativeWalk] = {}
 _TOO_LARGE: set[str] = set()  # vocabularies whose trie the C walk cannot pack
@@ -535,14 +539,19 @@ class TokenMaskWalker:
             hit = self._boundaries.get(key)
         if hit is not None:
             return hit  # type: ignore[return-value]
-        dead = self.dfa.row(state) < 0
+        row = self.dfa.row(state)
         by_byte = first_byte_masks(self.vocab)
-        alive = np.flatnonzero(~dead)
-        if len(alive) < 128:  # usually a few bytes live: all text tokens minus their buckets
-            packed = by_byte[256] & ~np.bitwise_or.reduce(by_byte[alive], axis=0)
+        if _FIRST_BYTE_DEAD is not None:  # (one C call: numpy's set-up was most of the cost)
+            packed = np.empty(by_byte.shape[1], dtype=np.int32)
+            _FIRST_BYTE_DEAD(row, by_byte, packed)
         else:
-            packed = np.bitwise_or.reduce(by_byte[np.flatnonzero(dead)], axis=0)
-        packed = np.ascontiguousarray(packed, dtype=np.int32)
+            dead = row < 0
+            alive = np.flatnonzero(~dead)
+            if len(alive) < 128:  # usually a few bytes live: all text tokens minus their buckets
+                packed = by_byte[256] & ~np.bitwise_or.reduce(by_byte[alive], axis=0)
+            else:
+                packed = np.bitwise_or.reduce(by_byte[np.flatnonzero(dead)], axis=0)
+            packed = np.ascontiguousarray(packed, dtype=np.int32)
         packed.setflags(write=False)
         self._store(self._boundaries, key, packed)
         return packed
