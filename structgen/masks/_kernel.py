@@ -393,6 +393,7 @@ class NativeWalk:
                 np.bitwise_or.at(
                     self.group_words[g], ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32)
                 )
+        self._group_words_address = self.group_words.ctypes.data if self.n_groups else 0
         self._plain_roots_address = self.group_roots.ctypes.data
         self._forest_roots_address = self.group_roots[1:].ctypes.data if self.n_groups else 0
         self._slice_template: _SliceChecks | None = None
@@ -455,8 +456,9 @@ class NativeWalk:
         events (none unless `boundaries`).
         """
         assert _EXT is not None
+        zero = words is None  # (C zeroes the new mask: np.zeros cost more, on cold caches)
         if words is None:
-            words = np.zeros(self.words, dtype=np.uint32)
+            words = np.empty(self.words, dtype=np.uint32)
         bufs = self._buffers()
         dfa.row(state)
         if ranges is None:  # the whole vocabulary (`sg_walk_forest`), skipping `skip`'s groups
@@ -488,14 +490,13 @@ class NativeWalk:
                 p_words,
                 bufs.p_events,
                 boundaries,
+                self._group_words_address,  # (the groups in `skip` set whole, in C)
+                self.words,
+                zero,
             )
         finally:
             bufs.busy = False
         self._scratch.build_seconds = build_ns * 1e-9
-        if skip and ranges is None:
-            for g in range(self.n_groups):
-                if skip >> g & 1:
-                    np.bitwise_or(words, self.group_words[g], out=words)
         k = n_events
         if not k:
             return words, _NO_EVENTS

@@ -565,13 +565,17 @@ static int args_ok(Py_ssize_t nargs, Py_ssize_t want, const char *name)
 #define I64(i) PyLong_AsLongLong(args[i])
 
 /* walk(view, roots, n_groups, skip, lo, hi, base, n_ranges, start, dfa, stack, words, events,
- *      collect) -> (n_events, build_ns)
+ *      collect, group_words, n_words, zero) -> (n_events, build_ns)
  * `sg_walk_forest` when `roots` is not 0 (the whole vocabulary; lo, hi, base unused), else
- * `sg_walk_nodes` over the ranges. `events` is an events_out whose `cap` is used when `collect`. */
+ * `sg_walk_nodes` over the ranges. `events` is an events_out whose `cap` is used when `collect`.
+ * `words` (n_words of them) is zeroed first when `zero`; the tokens of the groups in `skip`
+ * (allowed whole without a walk) are set from `group_words` ([n_groups, n_words]; 0: none) —
+ * in Python, a fresh zeroed mask and a numpy OR per group cost more than the walk of a
+ * string state's remaining tokens. */
 static PyObject *py_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (!args_ok(nargs, 14, "walk")) return NULL;
+    if (!args_ok(nargs, 17, "walk")) return NULL;
     const node_view *v = ADDR(0);
     const int32_t *roots = ADDR(1);
     int32_t n_groups = (int32_t)I64(2);
@@ -584,10 +588,25 @@ static PyObject *py_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     uint32_t *words = ADDR(11);
     events_out *ev_given = ADDR(12);
     int collect = PyObject_IsTrue(args[13]);
+    const uint32_t *group_words = ADDR(14);
+    int64_t n_words = I64(15);
+    int zero = PyObject_IsTrue(args[16]);
     if (PyErr_Occurred()) return NULL;
     if (v == NULL || stack == NULL || words == NULL || ev_given == NULL) {
         PyErr_SetString(PyExc_ValueError, "walk: a NULL buffer");
         return NULL;
+    }
+    if (n_words < 0 || n_groups < 0 || n_groups > SG_MAX_GROUPS) {
+        PyErr_SetString(PyExc_ValueError, "walk: bad word or group count");
+        return NULL;
+    }
+    if (zero) memset(words, 0, (size_t)n_words * sizeof(uint32_t));
+    if (roots != NULL && group_words != NULL) {
+        for (int32_t g = 0; g < n_groups; g++) {
+            if (!((skip >> g) & 1u)) continue;
+            const uint32_t *src = group_words + (int64_t)g * n_words;
+            for (int64_t i = 0; i < n_words; i++) words[i] |= src[i];
+        }
     }
     events_out ev = *ev_given;
     if (!collect) ev.cap = 0;
