@@ -337,6 +337,11 @@ class LiteralSource(_Source):
     """A chain of blocks (see the module docstring). Keys: a state's id for the states laid
     out up front (spine, first and final states), ``(block, local state)`` for the others."""
 
+    #: a chain's table, one row per laid-out state, doubles when its first deeper state comes
+    #: (an escape's few states), not eightfold: thousands of keys stay among the recent
+    #: automata, and a bigger fresh table is more pages to fault in at a first visit
+    growth = 2
+
     def __init__(
         self,
         blocks: Sequence[Block],

@@ -133,6 +133,11 @@ def _number_rows(rows: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
     return np.repeat(np.array(run_ids, dtype=np.uint8), lengths)
 
 
+#: a table the C builder fills grows by this factor (its unused rows are never written, so
+#: they cost address space only; each growth copies the rows so far)
+GROWTH_NATIVE = 8
+
+
 class _Source(ABC):
     """How to expand the states of one kind of automaton."""
 
@@ -140,6 +145,7 @@ class _Source(ABC):
     is_union = False  # a `UnionSource` (see `ByteDFA.parts_of`)
     counts = False  # keys hold a count (see `bounded_key`)
     deferred = False  # a `DeferredNFASource`: the real source comes with the first row
+    growth = GROWTH_NATIVE  # the factor a table the C builder fills grows by
 
     @abstractmethod
     def start_key(self) -> Hashable: ...
@@ -196,9 +202,6 @@ def table_capacity(states: int) -> int:
     return max(16, 1 << (states - 1).bit_length())
 
 
-#: a table the C builder fills grows by this factor (its unused rows are never written, so
-#: they cost address space only; each growth copies the rows so far)
-GROWTH_NATIVE = 8
 #: tables from this size on come from `_UNINITIALISED` (see `_table_memory`)
 BIG_TABLE_BYTES = 4 << 20
 _UNINITIALISED = extension_function("uninitialised", switchable=False)
@@ -554,7 +557,7 @@ class ByteDFA:
         """Double the table (under the lock)."""
         old = self._table.shape[0]
         native = self._native
-        cap = old * (GROWTH_NATIVE if native is not None else 2)
+        cap = old * (self._source.growth if native is not None else 2)
         cap = max(old * 2, min(cap, table_capacity(self.limits.max_dfa_states)))
         accepting = np.zeros(cap, dtype=np.bool_)
         if native is None:
