@@ -466,10 +466,11 @@ class TokenMaskWalker:
     def _store(self, cache: dict[Any, Any], key: Any, value: Any) -> None:
         """Cache `value` (counting its bytes), then drop the oldest entries past
         `max_cached_masks`."""
+        size = _array_bytes(value)  # (outside the lock; a new key has no old value to weigh)
         with self._lock:
             old = cache.pop(key, None)
             cache[key] = value
-            self._extra_bytes += _array_bytes(value) - _array_bytes(old)
+            self._extra_bytes += size if old is None else size - _array_bytes(old)
             while len(cache) > self._max_cached:
                 self._extra_bytes -= _array_bytes(cache.pop(next(iter(cache))))
 
