@@ -1516,6 +1516,27 @@ static PyObject *addresses(PyObject *self, PyObject *const *args, Py_ssize_t n)
     return out;
 }
 
+/* Takes the buffers of three arguments, C-contiguous, the first writable (the output of the
+ * packed-mask helpers below); on failure releases those taken and returns -1. */
+static int three_buffers(PyObject *const *args, Py_buffer views[3])
+{
+    for (int i = 0; i < 3; i++) {
+        int flags = PyBUF_C_CONTIGUOUS | (i == 0 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(args[i], &views[i], flags) < 0) {
+            while (i--)
+                PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release_three(Py_buffer views[3])
+{
+    for (int i = 0; i < 3; i++)
+        PyBuffer_Release(&views[i]);
+}
+
 /* or_words(words, indices, values): words[indices[k]] |= values[k] for every k (uint32 words,
  * int64 indices, uint32 values; bounds checked). A mask's first visit ORs in the cached sparse
  * results of each continued walk, a few words each: numpy's fancy indexing (a gather, an OR and
@@ -1527,18 +1548,10 @@ static PyObject *or_words(PyObject *self, PyObject *const *args, Py_ssize_t n)
         PyErr_SetString(PyExc_TypeError, "or_words takes words, indices and values");
         return NULL;
     }
-    Py_buffer words, idx, val;
-    if (PyObject_GetBuffer(args[0], &words, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+    Py_buffer views[3];
+    if (three_buffers(args, views) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[1], &idx, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&words);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &val, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&words);
-        PyBuffer_Release(&idx);
-        return NULL;
-    }
+    Py_buffer words = views[0], idx = views[1], val = views[2];
     Py_ssize_t m = idx.len / (Py_ssize_t)sizeof(int64_t), size = words.len / 4;
     const int64_t *at = (const int64_t *)idx.buf;
     const uint32_t *v = (const uint32_t *)val.buf;
@@ -1549,9 +1562,7 @@ static PyObject *or_words(PyObject *self, PyObject *const *args, Py_ssize_t n)
     if (!bad)
         for (Py_ssize_t k = 0; k < m; k++)
             w[at[k]] |= v[k];
-    PyBuffer_Release(&words);
-    PyBuffer_Release(&idx);
-    PyBuffer_Release(&val);
+    release_three(views);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "or_words: indices out of range or sizes differ");
         return NULL;
@@ -1572,18 +1583,12 @@ static PyObject *first_byte_dead(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "first_byte_dead takes row, by_byte and out");
         return NULL;
     }
-    Py_buffer row, table, out;
-    if (PyObject_GetBuffer(args[0], &row, PyBUF_C_CONTIGUOUS) < 0)
+    /* (the output first: `three_buffers` takes the first argument writable) */
+    PyObject *const order[3] = {args[2], args[0], args[1]};
+    Py_buffer views[3];
+    if (three_buffers(order, views) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[1], &table, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&row);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&row);
-        PyBuffer_Release(&table);
-        return NULL;
-    }
+    Py_buffer out = views[0], row = views[1], table = views[2];
     Py_ssize_t words = out.len / 4;
     int bad = row.len != 256 * 4 || out.len % 4 || table.len != 257 * out.len;
     if (!bad) {
@@ -1608,9 +1613,7 @@ static PyObject *first_byte_dead(PyObject *self, PyObject *const *args, Py_ssize
                 o[i] = all[i] & ~o[i];
         }
     }
-    PyBuffer_Release(&row);
-    PyBuffer_Release(&table);
-    PyBuffer_Release(&out);
+    release_three(views);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "first_byte_dead: sizes differ");
         return NULL;
@@ -1628,18 +1631,10 @@ static PyObject *or_and(PyObject *self, PyObject *const *args, Py_ssize_t n)
         PyErr_SetString(PyExc_TypeError, "or_and takes out, a and b");
         return NULL;
     }
-    Py_buffer out, a, b;
-    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+    Py_buffer views[3];
+    if (three_buffers(args, views) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[1], &a, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &b, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&out);
-        PyBuffer_Release(&a);
-        return NULL;
-    }
+    Py_buffer out = views[0], a = views[1], b = views[2];
     int bad = out.len % 4 || a.len != out.len || b.len != out.len;
     if (!bad) {
         uint32_t *o = (uint32_t *)out.buf;
@@ -1647,9 +1642,7 @@ static PyObject *or_and(PyObject *self, PyObject *const *args, Py_ssize_t n)
         for (Py_ssize_t i = 0, m = out.len / 4; i < m; i++)
             o[i] |= x[i] & y[i];
     }
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&a);
-    PyBuffer_Release(&b);
+    release_three(views);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "or_and: sizes differ");
         return NULL;
