@@ -1574,8 +1574,8 @@ static PyObject *or_words(PyObject *self, PyObject *const *args, Py_ssize_t n)
  * has no transition in `row` (256 int32, -1 dead): the OR of `by_byte`'s rows (int32
  * [257, words]: row b the text tokens starting with byte b, row 256 all of them) of the dead
  * bytes, or when fewer bytes live than die, row 256 less the OR of the live bytes' rows
- * (_walker.py, `first_byte_dead`, whose five numpy calls cost ~60 us each first visit with
- * cold caches: the rows OR'd are few, the set-up per call was the cost). */
+ * (_walker.py, `first_byte_dead`, whose five numpy calls cost ~60 us together on a first
+ * visit's cold caches: the rows OR'd are few, the set-up per call was the cost). */
 static PyObject *first_byte_dead(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
     (void)self;
