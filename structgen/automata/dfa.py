@@ -554,7 +554,8 @@ class ByteDFA:
         return sid
 
     def _grow(self) -> None:
-        """Double the table (under the lock)."""
+        """Grow the table (under the lock): doubled, or by the source's `growth` where C fills
+        it (its spare rows are never written there)."""
         old = self._table.shape[0]
         native = self._native
         cap = old * (self._source.growth if native is not None else 2)
