@@ -366,8 +366,8 @@ def main() -> None:
     print_table(list(jumps[0]), [list(r.values()) for r in jumps])
 
     quantized: dict[str, Any] | None = None
-    if device == "cpu" and weights == "trained":
-        print("\nQuantized weights (CPU, greedy):")
+    if weights == "trained":
+        print(f"\nQuantized weights ({device}, greedy):")
         quantized = quantization(model, tok, args.repeats, max(args.tokens, 32))
 
     RESULTS.mkdir(exist_ok=True)

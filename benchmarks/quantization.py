@@ -2,11 +2,13 @@
 
 Side by side in one run on one model (the default SmolLM2-135M-Instruct): weight bytes, time to
 first token and time per output token (medians over rounds, greedy) for fp32, int8 and int4
-weights, KV-cache bytes and TPOT at ~1,000 tokens for the fp32 and the int8 cache, how many
-greedy outputs of the prompts each leaves unchanged, the perplexity of a fixed text, and
-speculative decoding with the int8 and int4 drafts (acceptance rate, speed-up over plain
-decoding) on an extraction prompt (constrained) and a free-text one. `structgen bench generate`
-prints this table too; alone: `python benchmarks/quantization.py [--rounds 3] [--tokens 48]`.
+weights (on a GPU also bf16, and int8/int4 through torchao; int4 there runs in bf16), KV-cache
+bytes and TPOT at ~1,000 tokens for the fp32 and the int8 cache, how many greedy outputs of the
+prompts each leaves unchanged, the perplexity of a fixed text, and speculative decoding with the
+int8 and int4 drafts (acceptance rate, speed-up over plain decoding) on an extraction prompt
+(constrained) and a free-text one. `structgen bench generate`
+prints this table too; alone: `python benchmarks/quantization.py [--rounds 3] [--tokens 48]
+[--device cuda]`.
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def kv_cache_rows(model: Any, tokenizer: Any, rounds: int, tokens: int) -> list[
     for mode in (None, "int8"):
         gen = Generator(model, tokenizer, prefix_cache=0, kv_cache=mode)
         cache = gen._runner.new_cache()
-        ids = torch.tensor([gen.encode(LONG)])
+        ids = torch.tensor([gen.encode(LONG)], device=gen.device)
         with torch.inference_mode():
             model(ids, **{ForwardKeywords.of(model).cache: cache}, use_cache=True)
         params = SamplingParams(max_new_tokens=tokens)
@@ -143,13 +145,23 @@ def _cells(row: dict[str, Any]) -> list[Any]:
     return [fmt(v) if isinstance(v, float) else v for v in row.values()]
 
 
-def quantization(model: Any, tokenizer: Any, rounds: int = 3, tokens: int = 48) -> dict[str, Any]:
+def quantization(
+    model: Any, tokenizer: Any, rounds: int = 3, tokens: int = 48, modes: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The whole comparison; prints its tables and returns the figures."""
+    import torch
+
     from structgen.generate.quantize import int4_available
 
+    on_cpu = next(model.parameters()).device.type == "cpu"
     fp32 = Generator(model, tokenizer, prefix_cache=0)
     runs = [("fp32", fp32)]
-    for mode in ("int8", "int4") if int4_available() else ("int8",):
+    if not on_cpu:  # (the dtype a GPU usually runs; int4 there is bf16 too)
+        bf16 = copy.deepcopy(model).to(torch.bfloat16)
+        runs.append(("bf16", Generator(bf16, tokenizer, prefix_cache=0)))
+    if not modes:
+        modes = ("int8", "int4") if int4_available() or not on_cpu else ("int8",)
+    for mode in modes:
         quantized = Generator(copy.deepcopy(model), tokenizer, prefix_cache=0, quantize=mode)
         runs.append((mode, quantized))
     rows = []
@@ -178,6 +190,8 @@ def quantization(model: Any, tokenizer: Any, rounds: int = 3, tokens: int = 48) 
     print_table(list(kv[0]), [_cells(r) for r in kv])
     out = {"weights": rows, "greedy_unchanged": unchanged, "prompts": len(PROMPTS), "kv_cache": kv}
     for mode, _ in runs[1:]:
+        if mode == "bf16":
+            continue
         print(f"\nSpeculative decoding, {mode} copy of the target as the draft (k=4, greedy):")
         spec = speculative(fp32, mode, rounds, tokens)
         print_table(list(spec[0]), [_cells(r) for r in spec])
@@ -190,6 +204,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (quantized through torchao)")
+    parser.add_argument("--modes", default="", help="comma-separated (default: int8,int4)")
     args = parser.parse_args()
     import torch
 
@@ -197,11 +213,14 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_default_model(device="cpu")
-    print(f"default model on the CPU, {torch.get_num_threads()} threads, {args.rounds} rounds\n")
-    out = quantization(model, tokenizer, args.rounds, args.tokens)
+    model, tokenizer = load_default_model(device=args.device)
+    where = "the CPU" if args.device == "cpu" else torch.cuda.get_device_name()
+    print(f"default model on {where}, {torch.get_num_threads()} threads, {args.rounds} rounds\n")
+    modes = tuple(m for m in args.modes.split(",") if m)
+    out = quantization(model, tokenizer, args.rounds, args.tokens, modes)
+    out["device"] = where
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / "quantization.json"
+    path = RESULTS / ("quantization.json" if args.device == "cpu" else "quantization-cuda.json")
     path.write_text(json.dumps(out, indent=1, default=float) + "\n", encoding="utf-8")
     print(f"\nwrote {path}")
 

@@ -41,8 +41,9 @@ class Generator:
 
     `prefix_cache`: a `PrefixCache`, a number of entries (0 turns it off), or None (off).
     `jump_forward`: feed tokens the grammar forces in one forward pass instead of sampling each.
-    `quantize`: "int8" quantizes the model's weights in place (CPU; a quarter of the weight
-    bytes, faster decoding), "int4" its linear layers in 4 bits (the embedding stays int8);
+    `quantize`: "int8" quantizes the model's weights in place (a quarter of the weight bytes,
+    faster decoding on the CPU; on a GPU through torchao, the `gpu` extra), "int4" its linear
+    layers in 4 bits (the embedding stays int8; on a GPU the model becomes bf16);
     `kv_cache`: "int8" stores keys and values as int8 with a scale per token and head (about
     27% of the bytes; see docs/guide/quantization.md).
     Compile grammars against `generator.vocab`.

@@ -1,19 +1,20 @@
-"""Weight-only int8 (and int4) quantization of a `transformers` model for the own loop (CPU).
+"""Weight-only int8 (and int4) quantization of a `transformers` model for the own loop.
 
 Decoding reads every weight once per token, so it is bound by memory bandwidth: a quarter of
 the bytes per weight is faster as well as smaller. Each `nn.Linear` (and the input embedding,
 whose int8 rows the tied output head shares) keeps its weight as int8 with one scale per output
-row (symmetric, per channel); activations stay in floating point. The matrix product is torch's
-`_weight_int8pack_mm` (bf16 activations, int8 weights), the kernel torch ships for weight-only
-int8 on the CPU; no extra package is needed.
+row (symmetric, per channel); activations stay in floating point.
 
-`quantize="int4"` puts the linear layers in 4 bits instead — groups of 32 inputs, each with
-a scale and an offset, multiplied by torch's CPU int4 kernel (`_weight_int4pack_mm_for_cpu`) —
-and keeps the embedding and the tied head int8 (a lookup table, and on small models most of the
-weights). Activation quantization (torch's `quantize_dynamic`) is not used: on SmolLM2 it raises the
-perplexity of a fixed text by 240-390%; weight-only int8 changes it by under 1%. On a GPU the
-kernel is not there: `quantize_weights` refuses CUDA models with a clear error (see
-docs/guide/quantization.md).
+Two backends do the linear layers. On the CPU ("torch"), torch's own weight-only kernels:
+`_weight_int8pack_mm` (bf16 activations, int8 weights) and, for `quantize="int4"`, groups of 32
+inputs with a scale and an offset each on `_weight_int4pack_mm_for_cpu`; no extra package. On a
+GPU ("torchao", the optional extra `structgen[gpu]`, pinned), torchao's weight-only tensors:
+int8 per output row, and int4 in groups of 32 on tinygemm's tile-packed kernel
+(`aten._weight_int4pack_mm`, which takes bf16: an int4 model on a GPU runs in bf16). In both,
+the embedding and a head tied to it stay int8 (a lookup table, and on small models most of the
+weights). Activation quantization (torch's `quantize_dynamic`) is not used: on SmolLM2 it raises
+the perplexity of a fixed text by 240-390%; weight-only int8 changes it by under 1%. See
+docs/guide/quantization.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from structgen.errors import GenerationError
 
 __all__ = [
     "KV_CACHE_MODES",
+    "QUANTIZE_BACKENDS",
     "QUANTIZE_MODES",
+    "TORCHAO_VERSION",
     "Int4Linear",
     "Int8Embedding",
     "Int8Linear",
@@ -71,8 +74,11 @@ class Int8Linear(torch.nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        y = torch._weight_int8pack_mm(rows, self.weight_int8, self.scale)
+        rows = x.reshape(-1, self.in_features)
+        if rows.device.type == "cpu":
+            y = torch._weight_int8pack_mm(rows.to(torch.bfloat16), self.weight_int8, self.scale)
+        else:  # (no int8 kernel outside the CPU in torch: dequantize, as torchao's int8 does)
+            y = torch.mm(rows, self.weight_int8.t().to(rows.dtype)) * self.scale.to(rows.dtype)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
@@ -155,41 +161,58 @@ class Int8Embedding(torch.nn.Module):
         return rows * self.scale[ids].unsqueeze(-1).to(self.dtype)
 
 
+def _plain_tensors(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors that hold `t`: itself, or a tensor subclass's inner tensors (torchao's
+    quantized weights report their original dtype and shape, not the bytes they hold)."""
+    flatten = getattr(t, "__tensor_flatten__", None)
+    if flatten is None or type(t) in (torch.Tensor, torch.nn.Parameter):
+        return [t]
+    names = flatten()[0]
+    inner = (getattr(t, name) for name in names)
+    return [p for x in inner if isinstance(x, torch.Tensor) for p in _plain_tensors(x)]
+
+
 def weight_bytes(model: Any) -> int:
-    """The bytes of a model's parameters and buffers, each tensor counted once (tied ones too)."""
+    """The bytes of a model's parameters and buffers, each tensor counted once (tied ones too;
+    a quantized tensor subclass by the tensors inside it)."""
     seen: set[int] = set()
     total = 0
-    for t in [*model.parameters(), *model.buffers()]:
-        key = t.data_ptr()
-        if key in seen:
-            continue
-        seen.add(key)
-        total += t.numel() * t.element_size()
+    for outer in [*model.parameters(), *model.buffers()]:
+        for t in _plain_tensors(outer):
+            key = t.data_ptr()
+            if key in seen:
+                continue
+            seen.add(key)
+            total += t.numel() * t.element_size()
     return total
 
 
-def quantize_weights(model: Any, mode: str) -> Any:
-    """Quantize `model`'s weights in place (`mode`: "int8" or "int4") and return it.
+QUANTIZE_BACKENDS = ("torch", "torchao")
+#: the torchao release the GPU path is written and tested against (the `gpu` extra pins it)
+TORCHAO_VERSION = "0.17.0"
 
-    Every `nn.Linear` becomes an `Int8Linear` ("int4": an `Int4Linear`, where its inputs come
-    in whole groups); the input embedding becomes an `Int8Embedding`, and an output head tied
-    to it shares its int8 rows (in both modes: a lookup table and the head it is tied to stay
-    int8). Raises `GenerationError` for an unknown mode, a model not on the CPU, or a torch
-    without the kernel.
-    """
-    if mode not in QUANTIZE_MODES:
-        raise GenerationError(
-            f"quantize must be one of {', '.join(map(repr, QUANTIZE_MODES))}, got {mode!r}"
-        )
+
+def _torchao() -> Any:
+    """torchao's `quantization` module, or a `GenerationError` saying how to install it."""
     try:
-        device = next(model.parameters()).device
-    except StopIteration:
-        raise GenerationError("quantize: the model has no parameters") from None
+        import torchao.quantization as tq
+    except ImportError as exc:
+        raise GenerationError(
+            "quantize on a GPU uses torchao: pip install 'structgen[gpu]' "
+            f"(torchao=={TORCHAO_VERSION}); or quantize on the CPU"
+        ) from exc
+    return tq
+
+
+def _check_backend(mode: str, backend: str, device: torch.device) -> None:
+    """Refuse what the chosen backend cannot run, with what to do instead."""
+    if backend == "torchao":
+        _torchao()
+        return
     if device.type != "cpu":
         raise GenerationError(
-            f"quantize={mode!r} runs on the CPU (torch's weight-only kernels); this model is on"
-            f" {device}. On a GPU, load the model quantized (for example with torchao) and pass"
-            " it without quantize="
+            f"quantize={mode!r} with torch's kernels runs on the CPU; this model is on {device}:"
+            " use backend='torchao' (the default on a GPU; pip install 'structgen[gpu]')"
         )
     if not hasattr(torch, "_weight_int8pack_mm"):
         raise GenerationError("quantize='int8' needs torch >= 2.3 (torch._weight_int8pack_mm)")
@@ -198,6 +221,52 @@ def quantize_weights(model: Any, mode: str) -> Any:
             "quantize='int4' needs torch's CPU int4 kernel (torch >= 2.6: "
             "aten._weight_int4pack_mm_for_cpu); use quantize='int8'"
         )
+
+
+def _torchao_linears(model: Any, mode: str) -> None:
+    """Quantize `model`'s `nn.Linear` layers with torchao, in place: int8 per output row, or
+    int4 in groups of `INT4_GROUP` on tinygemm's tile-packed kernel (bf16 weights) where the
+    inputs come in whole groups, int8 elsewhere."""
+    tq = _torchao()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    int4 = {id(m) for m in linears if mode == "int4" and m.in_features % INT4_GROUP == 0}
+    if int4:
+        config = tq.Int4WeightOnlyConfig(
+            group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d",
+            set_inductor_config=False,
+        )  # fmt: skip
+        tq.quantize_(model, config, filter_fn=lambda m, _name: id(m) in int4)
+    int8 = tq.Int8WeightOnlyConfig(version=2, set_inductor_config=False)
+    rest = {id(m) for m in linears} - int4
+    tq.quantize_(model, int8, filter_fn=lambda m, _name: id(m) in rest)
+
+
+def quantize_weights(model: Any, mode: str, *, backend: str | None = None) -> Any:
+    """Quantize `model`'s weights in place (`mode`: "int8" or "int4") and return it.
+
+    The input embedding becomes an `Int8Embedding`, and an output head tied to it shares its
+    int8 rows (in both modes: a lookup table and the head it is tied to stay int8). The other
+    `nn.Linear` layers are quantized by `backend`: "torch" (the default on the CPU; torch's
+    CPU kernels, `Int8Linear` / `Int4Linear`) or "torchao" (the default elsewhere; torchao's
+    weight-only tensors; int4 turns the model into bf16). Raises `GenerationError` for an
+    unknown mode or backend, torch's kernels on a GPU, or a kernel or package that is missing.
+    """
+    if mode not in QUANTIZE_MODES:
+        raise GenerationError(
+            f"quantize must be one of {', '.join(map(repr, QUANTIZE_MODES))}, got {mode!r}"
+        )
+    try:
+        first = next(model.parameters())
+    except StopIteration:
+        raise GenerationError("quantize: the model has no parameters") from None
+    device = first.device
+    if backend is None:
+        backend = "torch" if device.type == "cpu" else "torchao"
+    if backend not in QUANTIZE_BACKENDS:
+        raise GenerationError(
+            f"backend must be one of {', '.join(map(repr, QUANTIZE_BACKENDS))}, got {backend!r}"
+        )
+    _check_backend(mode, backend, device)
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     tied = (
@@ -205,6 +274,8 @@ def quantize_weights(model: Any, mode: str) -> Any:
         and isinstance(head, torch.nn.Linear)
         and head.weight.data_ptr() == embeddings.weight.data_ptr()
     )
+    if backend == "torchao" and mode == "int4" and first.dtype != torch.bfloat16:
+        model.to(torch.bfloat16)  # (tinygemm's int4 kernel takes bf16 only; the whole model)
     replaced: dict[int, torch.nn.Module] = {}
     if isinstance(embeddings, torch.nn.Embedding):
         int8_embeddings = Int8Embedding(embeddings)
@@ -216,15 +287,18 @@ def quantize_weights(model: Any, mode: str) -> Any:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             new = replaced.get(id(child))
-            if new is None and isinstance(child, torch.nn.Linear):
+            if new is None and backend == "torch" and isinstance(child, torch.nn.Linear):
                 whole = child.in_features % INT4_GROUP == 0 and child.out_features % 8 == 0
                 layer = Int4Linear(child) if mode == "int4" and whole else Int8Linear(child)
                 new = replaced[id(child)] = layer
             if new is not None:
                 setattr(parent, name, new)
+    if backend == "torchao":
+        _torchao_linears(model, mode)
     if tied and hasattr(model, "config"):
         model.config.tie_word_embeddings = False  # (nothing to re-tie: the rows are shared)
     model.structgen_quantized = mode
+    model.structgen_quantize_backend = backend
     return model
 
 

@@ -1,11 +1,13 @@
-"""Weight-only int8 (`quantize="int8"`) on the real default model, on the CPU: a quarter of
-the weight bytes, perplexity within 2% of fp32's, constrained outputs valid, and the int8 copy
-as an exact speculative draft."""
+"""Weight-only int8 and int4 (`quantize=`) on the real default model — on the CPU with torch's
+kernels, through torchao (the GPU backend, also on the CPU), and on a GPU where there is one: a
+quarter of the weight bytes, perplexity within 2% of fp32's, constrained outputs valid, the
+quantized copy as an exact speculative draft, and the int8 KV cache."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import json
 import math
 from typing import Any
@@ -53,7 +55,7 @@ def int8_generator() -> Generator:
 
 def perplexity(model: Any) -> float:
     tokenizer = _model_and_tokenizer()[1]
-    ids = tokenizer(TEXT, return_tensors="pt").input_ids
+    ids = tokenizer(TEXT, return_tensors="pt").input_ids.to(next(model.parameters()).device)
     with torch.inference_mode():
         return math.exp(float(model(ids, labels=ids).loss))
 
@@ -198,7 +200,7 @@ def int8_cache_generator(prefix_cache: int = 0) -> Generator:
 
 def filled_cache_bytes(gen: Generator) -> int:
     cache = gen._runner.new_cache()
-    ids = torch.tensor([gen.encode(LONG)])
+    ids = torch.tensor([gen.encode(LONG)], device=gen.device)
     keyword = ForwardKeywords.of(gen.model).cache
     with torch.inference_mode():
         gen.model(ids, **{keyword: cache}, use_cache=True)
@@ -243,3 +245,108 @@ def test_bad_cache_modes() -> None:
     model, tokenizer = _model_and_tokenizer()
     with pytest.raises(GenerationError, match="kv_cache must be one of"):
         Generator(model, tokenizer, kv_cache="int4")
+
+
+# ------------------------------------------------------------------ torchao (the GPU backend)
+
+needs_torchao = pytest.mark.skipif(
+    importlib.util.find_spec("torchao") is None, reason="torchao is not installed (the gpu extra)"
+)
+
+
+@needs_torchao
+def test_weight_bytes_counts_what_a_quantized_tensor_holds() -> None:
+    """torchao's tensors report their original dtype and shape; the bytes are those inside."""
+    layer = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    quantize_weights(layer, "int8", backend="torchao")
+    weight = layer[0].weight
+    assert type(weight).__name__ == "Int8Tensor"
+    parts = [getattr(weight, name) for name in weight.__tensor_flatten__()[0]]
+    assert any(t.dtype == torch.int8 and t.shape == (32, 64) for t in parts)
+    inside = sum(t.numel() * t.element_size() for t in [*parts, layer[0].bias])
+    assert weight_bytes(layer) == inside
+    assert weight_bytes(layer) < 32 * 64 * 2  # (under bf16's bytes: int8 and a scale per row)
+
+
+@needs_torchao
+def test_torchao_int8_on_the_cpu_keeps_the_bytes_the_perplexity_and_valid_outputs() -> None:
+    """The GPU backend's int8, run where CI runs it: the same bytes and perplexity targets."""
+    model, tokenizer = _model_and_tokenizer()
+    gen = Generator(copy.deepcopy(model), tokenizer, prefix_cache=None)
+    quantize_weights(gen.model, "int8", backend="torchao")
+    assert gen.model.structgen_quantize_backend == "torchao"
+    assert weight_bytes(gen.model) <= 0.35 * weight_bytes(fp32_model())
+    base, quantized = perplexity(fp32_model()), perplexity(gen.model)
+    assert abs(quantized / base - 1) < 0.02, (base, quantized)
+    assert_sampled_people_are_valid(gen, seeds=1)
+
+
+def test_backends_refuse_what_they_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    with pytest.raises(GenerationError, match="backend must be one of"):
+        quantize_weights(layer, "int8", backend="bitsandbytes")
+    on_meta = torch.nn.Sequential(torch.nn.Linear(64, 32, device="meta"))
+    with pytest.raises(GenerationError, match=r"torch's kernels runs on the CPU.*torchao"):
+        quantize_weights(on_meta, "int8", backend="torch")
+    monkeypatch.setitem(__import__("sys").modules, "torchao.quantization", None)
+    with pytest.raises(GenerationError, match=r"pip install 'structgen\[gpu\]'"):
+        quantize_weights(layer, "int8", backend="torchao")
+    with pytest.raises(GenerationError, match=r"structgen\[gpu\]"):
+        quantize_weights(on_meta, "int4")  # (not the CPU: torchao is the default)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@functools.cache
+def cuda_model() -> Any:
+    return copy.deepcopy(fp32_model()).to("cuda")
+
+
+@functools.cache
+def cuda_generator(mode: str | None, kv_cache: str | None = None) -> Generator:
+    tokenizer = _model_and_tokenizer()[1]
+    model = cuda_model() if mode is None else copy.deepcopy(cuda_model())
+    return Generator(model, tokenizer, prefix_cache=4, quantize=mode, kv_cache=kv_cache)
+
+
+@needs_cuda
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_on_a_gpu_torchao_keeps_the_bytes_the_perplexity_and_valid_outputs(mode: str) -> None:
+    gen = cuda_generator(mode)
+    assert gen.model.structgen_quantize_backend == "torchao"
+    assert weight_bytes(gen.model) <= 0.35 * weight_bytes(cuda_model())
+    base, quantized = perplexity(cuda_model()), perplexity(gen.model)
+    assert abs(quantized / base - 1) < 0.02, (base, quantized)
+    assert_sampled_people_are_valid(gen, seeds=2)
+
+
+@needs_cuda
+def test_on_a_gpu_the_int8_draft_is_exact() -> None:
+    """Greedy: token-identical and mostly accepted; sampled: the chi-square test of the target's
+    distribution (computed on the CPU's fp32 copy of the same weights)."""
+    target = cuda_generator(None)
+    grammar = Compiler(target.vocab).json_schema(PERSON)
+    params = SamplingParams(max_new_tokens=40)
+    plain = target.generate("A person as JSON.", params, grammar=grammar, chat=True)
+    spec = SpeculativeGenerator(target, "int8", k=4)
+    result = spec.generate("A person as JSON.", params, grammar=grammar, chat=True)
+    assert result.token_ids == plain.token_ids
+    assert result.metrics.acceptance_rate >= 0.5, result.metrics
+    g = Compiler(target.vocab).regex("[ab]{2}")
+    prompt = target.encode("Two letters:")
+    expected = exact_distribution(fp32_model(), prompt, g, temperature=1.0)
+    assert_two_letters_follow(SpeculativeGenerator(target, "int8", k=2), prompt, g, expected)
+
+
+@needs_cuda
+def test_on_a_gpu_the_int8_cache_saves_bytes_and_prefix_hits_are_identical() -> None:
+    gen = cuda_generator(None, "int8")
+    assert filled_cache_bytes(gen) <= 0.30 * filled_cache_bytes(cuda_generator(None))
+    params = SamplingParams(max_new_tokens=24)
+    prompt = LONG + "Now a person as JSON."
+    grammar = Compiler(gen.vocab).json_schema(PERSON)
+    cold = gen.generate(prompt, params, grammar=grammar, chat=True)
+    warm = gen.generate(prompt, params, grammar=grammar, chat=True)
+    assert warm.metrics.cached_prompt_tokens > 0
+    assert warm.token_ids == cold.token_ids
