@@ -29,6 +29,7 @@ offset of the construct.
 from __future__ import annotations
 
 import contextlib
+import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -538,6 +539,8 @@ _FAMILY_FLAGS = {"python": "imsxau", "ecma": "ims", "rust": "imsxuUR"}
 _WHITESPACE = frozenset(" \t\n\r\v\f")
 _SPECIAL = frozenset("\\[](){}|.*+?^$")
 _SPECIAL_VERBOSE = _SPECIAL | _WHITESPACE | {"#"}
+#: the next character of `_SPECIAL` (a branch that is one literal run, found in one scan)
+_NEXT_SPECIAL = re.compile(r"[\\\[\](){}|.*+?^$]")
 _DIGITS = frozenset("0123456789")
 _OCTDIGITS = frozenset("01234567")
 _HEXDIGITS = frozenset("0123456789abcdefABCDEF")
@@ -885,6 +888,16 @@ class _Parser:
 
     def parse_branch(self, flags: int, *, at_start: bool, first: bool) -> tuple[_Item, _Info, int]:
         p, n = self.p, self.n
+        start = self.i
+        if start < n and not flags & (_I | _X) and p[start] not in _SPECIAL:
+            # A branch that is one run of plain characters (the words of a large alternation,
+            # an enum): found with one scan, what the loop below makes of it character by
+            # character.
+            found = _NEXT_SPECIAL.search(p, start)
+            end = n if found is None else found.start()
+            if end == n or p[end] in "|)":
+                self.i = end
+                return String(p[start:end]), _Info(False, None, None), flags
         items: list[_Item] = []
         infos: list[_Info] = []
         all_zero_width = True  # every item so far matches only ""

@@ -263,6 +263,56 @@ def test_string_pieces_are_the_tuple_built_ones(text: str) -> None:
     nodes[-1] = ((data[-1], data[-1], -1),)
     old, new = nfa._Piece(tuple(nodes)), nfa._Piece.chain(data)
     assert new.nodes == old.nodes and new.size == old.size
-    for name in ("counts", "table", "lo", "hi", "child"):
+    for name in ("counts", "table", "lo"):
         ours, theirs = getattr(new, name), getattr(old, name)
         assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist(), name
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.text(min_size=1, max_size=6), min_size=0, max_size=30),
+    st.lists(st.text(min_size=1, max_size=6), max_size=5),
+)
+def test_a_batch_of_string_pieces_is_the_pieces_made_one_by_one(
+    texts: list[str], known: list[str]
+) -> None:
+    """`_string_pieces` (a large alternation's strings in one pass, each piece a slice of the
+    joined arrays) gives the pieces `_Piece.chain` makes one by one, whether some were made
+    before (`known`), repeated, or unencodable (a lone surrogate: a piece with no moves)."""
+    nfa._STRING_PIECES.clear()
+    for text in known:
+        nfa._string_piece(text)
+    texts = [*texts, *known[:2], *texts[:3], "a\ud800"]
+    batch = nfa._string_pieces(texts)
+    assert len(batch) == len(texts)
+    for text, piece in zip(texts, batch, strict=True):
+        alone = nfa._new_string_piece(text)
+        assert piece.size == alone.size
+        for name in ("counts", "table", "lo"):
+            ours, theirs = getattr(piece, name), getattr(alone, name)
+            assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist(), name
+        assert piece.nodes == alone.nodes
+
+
+def _full_match(dfa: Any, text: str) -> bool:
+    state = dfa.start
+    for byte in text.encode("utf-8"):
+        state = dfa.next_state(state, byte)
+        if state < 0:
+            return False
+    return bool(dfa.is_accepting(state))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text("abcé€😀xyz", min_size=1, max_size=5), min_size=8, max_size=60))
+def test_a_large_alternation_of_words_matches_what_re_matches(words: list[str]) -> None:
+    """The words of a large alternation are parsed as whole runs and their NFA pieces made in
+    one batch: the automaton accepts exactly what Python's `re` accepts, on the words, their
+    prefixes and their extensions."""
+    from structgen.automata import compile_regex
+
+    pattern = "|".join(re.escape(w) for w in words)
+    dfa = compile_regex(pattern)
+    probes = {w[:k] for w in words for k in range(len(w) + 1)} | {w + "a" for w in words}
+    for text in probes:
+        assert _full_match(dfa, text) == bool(re.fullmatch(pattern, text)), text
