@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,10 +54,7 @@ from peers import (
     cold_compile,
 )
 
-import structgen.compiler
-import structgen.engines.grammar
-import structgen.grammar.terminals
-import structgen.masks._walker
+import structgen
 from structgen import Compiler, StructgenError
 from structgen.grammar.lark_frontend import load_builtin
 
@@ -77,14 +73,10 @@ COMPILE_TARGET_MS = 50.0
 # compiled once per engine, untimed: imports, per-vocabulary tables, one-time setup
 WARM_UP_LARK = 'start: "[" NUMBER ("," WORD)* "]"\nNUMBER: /[0-9]+/\nWORD: /[a-z]+/\n'
 WARM_UP_EBNF = 'root ::= "[" [0-9]+ ("," [a-z]+)* "]"\n'
-# structgen's per-pattern memo caches, cleared before each compile like the compile cache
-_STRUCTGEN_MEMOS = (
-    ("structgen.automata.nfa", "_dag_ranges"),
-    ("structgen.automata.nfa", "_dag_leaf"),
-    ("structgen.automata.regex_syntax", "_fold_char"),
-    ("structgen.automata.regex_syntax", "_complement_cached"),
-    ("structgen.automata.utf8", "byte_dag"),
-)
+# structgen's caches are all cleared before each cold compile (`structgen.clear_caches()`), then
+# what is per process or per vocabulary (Unicode tables, the C walk's token table, the tokens by
+# first byte) is built again, untimed, by the warm-up grammar — as `regexes.py` does. A
+# hand-picked list of memos had left later per-pattern ones warm between runs.
 
 # ---------------------------------------------------------------------------------- grammars
 
@@ -334,15 +326,8 @@ class StructgenEngine(StructgenPeer):
         self.fill()
 
     def clear_caches(self) -> None:
-        structgen.compiler._CACHE.clear()
-        structgen.masks._walker._CLASS_CACHE.clear()
-        # the terminal automata and lexers grammars share (with their rows and mask caches)
-        structgen.grammar.terminals.clear_terminal_automata()
-        structgen.engines.grammar._UNIONS.clear()
-        for module, name in _STRUCTGEN_MEMOS:
-            memo = getattr(sys.modules.get(module), name, None)
-            if memo is not None:
-                memo.cache_clear()
+        structgen.clear_caches()  # (the shared terminal automata and lexers too)
+        self.warm_up()  # (untimed: the per-process and per-vocabulary tables)
 
     def build(self, compiler: Compiler, source: str) -> Any:
         return compiler.grammar(source)
