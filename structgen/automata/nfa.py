@@ -213,7 +213,7 @@ class _Piece:
     its first node, as tuples and as arrays: an NFA's pool is made of pieces, placed at
     offsets, and the same piece serves every NFA that reads the same set."""
 
-    __slots__ = ("_nodes", "counts", "size", "table")
+    __slots__ = ("_nodes", "counts", "lo", "size", "table")
 
     def __init__(self, nodes: tuple[tuple[tuple[int, int, int], ...], ...]) -> None:
         self._nodes: tuple[tuple[tuple[int, int, int], ...], ...] | None = nodes
@@ -223,6 +223,7 @@ class _Piece:
         self.counts = np.fromiter(map(len, nodes), np.int32, len(nodes))
         flat = [x for moves in nodes for move in moves for x in move]
         self.table = np.array(flat, dtype=np.int32).reshape(-1, 3)
+        self.lo = np.ascontiguousarray(self.table[:, 0])  # (each move's first byte)
 
     @classmethod
     def chain(cls, data: bytes) -> _Piece:
@@ -234,16 +235,11 @@ class _Piece:
         piece._nodes = None
         piece.size = n
         piece.counts = np.ones(n, dtype=np.int32)
-        lo = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
+        piece.lo = lo = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
         child = np.arange(1, n + 1, dtype=np.int32)
         child[-1] = -1
         piece.table = np.stack((lo, lo, child), axis=1)
         return piece
-
-    @property
-    def lo(self) -> npt.NDArray[np.int32]:
-        """Each move's first byte (a string's bytes)."""
-        return self.table[:, 0]
 
     @property
     def nodes(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
@@ -269,15 +265,8 @@ def _dag_leaf(ranges: iv.Ranges) -> tuple[_Piece, frozenset[tuple[int, int]]]:
     return _dag_piece(ranges), _dag_ranges(ranges)
 
 
+@lru_cache(maxsize=4096)
 def _string_piece(text: str) -> _Piece:
-    """A string's piece (kept for recent strings)."""
-    piece = _STRING_PIECES.get(text)
-    if piece is None:
-        piece = _STRING_PIECES.put(text, _new_string_piece(text))
-    return piece
-
-
-def _new_string_piece(text: str) -> _Piece:
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # a surrogate: no UTF-8 string can match
@@ -285,26 +274,24 @@ def _new_string_piece(text: str) -> _Piece:
     return _Piece.chain(data)
 
 
-_STRING_PIECES: LRU[str, _Piece] = LRU(4096)
-#: from this many new strings on, a program's string pieces are made together (`_string_pieces`)
+#: from this many strings on, a program's string pieces are made together (`_string_pieces`)
 _BATCH_FROM = 8
 
 
 def _string_pieces(texts: Sequence[str]) -> list[_Piece]:
-    """`_string_piece` of each text. The new ones, when there are many (a large alternation of
-    words: a thousand strings, a dozen numpy calls each), are made in one pass over all their
-    bytes, each piece's arrays a slice of the joined ones."""
-    out: list[_Piece | None] = [_STRING_PIECES.get(t) for t in texts]
+    """`_string_piece` of each text, made in one pass over all their bytes, each piece's arrays
+    a slice of the joined ones: a large alternation of words had a thousand strings, a dozen
+    small numpy calls each. (Not cached one by one: the program keeps its pieces.)"""
+    out: list[_Piece | None] = [None] * len(texts)
     new: list[tuple[int, bytes]] = []
-    for i, piece in enumerate(out):
-        if piece is None:
-            try:
-                data = texts[i].encode("utf-8")
-            except UnicodeEncodeError:
-                data = b""
-            if data:
-                new.append((i, data))
-    if len(new) >= _BATCH_FROM:
+    for i, text in enumerate(texts):
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        if data:
+            new.append((i, data))
+    if new:
         lengths = np.fromiter((len(d) for _, d in new), np.int64, len(new))
         ends = np.cumsum(lengths)
         total = int(ends[-1])
@@ -321,10 +308,9 @@ def _string_pieces(texts: Sequence[str]) -> list[_Piece]:
             piece._nodes = None
             piece.size = end - start
             piece.counts = counts[start:end]
+            piece.lo = lo[start:end]
             piece.table = table[start:end]
             start = end
-        # (not kept one by one: the program keeps its pieces, and one piece of a batch this
-        # large is rarely asked for alone)
     return [_string_piece(t) if piece is None else piece for t, piece in zip(texts, out)]
 
 
@@ -749,33 +735,27 @@ def leaf_pieces(program: Program) -> LeafPieces:
     if found is None:
         pieces: list[_Piece] = []
         range_sets: list[frozenset[tuple[int, int]]] = []
+        strings: list[npt.NDArray[np.int32]] = []
+        empty = False
         texts = [leaf for leaf in program.leaves if isinstance(leaf, str)]
-        if len(texts) >= _BATCH_FROM:  # (many strings: their bytes read in one pass)
-            by_text = iter(_string_pieces(texts))
-            encoded = []
-            empty = False  # (a string with a surrogate: no UTF-8 text spells it, no moves)
-            for text in texts:
-                try:
-                    encoded.append(text.encode("utf-8"))
-                except UnicodeEncodeError:
-                    empty = True
-            read = np.unique(np.frombuffer(b"".join(encoded), dtype=np.uint8)).tolist()
-        else:
-            by_text = None
-            strings = [_string_piece(t).lo for t in texts]
-            read = np.unique(np.concatenate(strings)).tolist() if strings else []
-            empty = any(not len(lo) for lo in strings)
+        # (many strings — a large alternation of words — are made together)
+        by_text = iter(_string_pieces(texts)) if len(texts) >= _BATCH_FROM else None
         for leaf in program.leaves:
             if isinstance(leaf, str):
                 piece = _string_piece(leaf) if by_text is None else next(by_text)
+                strings.append(piece.lo)
+                empty = empty or not len(piece.lo)
             else:
                 piece, leaf_ranges = _dag_leaf(leaf)
                 range_sets.append(leaf_ranges)
                 empty = empty or not leaf_ranges
             pieces.append(piece)
         ranges = frozenset().union(*range_sets)
-        if read:  # (the bytes the strings read, each once: at most 256)
-            ranges |= {(x, x) for x in read}
+        if strings:
+            read = np.concatenate(strings)
+            if len(read) > 256:  # (each byte once: sorted and deduplicated in numpy first)
+                read = np.unique(read)
+            ranges |= {(x, x) for x in read.tolist()}
         sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
         found = program.pieces = LeafPieces(tuple(pieces), sizes, ranges, empty)
     return found

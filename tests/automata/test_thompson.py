@@ -279,14 +279,14 @@ def test_a_batch_of_string_pieces_is_the_pieces_made_one_by_one(
     """`_string_pieces` (a large alternation's strings in one pass, each piece a slice of the
     joined arrays) gives the pieces `_Piece.chain` makes one by one, whether some were made
     before (`known`), repeated, or unencodable (a lone surrogate: a piece with no moves)."""
-    nfa._STRING_PIECES.clear()
+    nfa._string_piece.cache_clear()
     for text in known:
         nfa._string_piece(text)
     texts = [*texts, *known[:2], *texts[:3], "a\ud800"]
     batch = nfa._string_pieces(texts)
     assert len(batch) == len(texts)
     for text, piece in zip(texts, batch, strict=True):
-        alone = nfa._new_string_piece(text)
+        alone = nfa._string_piece.__wrapped__(text)
         assert piece.size == alone.size
         for name in ("counts", "table", "lo"):
             ours, theirs = getattr(piece, name), getattr(alone, name)
