@@ -18,6 +18,7 @@ and rebuild what they need lazily). See docs/guide/limits.md.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 from structgen import compiler as _compiler
@@ -79,7 +80,11 @@ def clear_caches() -> None:
         with lock:
             cache.clear()
     clear_all()  # token classes, spellings, digests
-    for module in (regex_syntax, nfa, utf8):
+    # Every module-level memo of every structgen module loaded (the regex, NFA and UTF-8 ones,
+    # and the chains', the schema compiler's, the dialects' and the Unicode tables'): a list of
+    # modules had left later ones behind.
+    loaded = [m for name, m in list(sys.modules.items()) if name.startswith("structgen.")]
+    for module in {*loaded, regex_syntax, nfa, utf8}:
         for value in list(vars(module).values()):
             clear: Any = getattr(value, "cache_clear", None)
             if isinstance(value, functools._lru_cache_wrapper) and clear is not None:

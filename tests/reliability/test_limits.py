@@ -137,3 +137,30 @@ def test_the_compiled_grammar_cache_stays_within_its_byte_budget() -> None:
     assert usage["recent_terminal_automata"] == 0 and usage["recent_terminal_bytes"] == 0
     with pytest.raises(sg.ArgumentError):
         sg.set_cache_budget(-1)
+
+
+def test_clear_caches_empties_every_module_memo() -> None:
+    """`clear_caches` forgets the memos of every structgen module loaded — the schema
+    compiler's encoded strings and the chains' blocks too, not only the regex and NFA ones
+    (a cold benchmark run relies on it)."""
+    import functools
+    import sys
+
+    from tests.reliability.fuzzing import byte_vocab
+
+    vocab = byte_vocab()
+    schema = {"type": "object", "properties": {"when": {"type": "string", "format": "date"}}}
+    sg.Compiler(vocab).json_schema(schema)
+    sg.Compiler(vocab).regex(r"(alpha|beta|gamma|delta|epsilon|zeta|eta|theta)-\d{2}")
+    memos = [
+        (name, key, value)
+        for name, module in list(sys.modules.items())
+        if name.startswith("structgen.")
+        for key, value in vars(module).items()
+        if isinstance(value, functools._lru_cache_wrapper)
+    ]
+    used = {(name, key) for name, key, memo in memos if memo.cache_info().currsize}
+    assert ("structgen.schema._strings", "_encode_cached") in used
+    assert any(name == "structgen.automata.chains" for name, _ in used)
+    sg.clear_caches()
+    assert [(name, key) for name, key, memo in memos if memo.cache_info().currsize] == []
