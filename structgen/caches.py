@@ -64,7 +64,6 @@ def cache_usage() -> dict[str, int]:
 def clear_caches() -> None:
     """Forget every cached grammar, automaton, table and memo (memory back at once; what is
     needed again is rebuilt on use)."""
-    from structgen.automata import nfa, regex_syntax, utf8
     from structgen.engines import grammar as engine
     from structgen.grammar import terminals
     from structgen.masks import _walker
@@ -83,8 +82,9 @@ def clear_caches() -> None:
     # Every module-level memo of every structgen module loaded (the regex, NFA and UTF-8 ones,
     # and the chains', the schema compiler's, the dialects' and the Unicode tables'): a list of
     # modules had left later ones behind.
-    loaded = [m for name, m in list(sys.modules.items()) if name.startswith("structgen.")]
-    for module in {*loaded, regex_syntax, nfa, utf8}:
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("structgen."):
+            continue
         for value in list(vars(module).values()):
             clear: Any = getattr(value, "cache_clear", None)
             if isinstance(value, functools._lru_cache_wrapper) and clear is not None:
