@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv fixtures demo test lint bench clean test-engines
+.PHONY: venv native fixtures demo test lint bench clean test-engines
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The C extensions and the mypyc-compiled schema front end, rebuilt in place: after an edit of
+# structgen/schema/_*.py the pure-Python modules run until this does (structgen/_compiled.py).
+# Quick when nothing changed (mypyc rewrites no C file it would write the same).
+native: $(STAMP)
+	$(BIN)/python setup.py -q build_ext --inplace
 
 # Tokenizers and the default model (structgen/_assets.py), and the ajv oracle the tests check
 # against (tests/oracles/: `npm ci` of the committed lock into $STRUCTGEN_CACHE).
@@ -36,7 +42,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Two workers on two cores: one torch thread each, or they fight over the cores.
-test: fixtures lint
+test: fixtures native lint
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -n 2 -q tests
 
 # The serving-engine plugins inside SGLang's and vLLM's real grammar managers, on the CPU

@@ -330,6 +330,11 @@ def main() -> None:
         for stem, schema, tests in cases
     ]
     engines = [e for e in args.engines.split(",") if e]
+    if "structgen" in engines:
+        from structgen import _compiled
+
+        built = "compiled (mypyc)" if _compiled.COMPILED_FRONT_END else "pure Python"
+        print(f"structgen's schema front end: {built}", flush=True)
     summaries: dict[str, dict[str, Any]] = {}
     details: dict[str, dict[str, Any]] = {}
     for name in engines:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
-from functools import cache, lru_cache
+from functools import lru_cache
 
 from structgen.automata import CharClass, Empty, Node, Repeat, String, alternation, concat, repeat
 from structgen.schema._strings import dec_fixed
@@ -210,9 +210,26 @@ def _digits_of(value: Decimal) -> tuple[int, str]:
 
 def _frac_digits(lo: str | None, hi: str | None) -> Node:
     """Non-empty digit strings s with 0.lo <= 0.s <= 0.hi (shorter strings padded with zeros)."""
+    return _FracDigits(lo, hi).build(0, lo is not None, hi is not None, False)
 
-    @cache
-    def build(pos: int, tight_lo: bool, tight_hi: bool, started: bool) -> Node:
+
+class _FracDigits:
+    """`_frac_digits`'s recursion, memoized in a dict of its own (no self-referring closure:
+    no cycle, and it compiles with mypyc)."""
+
+    def __init__(self, lo: str | None, hi: str | None) -> None:
+        self.lo, self.hi = lo, hi
+        self.built: dict[tuple[int, bool, bool, bool], Node] = {}
+
+    def build(self, pos: int, tight_lo: bool, tight_hi: bool, started: bool) -> Node:
+        key = (pos, tight_lo, tight_hi, started)
+        node = self.built.get(key)
+        if node is None:
+            node = self.built[key] = self._build(pos, tight_lo, tight_hi, started)
+        return node
+
+    def _build(self, pos: int, tight_lo: bool, tight_hi: bool, started: bool) -> Node:
+        lo, hi = self.lo, self.hi
         if tight_lo and lo is not None and pos >= len(lo):
             tight_lo = False
         if not tight_lo and not tight_hi:
@@ -227,14 +244,9 @@ def _frac_digits(lo: str | None, hi: str | None) -> Node:
         a = int(lo[pos]) if tight_lo and lo is not None else 0
         b = int(hi[pos]) if tight_hi and hi is not None else 9
         for d in range(a, b + 1):
-            nxt = build(pos + 1, tight_lo and d == a, tight_hi and d == b, True)
+            nxt = self.build(pos + 1, tight_lo and d == a, tight_hi and d == b, True)
             parts.append(concat([String(str(d)), nxt]))
         return alternation(parts)
-
-    try:
-        return build(0, lo is not None, hi is not None, False)
-    finally:
-        build = None  # type: ignore[assignment]  # (it refers to itself: a cycle)
 
 
 def _mag_frac(a: Decimal, b: Decimal | None) -> Node:

@@ -38,28 +38,6 @@ def object_rule(c: SchemaCompiler, form: ObjectForm) -> str:
     names_schemas, musts = form.names, form.musts
     full = (1 << len(musts)) - 1
 
-    def options(conj: list[Sub], rule: str, qualifying: list[int]) -> list[tuple[str, int]]:
-        """(value rule, flags it sets) for a member whose key is in the key sets of
-        `qualifying`: the flag of a constraint with a value schema needs that schema."""
-        trivial = 0
-        hard: list[int] = []
-        for j in qualifying:
-            if musts[j][1]["schema"] is True or musts[j][1]["schema"] == {}:
-                trivial |= 1 << j
-            else:
-                hard.append(j)
-        out = [(rule, trivial)]
-        for size in range(1, len(hard) + 1):
-            for combo in itertools.combinations(hard, size):
-                more = [
-                    Sub(musts[j][1]["schema"], musts[j][0].ptr, musts[j][0].base) for j in combo
-                ]
-                try:
-                    out.append((c.value([*conj, *more]), trivial | _bits(combo)))
-                except Unsat:
-                    continue
-        return out
-
     declared: list[tuple[str, list[tuple[str, int]], bool]] = []  # name, options, required
     for name in order:
         conj: list[Sub] = []
@@ -91,7 +69,7 @@ def object_rule(c: SchemaCompiler, form: ObjectForm) -> str:
         qualifying = [
             j for j, (s, spec) in enumerate(musts) if c.patterns.qualifies(name, spec, s.ptr)
         ]
-        declared.append((name, options(conj, rule, qualifying), name in required))
+        declared.append((name, _options(c, musts, conj, rule, qualifying), name in required))
 
     members, make_key = _extra_members(c, flat, order, names_schemas, ptr)
     if closed_by_default(c, flat, musts, len(order), lo):
@@ -103,7 +81,7 @@ def object_rule(c: SchemaCompiler, form: ObjectForm) -> str:
         for size in range(1, len(musts) + 1):
             for combo in itertools.combinations(range(len(musts)), size):
                 keys_in = [node for j in combo for node in key_sets[j]]
-                for rule, flags in options(conj, value_rule, list(combo)):
+                for rule, flags in _options(c, musts, conj, value_rule, list(combo)):
                     if flags == _bits(combo):
                         extra.append((make_key(langs, keys_in), rule, flags))
     cap = hi if hi is not None else lo
@@ -115,24 +93,15 @@ def object_rule(c: SchemaCompiler, form: ObjectForm) -> str:
             value=c.opts.max_rules,
         )
     sep = c.emit.punct(",")
-    states: dict[tuple[int, int, bool, int], str] = {}
-    todo: list[tuple[int, int, bool, int]] = []
-
-    def state(i: int, count: int, first: bool, f: int) -> str:
-        count = min(count, cap)
-        key = (i, count, first, f)
-        if key not in states:
-            states[key] = c.emit.new_rule("obj")
-            todo.append(key)
-        return states[key]
-
+    states = _ObjectStates(c, cap)
+    state = states.rule
     keys = [
         c.emit.key_terminal(literal_body(name, canonical=c.canonical)) for name, _, _ in declared
     ]
     start = state(0, 0, True, 0)
-    while todo:
-        i, count, first, f = todo.pop()
-        name = states[(i, count, first, f)]
+    while states.todo:
+        i, count, first, f = key = states.todo.pop()
+        name = states.rules[key]
         lead = [] if first else [sep]
         if i < n:
             _, opts, req = declared[i]
@@ -152,6 +121,48 @@ def object_rule(c: SchemaCompiler, form: ObjectForm) -> str:
     rule = c.emit.new_rule("object")
     c.emit.add(rule, c.emit.punct("{"), start, c.emit.punct("}"))
     return rule
+
+
+def _options(
+    c: SchemaCompiler, musts: list[Any], conj: list[Sub], rule: str, qualifying: list[int]
+) -> list[tuple[str, int]]:
+    """(value rule, flags it sets) for a member whose key is in the key sets of
+    `qualifying`: the flag of a constraint with a value schema needs that schema."""
+    trivial = 0
+    hard: list[int] = []
+    for j in qualifying:
+        if musts[j][1]["schema"] is True or musts[j][1]["schema"] == {}:
+            trivial |= 1 << j
+        else:
+            hard.append(j)
+    out = [(rule, trivial)]
+    for size in range(1, len(hard) + 1):
+        for combo in itertools.combinations(hard, size):
+            more = [Sub(musts[j][1]["schema"], musts[j][0].ptr, musts[j][0].base) for j in combo]
+            try:
+                out.append((c.value([*conj, *more]), trivial | _bits(combo)))
+            except Unsat:
+                continue
+    return out
+
+
+class _ObjectStates:
+    """The rules of an object's member-sequence states (declared member i next, members so
+    far, first or not, flags set), each made once and queued for its alternatives. (A class,
+    not a closure: a closure compiled by mypyc is a reference cycle with its scope.)"""
+
+    def __init__(self, c: SchemaCompiler, cap: int) -> None:
+        self.c, self.cap = c, cap
+        self.rules: dict[tuple[int, int, bool, int], str] = {}
+        self.todo: list[tuple[int, int, bool, int]] = []
+
+    def rule(self, i: int, count: int, first: bool, f: int) -> str:
+        key = (i, min(count, self.cap), first, f)
+        name = self.rules.get(key)
+        if name is None:
+            name = self.rules[key] = self.c.emit.new_rule("obj")
+            self.todo.append(key)
+        return name
 
 
 def closed_by_default(

@@ -17,7 +17,7 @@ docs/design/json-schema.md (strings) and docs/guide/generation.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any
 
 from structgen._json_spelling import MANY_LITERALS, MAX_TRIE_WORD, SHORT_ESCAPES, canonical_text
@@ -86,20 +86,40 @@ def fixed_width_range(
     """Strings of exactly `width` base-`base` digits (leading zeros kept) with value in [lo, hi]."""
     if lo > hi:
         return CharClass(())
+    return _FixedWidthRange(lo, hi, width, base, digit).build(0, True, True)
 
-    def digits(value: int) -> list[int]:
+
+class _FixedWidthRange:
+    """`fixed_width_range`'s recursion, memoized by (position, tight below, tight above) in a
+    dict of its own (no self-referring closure: no cycle, and it compiles with mypyc)."""
+
+    def __init__(
+        self, lo: int, hi: int, width: int, base: int, digit: Callable[[int, int], Node]
+    ) -> None:
+        self.width, self.base, self.digit = width, base, digit
+        self.lo_d, self.hi_d = self._digits(lo), self._digits(hi)
+        self.built: dict[tuple[int, bool, bool], Node] = {}
+
+    def _digits(self, value: int) -> list[int]:
         out = []
-        for _ in range(width):
-            out.append(value % base)
-            value //= base
+        for _ in range(self.width):
+            out.append(value % self.base)
+            value //= self.base
         return out[::-1]
 
-    @cache
-    def build(pos: int, tight_lo: bool, tight_hi: bool) -> Node:
+    def build(self, pos: int, tight_lo: bool, tight_hi: bool) -> Node:
+        key = (pos, tight_lo, tight_hi)
+        node = self.built.get(key)
+        if node is None:
+            node = self.built[key] = self._build(pos, tight_lo, tight_hi)
+        return node
+
+    def _build(self, pos: int, tight_lo: bool, tight_hi: bool) -> Node:
+        width, base, digit, build = self.width, self.base, self.digit, self.build
         if pos == width:
             return Empty()
-        a = lo_d[pos] if tight_lo else 0
-        b = hi_d[pos] if tight_hi else base - 1
+        a = self.lo_d[pos] if tight_lo else 0
+        b = self.hi_d[pos] if tight_hi else base - 1
         if not tight_lo and not tight_hi:
             return repeat(digit(0, base - 1), width - pos, width - pos)
         parts: list[Node] = []
@@ -110,12 +130,6 @@ def fixed_width_range(
             parts.append(concat([digit(a + 1, b - 1), build(pos + 1, False, False)]))
         parts.append(concat([digit(b, b), build(pos + 1, False, tight_hi)]))
         return alternation(parts)
-
-    lo_d, hi_d = digits(lo), digits(hi)
-    try:
-        return build(0, True, True)
-    finally:
-        build = None  # type: ignore[assignment]  # (it refers to itself: a cycle)
 
 
 @lru_cache(maxsize=4096)  # (the same ranges recur in every string class)
@@ -366,15 +380,27 @@ def literal_bodies(words: Iterable[str], *, canonical: bool = False) -> Node:
         for ch in word:
             node = node.setdefault(ch, {})
         node[end] = {}
-    memo: dict[str, Node] = {}
+    built = _TrieBodies(canonical, end).build(trie)
+    return alternation([built, *(literal_body(w, canonical=canonical) for w in long)])
 
-    def char(ch: str) -> Node:
-        hit = memo.get(ch)
+
+class _TrieBodies:
+    """`literal_bodies`' recursion over its trie, each character's spelling made once. (A
+    class, not recursive closures: those are a reference cycle with their scope.)"""
+
+    def __init__(self, canonical: bool, end: str) -> None:
+        self.canonical, self.end = canonical, end
+        self.memo: dict[str, Node] = {}
+
+    def char(self, ch: str) -> Node:
+        hit = self.memo.get(ch)
         if hit is None:
-            hit = memo[ch] = String(canonical_text(ch)) if canonical else _compact_char(ch)
+            spelled = String(canonical_text(ch)) if self.canonical else _compact_char(ch)
+            hit = self.memo[ch] = spelled
         return hit
 
-    def build(node: dict[str, Any]) -> Node:
+    def build(self, node: dict[str, Any]) -> Node:
+        end, char = self.end, self.char
         parts: list[Node] = [Empty()] if end in node else []
         for ch, child in node.items():
             if ch == end:
@@ -386,11 +412,9 @@ def literal_bodies(words: Iterable[str], *, canonical: bool = False) -> Node:
                 ((ch, child),) = child.items()
                 run.append(char(ch))
             if len(child) > 1:
-                run.append(build(child))
+                run.append(self.build(child))
             parts.append(concat(run))
         return alternation(parts)
-
-    return alternation([build(trie), *(literal_body(w, canonical=canonical) for w in long)])
 
 
 def any_of_literals(words: Sequence[str]) -> Node:

@@ -1,0 +1,143 @@
+"""The mypyc-compiled schema front end: used when built and current, never when stale, and the
+same grammars as the pure-Python modules (the compiled code is the same source, but mypyc
+checks annotations at run time and compiles some constructs differently)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import structgen.schema._objects as objects_module
+from structgen import _compiled
+from structgen.errors import StructgenError
+from structgen.schema import SchemaOptions, compile_schema
+from tests.conftest import IN_CI, shared_dir
+
+SAMPLE = 300
+OPTIONS = {
+    "accept": SchemaOptions(mode="accept", whitespace="flexible"),
+    "generate": SchemaOptions(mode="generate", whitespace="spaced"),
+}
+
+
+def test_compiled_front_end_in_use_where_built() -> None:
+    """Under CI the build must have compiled the front end (a build that silently fell back
+    to pure Python would lose the speed without a sign); elsewhere, in use iff stamped."""
+    compiled = objects_module.__file__ is not None and not objects_module.__file__.endswith(".py")
+    assert compiled == _compiled.COMPILED_FRONT_END
+    if IN_CI and not os.environ.get(_compiled.PURE_PYTHON_ENV):
+        assert compiled, "the schema front end was not compiled: check the mypyc build output"
+    if compiled:
+        assert _compiled.stamp_matches()
+
+
+def test_stamp_names_the_sources_as_they_are(tmp_path: Path) -> None:
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "_one.py").write_text("X = 1\n")
+    (tmp_path / "_two.py").write_text("Y = 2\n")
+    assert [p.name for p in _compiled.compiled_sources(tmp_path)] == ["_one.py", "_two.py"]
+    assert not _compiled.stamp_matches(tmp_path)  # no stamp
+    digest = _compiled.source_digest(_compiled.compiled_sources(tmp_path))
+    (tmp_path / _compiled.STAMP_NAME).write_text(json.dumps({"digest": digest}))
+    assert _compiled.stamp_matches(tmp_path)
+    (tmp_path / "_two.py").write_text("Y = 3\n")  # an edit after the build
+    assert not _compiled.stamp_matches(tmp_path)
+    (tmp_path / "_two.py").write_text("Y = 2\n")
+    (tmp_path / "_three.py").write_text("")  # a new module the build did not compile
+    assert not _compiled.stamp_matches(tmp_path)
+    (tmp_path / _compiled.STAMP_NAME).write_text("{not json")
+    assert not _compiled.stamp_matches(tmp_path)
+
+
+def _grammars(paths: list[Path]) -> list[str]:
+    """Each schema's grammar fingerprint in both modes, or the error it raised."""
+    out = []
+    for path in paths:
+        schema = json.loads(path.read_text())["schema"]
+        for options in OPTIONS.values():
+            try:
+                out.append(compile_schema(schema, options=options).fingerprint())
+            except StructgenError as exc:
+                out.append(f"{type(exc).__name__}: {exc}")
+    return out
+
+
+def test_pure_python_and_compiled_give_the_same_grammars() -> None:
+    """A sample of MaskBench schemas compiled here and in a pure-Python subprocess
+    (STRUCTGEN_PURE_PYTHON=1): the same grammars, the same errors."""
+    folder = shared_dir("maskbench-dev")
+    paths = sorted(random.Random(7).sample(sorted(folder.glob("*.json")), SAMPLE))
+    script = (
+        "import json, sys\n"
+        "import structgen._compiled as c, structgen.schema._objects as o\n"
+        "assert not c.COMPILED_FRONT_END and o.__file__.endswith('.py'), o.__file__\n"
+        "from pathlib import Path\n"
+        "from tests.reliability.test_compiled import _grammars\n"
+        "print(json.dumps(_grammars([Path(p) for p in sys.argv[1:]])))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, _compiled.PURE_PYTHON_ENV: "1", "PYTHONPATH": str(root)}
+    result = subprocess.run(
+        [sys.executable, "-c", script, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    pure = json.loads(result.stdout)
+    here = _grammars(paths)
+    differ = [
+        (paths[i // 2].name, a[:120], b[:120]) for i, (a, b) in enumerate(zip(here, pure)) if a != b
+    ]
+    assert not differ, differ[:5]
+    assert sum(not g.startswith(("Schema", "Unsupported", "Limit")) for g in here) > SAMPLE
+
+
+@pytest.mark.skipif(not _compiled.COMPILED_FRONT_END, reason="the front end is not compiled here")
+def test_a_stale_build_falls_back_to_source(tmp_path: Path) -> None:
+    """A copy of the built package loads its compiled modules; once a schema source in it is
+    edited, every schema module loads from source (what a checkout edited after its build
+    must do: otherwise the old compiled code would run silently)."""
+    shutil.copytree(
+        Path(_compiled.__file__).parent,
+        tmp_path / "structgen",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    script = (
+        "import structgen._compiled as c, structgen.schema._objects as o\n"
+        "import structgen.schema._compiler as k\n"
+        "from structgen.schema import SchemaOptions, compile_schema\n"
+        "compile_schema({'type': 'object', 'properties': {'a': {'type': 'integer'}}},"
+        " options=SchemaOptions())\n"
+        "print(c.COMPILED_FRONT_END, o.__file__.endswith('.py'), k.__file__.endswith('.py'))\n"
+    )
+
+    def run() -> str:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        env.pop(_compiled.PURE_PYTHON_ENV, None)
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout.strip()
+
+    assert run() == "True False False"
+    objects = tmp_path / "structgen" / "schema" / "_objects.py"
+    objects.write_text(objects.read_text() + "\n# an edit after the build\n")
+    assert run() == "False True True"
