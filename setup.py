@@ -25,11 +25,12 @@ def _load_compiled_module() -> ModuleType:
 
 # (the digest, the stamp's name and the opt-out come from the module that checks them)
 _COMPILED = _load_compiled_module()
-SCHEMA_DIR = os.path.join("structgen", "schema")
+PACKAGE_DIR = Path("structgen")
 
 
 def _mypyc_extensions() -> list[Extension]:
-    """The schema front end (structgen/schema/_*.py) as C extensions, when mypyc is there and
+    """The schema front end (structgen/schema/_*.py, and structgen/_compiled.py's
+    EXTRA_MODULES) as C extensions, when mypyc is there and
     STRUCTGEN_PURE_PYTHON is not set. Imports of other modules are not followed: their types
     count as Any there, which keeps the build about a minute (mypy's full check takes five)."""
     if os.environ.get(_COMPILED.PURE_PYTHON_ENV, "") not in ("", "0"):
@@ -39,7 +40,7 @@ def _mypyc_extensions() -> list[Extension]:
     except ImportError:
         print("structgen: mypyc not found, the schema front end stays pure Python", file=sys.stderr)
         return []
-    sources = [str(path) for path in _COMPILED.compiled_sources(Path(SCHEMA_DIR))]
+    sources = [str(path) for path in _COMPILED.compiled_sources(PACKAGE_DIR)]
     flags = ["--follow-imports=skip", "--ignore-missing-imports", "--no-warn-return-any"]
     try:
         extensions = mypycify(
@@ -64,14 +65,14 @@ class BuildExtensions(build_ext):
         if not compiled:
             return
         built = all(os.path.exists(self._output(e)) for e in compiled)
-        directory = SCHEMA_DIR if self.inplace else os.path.join(self.build_lib, SCHEMA_DIR)
+        directory = str(PACKAGE_DIR) if self.inplace else os.path.join(self.build_lib, PACKAGE_DIR)
         stamp = os.path.join(directory, _COMPILED.STAMP_NAME)
         if not built:
             if os.path.exists(stamp):
                 os.remove(stamp)
             return
         os.makedirs(directory, exist_ok=True)
-        digest = _COMPILED.source_digest(_COMPILED.compiled_sources(Path(SCHEMA_DIR)))
+        digest = _COMPILED.source_digest(_COMPILED.compiled_sources(PACKAGE_DIR), PACKAGE_DIR)
         with open(stamp, "w") as handle:
             json.dump({"digest": digest}, handle)
 

@@ -3,6 +3,7 @@
 The public front: re-exports only (the contract: docs/design/api.md).
 """
 
+from structgen import _compiled  # noqa: F401  (first: picks compiled or source modules)
 from structgen.caches import cache_budget, cache_usage, clear_caches, set_cache_budget
 from structgen.compiler import CompiledGrammar, CompileLimits, Compiler
 from structgen.errors import (

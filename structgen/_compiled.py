@@ -1,13 +1,14 @@
-"""The schema front end's modules compiled with mypyc, used only while they match their source.
+"""The modules compiled with mypyc, used only while they match their source.
 
-`setup.py` compiles `structgen/schema/_*.py` into C extensions next to the sources and writes a
-stamp with the digest of the sources it compiled. Python imports an extension before a `.py`
-of the same name, so a compiled module left behind after its source changed (an edit in a
-checkout, a `git pull` without re-installing) would silently run the old code. `guard()` runs
-before anything imports the schema package: when the stamp is missing or stale, or
-`STRUCTGEN_PURE_PYTHON=1` is set, a path finder makes every one of those modules load from
-its source (all of them: compiled modules call each other directly, so the set is all or
-nothing). Design: docs/design/compiled-front-end.md.
+`setup.py` compiles the schema front end (`structgen/schema/_*.py`, and any `EXTRA_MODULES`)
+into C extensions next to the sources, and writes a stamp with the digest of the sources it
+compiled. Python imports an extension before a `.py` of the same name, so a compiled module
+left behind after its source changed (an edit in a checkout, a `git pull` without
+re-installing) would silently run the old code. `guard()` runs first when `structgen` is
+imported: when the stamp is missing or stale, or `STRUCTGEN_PURE_PYTHON=1` is set, a path
+finder makes every one of those modules load from its source (all of them: compiled modules
+call each other directly, so the set is all or nothing). Design:
+docs/design/compiled-front-end.md.
 """
 
 from __future__ import annotations
@@ -23,37 +24,47 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-PACKAGE = "structgen.schema"
-PACKAGE_DIR = Path(__file__).resolve().parent / "schema"
+ROOT = Path(__file__).resolve().parent  # the structgen package
 STAMP_NAME = "_compiled.json"
 PURE_PYTHON_ENV = "STRUCTGEN_PURE_PYTHON"
+# Modules beyond the schema package to compile (paths under structgen/). None yet: tried,
+# `_lru.py` changes meaning compiled (it finds entries by the identity of their tuples, which
+# mypyc boxes anew), and `grammar/terminals.py` gained nothing measurable on its own.
+EXTRA_MODULES: tuple[str, ...] = ()
 
-# Whether the compiled front end is in use (set by `guard()`, which `import structgen` runs).
+# Whether the compiled modules are in use (set by `guard()`, which `import structgen` runs).
 COMPILED_FRONT_END = False
 
 
-def compiled_sources(package_dir: Path = PACKAGE_DIR) -> list[Path]:
-    """The modules setup.py compiles: the schema package's private modules."""
-    return sorted(path for path in package_dir.glob("_*.py") if path.name != "__init__.py")
+def compiled_sources(root: Path = ROOT) -> list[Path]:
+    """The modules setup.py compiles: the schema package's private modules and the extras."""
+    schema = root / "schema"
+    private = sorted(path for path in schema.glob("_*.py") if path.name != "__init__.py")
+    return [*private, *(root / name for name in EXTRA_MODULES)]
 
 
-def source_digest(sources: Sequence[Path]) -> str:
-    """sha256 over the names and bytes of `sources` (what a stamp records)."""
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """`structgen.schema._objects` for `<root>/schema/_objects.py`."""
+    return ".".join(("structgen", *path.relative_to(root).with_suffix("").parts))
+
+
+def source_digest(sources: Sequence[Path], root: Path = ROOT) -> str:
+    """sha256 over the paths (relative to `root`) and bytes of `sources` (what a stamp records)."""
     digest = hashlib.sha256()
     for path in sources:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        name = path.relative_to(root).as_posix()
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
-def stamp_matches(package_dir: Path = PACKAGE_DIR) -> bool:
+def stamp_matches(root: Path = ROOT) -> bool:
     """Whether the stamp setup.py wrote names the sources as they are now."""
     try:
-        stamp = json.loads((package_dir / STAMP_NAME).read_text())
+        stamp = json.loads((root / STAMP_NAME).read_text())
+        digest = source_digest(compiled_sources(root), root)
     except (OSError, ValueError):
         return False
-    return isinstance(stamp, dict) and stamp.get("digest") == source_digest(
-        compiled_sources(package_dir)
-    )
+    return isinstance(stamp, dict) and stamp.get("digest") == digest
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
@@ -80,16 +91,15 @@ def guard() -> bool:
     global COMPILED_FRONT_END
     wanted = os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
     if wanted and stamp_matches():
-        COMPILED_FRONT_END = any(PACKAGE_DIR.glob("_objects.*.so")) or any(
-            PACKAGE_DIR.glob("_objects.*.pyd")
-        )
+        built = [*ROOT.glob("schema/_objects.*.so"), *ROOT.glob("schema/_objects.*.pyd")]
+        COMPILED_FRONT_END = bool(built)
         return COMPILED_FRONT_END
     if not any(isinstance(finder, _SourceFinder) for finder in sys.meta_path):
-        sources = {f"{PACKAGE}.{path.stem}": path for path in compiled_sources()}
+        sources = {module_name(path): path for path in compiled_sources()}
         sys.meta_path.insert(0, _SourceFinder(sources))
     COMPILED_FRONT_END = False
     return False
 
 
 if __name__ == "structgen._compiled":  # (setup.py loads this file under another name)
-    guard()  # on import: `structgen.schema` imports this module before any of its own
+    guard()  # on import: `import structgen` imports this module before any other of its own

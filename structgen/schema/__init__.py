@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from structgen import _compiled  # noqa: F401  (first: picks compiled or source modules)
 from structgen._json_data import pointer as json_pointer
 from structgen.automata import AutomataLimits
 from structgen.automata.nfa import extension_module

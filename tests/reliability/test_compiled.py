@@ -38,19 +38,37 @@ def test_compiled_front_end_in_use_where_built() -> None:
         assert _compiled.stamp_matches()
 
 
-def test_stamp_names_the_sources_as_they_are(tmp_path: Path) -> None:
-    (tmp_path / "__init__.py").write_text("")
-    (tmp_path / "_one.py").write_text("X = 1\n")
-    (tmp_path / "_two.py").write_text("Y = 2\n")
-    assert [p.name for p in _compiled.compiled_sources(tmp_path)] == ["_one.py", "_two.py"]
+def test_stamp_names_the_sources_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_compiled, "EXTRA_MODULES", ("_lru.py", "grammar/terminals.py"))
+    (tmp_path / "schema").mkdir()
+    (tmp_path / "grammar").mkdir()
+    (tmp_path / "schema" / "__init__.py").write_text("")
+    (tmp_path / "schema" / "_one.py").write_text("X = 1\n")
+    (tmp_path / "schema" / "_two.py").write_text("Y = 2\n")
+    (tmp_path / "_lru.py").write_text("Z = 3\n")
+    (tmp_path / "grammar" / "terminals.py").write_text("W = 4\n")
+    sources = _compiled.compiled_sources(tmp_path)
+    names = [_compiled.module_name(path, tmp_path) for path in sources]
+    assert names == [
+        "structgen.schema._one",
+        "structgen.schema._two",
+        "structgen._lru",
+        "structgen.grammar.terminals",
+    ]
     assert not _compiled.stamp_matches(tmp_path)  # no stamp
-    digest = _compiled.source_digest(_compiled.compiled_sources(tmp_path))
+    digest = _compiled.source_digest(sources, tmp_path)
     (tmp_path / _compiled.STAMP_NAME).write_text(json.dumps({"digest": digest}))
     assert _compiled.stamp_matches(tmp_path)
-    (tmp_path / "_two.py").write_text("Y = 3\n")  # an edit after the build
+    (tmp_path / "schema" / "_two.py").write_text("Y = 3\n")  # an edit after the build
     assert not _compiled.stamp_matches(tmp_path)
-    (tmp_path / "_two.py").write_text("Y = 2\n")
-    (tmp_path / "_three.py").write_text("")  # a new module the build did not compile
+    (tmp_path / "schema" / "_two.py").write_text("Y = 2\n")
+    assert _compiled.stamp_matches(tmp_path)
+    (tmp_path / "grammar" / "terminals.py").write_text("W = 5\n")  # an extra module edited
+    assert not _compiled.stamp_matches(tmp_path)
+    (tmp_path / "grammar" / "terminals.py").write_text("W = 4\n")
+    (tmp_path / "schema" / "_three.py").write_text("")  # a new module the build did not compile
     assert not _compiled.stamp_matches(tmp_path)
     (tmp_path / _compiled.STAMP_NAME).write_text("{not json")
     assert not _compiled.stamp_matches(tmp_path)
@@ -119,7 +137,7 @@ def test_a_stale_build_falls_back_to_source(tmp_path: Path) -> None:
         "from structgen.schema import SchemaOptions, compile_schema\n"
         "compile_schema({'type': 'object', 'properties': {'a': {'type': 'integer'}}},"
         " options=SchemaOptions())\n"
-        "print(c.COMPILED_FRONT_END, o.__file__.endswith('.py'), k.__file__.endswith('.py'))\n"
+        "print(c.COMPILED_FRONT_END, *(m.__file__.endswith('.py') for m in (o, k)))\n"
     )
 
     def run() -> str:
