@@ -74,6 +74,21 @@ def test_stamp_names_the_sources_as_they_are(
     assert not _compiled.stamp_matches(tmp_path)
 
 
+def _python(script: str, args: list[str], *, env: dict[str, str], cwd: Path) -> str:
+    """`script`'s output in a fresh interpreter (its own import of structgen)."""
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
 def _grammars(paths: list[Path]) -> list[str]:
     """Each schema's grammar fingerprint in both modes, or the error it raised."""
     out = []
@@ -102,17 +117,7 @@ def test_pure_python_and_compiled_give_the_same_grammars() -> None:
     )
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, _compiled.PURE_PYTHON_ENV: "1", "PYTHONPATH": str(root)}
-    result = subprocess.run(
-        [sys.executable, "-c", script, *map(str, paths)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    pure = json.loads(result.stdout)
+    pure = json.loads(_python(script, [str(p) for p in paths], env=env, cwd=root))
     here = _grammars(paths)
     differ = [
         (paths[i // 2].name, a[:120], b[:120]) for i, (a, b) in enumerate(zip(here, pure)) if a != b
@@ -143,17 +148,7 @@ def test_a_stale_build_falls_back_to_source(tmp_path: Path) -> None:
     def run() -> str:
         env = {**os.environ, "PYTHONPATH": str(tmp_path)}
         env.pop(_compiled.PURE_PYTHON_ENV, None)
-        result = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        return result.stdout.strip()
+        return _python(script, [], env=env, cwd=tmp_path).strip()
 
     assert run() == "True False False"
     objects = tmp_path / "structgen" / "schema" / "_objects.py"
