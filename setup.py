@@ -30,10 +30,10 @@ PACKAGE_DIR = Path("structgen")
 
 def _mypyc_extensions() -> list[Extension]:
     """The schema front end (structgen/schema/_*.py, and structgen/_compiled.py's
-    EXTRA_MODULES) as C extensions, when mypyc is there and
-    STRUCTGEN_PURE_PYTHON is not set. Imports of other modules are not followed: their types
-    count as Any there, which keeps the build about a minute (mypy's full check takes five)."""
-    if os.environ.get(_COMPILED.PURE_PYTHON_ENV, "") not in ("", "0"):
+    EXTRA_MODULES) as C extensions, when mypyc is there and STRUCTGEN_PURE_PYTHON is not set.
+    Imports of other modules are not followed: their types count as Any there, which keeps the
+    build about a minute (mypy's full check takes five)."""
+    if _COMPILED.pure_python_asked():
         return []
     try:
         from mypyc.build import mypycify
@@ -47,7 +47,8 @@ def _mypyc_extensions() -> list[Extension]:
             flags + sources, opt_level="3", debug_level="0", group_name="structgen._schema"
         )
     except (Exception, SystemExit) as exc:  # (mypyc exits on what it cannot compile)
-        print(f"structgen: mypyc failed ({exc!r}), the schema front end stays pure Python")
+        message = f"structgen: mypyc failed ({exc!r}), the schema front end stays pure Python"
+        print(message, file=sys.stderr)
         return []
     for extension in extensions:
         extension.optional = True  # (a failed C build leaves no stamp: pure Python is used)

@@ -36,6 +36,11 @@ EXTRA_MODULES: tuple[str, ...] = ()
 COMPILED_FRONT_END = False
 
 
+def pure_python_asked() -> bool:
+    """Whether `STRUCTGEN_PURE_PYTHON` asks for the Python source (at build and run time)."""
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
 def compiled_sources(root: Path = ROOT) -> list[Path]:
     """The modules setup.py compiles: the schema package's private modules and the extras."""
     schema = root / "schema"
@@ -89,8 +94,7 @@ def guard() -> bool:
     """Use the compiled modules if their stamp matches the sources (and the environment does
     not ask for pure Python); else load them all from source. Returns whether compiled."""
     global COMPILED_FRONT_END
-    wanted = os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
-    if wanted and stamp_matches():
+    if not pure_python_asked() and stamp_matches():
         built = [*ROOT.glob("schema/_objects.*.so"), *ROOT.glob("schema/_objects.*.pyd")]
         COMPILED_FRONT_END = bool(built)
         return COMPILED_FRONT_END
