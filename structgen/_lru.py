@@ -32,8 +32,10 @@ class LRU(Generic[K, V]):
 
     With `weigh` (an estimate of a value's bytes), the entries also weigh at most
     `max_weight` together (the newest always stays). A value is weighed when stored; values
-    that grow afterwards (automata build rows as they are read) are weighed again every
-    `reweigh_every` insertions, not on every read.
+    that grow afterwards (automata build rows as they are read) are weighed again, each within
+    `reweigh_every` insertions of the last time, not on every read: every insertion re-weighs a
+    few of the stored entries in turn (all at once every `reweigh_every` insertions was a
+    pause of milliseconds inside one compile in a thousand).
     """
 
     def __init__(
@@ -52,7 +54,8 @@ class LRU(Generic[K, V]):
         self.max_weight = max_weight
         self._weigh = weigh
         self._reweigh_every = reweigh_every
-        self._since_reweigh = 0
+        self._to_reweigh: list[K] = []  # this round's keys not re-weighed yet (popped from the end)
+        self._reweigh_credit = 0.0  # re-weighs owed: len / reweigh_every per insertion
         self._weights: dict[int, int] = {}  # id(entry) -> its weight (weighed caches)
         self.weight = 0  # the stored values' total weight (weighed caches)
         self._data: OrderedDict[K, tuple[K, V]] = OrderedDict()
@@ -83,22 +86,30 @@ class LRU(Generic[K, V]):
             return entry[1]
 
     def _account(self, entry: tuple[K, V]) -> None:
-        """Weigh a new entry (a read-and-move of a stored one costs nothing), re-weigh all
-        now and then, and evict the oldest while over `max_weight`. Under the lock."""
+        """Weigh a new entry (a read-and-move of a stored one costs nothing), re-weigh the
+        next few stored ones, and evict the oldest while over `max_weight`. Under the lock."""
         weights = self._weights
         if id(entry) in weights:
             return
-        assert self._weigh is not None and self.max_weight is not None
-        weight = weights[id(entry)] = self._weigh(entry[1])
+        weigh = self._weigh
+        assert weigh is not None and self.max_weight is not None
+        weight = weights[id(entry)] = weigh(entry[1])
         self.weight += weight
-        self._since_reweigh += 1
         data = self._data
-        if self._since_reweigh >= self._reweigh_every:
-            self._since_reweigh = 0
-            weights.clear()
-            for stored in data.values():
-                weights[id(stored)] = self._weigh(stored[1])
-            self.weight = sum(weights.values())
+        # A round re-weighs every entry stored when it began, spread over `reweigh_every`
+        # insertions (keys, not entries: an evicted value is not kept alive by the round).
+        pending = self._to_reweigh
+        if not pending:
+            pending.extend(reversed(data))  # (the oldest, next to go, first)
+            self._reweigh_credit = 0.0
+        self._reweigh_credit += len(data) / self._reweigh_every
+        while self._reweigh_credit >= 1 and pending:
+            self._reweigh_credit -= 1
+            stored = data.get(pending.pop())
+            if stored is not None and stored is not entry:
+                old = weights.get(id(stored), 0)
+                new = weights[id(stored)] = weigh(stored[1])
+                self.weight += new - old
         while self.weight > self.max_weight and len(data) > 1:
             self._forget(data.popitem(last=False)[1])
 
@@ -122,6 +133,7 @@ class LRU(Generic[K, V]):
         with self._lock:
             self._data.clear()
             self._weights.clear()
+            self._to_reweigh.clear()
             self.weight = 0
 
     def __len__(self) -> int:

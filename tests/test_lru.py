@@ -81,7 +81,8 @@ def test_a_read_compares_an_equal_key_once() -> None:
 
 def test_a_weighed_cache_keeps_its_weight_bound_and_reweighs() -> None:
     sizes = {"a": 40, "b": 30, "c": 50, "huge": 500}
-    cache: LRU[str, str] = LRU(10, max_weight=100, weigh=lambda v: sizes[v], reweigh_every=4)
+    # (reweigh_every=1: each insertion re-weighs every stored entry)
+    cache: LRU[str, str] = LRU(10, max_weight=100, weigh=lambda v: sizes[v], reweigh_every=1)
     cache.put("a", "a")
     cache.put("b", "b")
     assert cache.weight == 70
@@ -89,7 +90,7 @@ def test_a_weighed_cache_keeps_its_weight_bound_and_reweighs() -> None:
     cache.put("c", "c")  # 120 > 100: "b", the least recent, goes
     assert cache.get("b") is None and cache.weight == 90
     sizes["a"], sizes["b"] = 70, 5  # "a" grew since it was stored: seen when re-weighed
-    cache.put("b", "b")  # the fourth insertion: all weighed again (40 + 50 + 5 would fit)
+    cache.put("b", "b")  # (all weighed again: 40 + 50 + 5 would have fit)
     assert cache.get("a") is None and cache.weight == 55  # (70 + 50 + 5 > 100: "a" went)
     cache.put("huge", "huge")  # over the bound alone: the newest always stays
     assert len(cache) == 1 and cache.weight == 500
@@ -103,3 +104,28 @@ def test_a_weighed_cache_keeps_its_weight_bound_and_reweighs() -> None:
 def test_a_weighed_cache_needs_both_bounds() -> None:
     with pytest.raises(ValueError):
         LRU(4, max_weight=10)
+
+
+def test_re_weighing_is_spread_over_insertions() -> None:
+    # Values grow after they are stored; each is weighed again within `reweigh_every`
+    # insertions, a few per insertion (never all at once: that was a pause inside a compile).
+    sizes: dict[int, int] = {}
+    weighed: list[int] = []
+
+    def weigh(value: int) -> int:
+        weighed.append(value)
+        return sizes[value]
+
+    cache: LRU[int, int] = LRU(1000, max_weight=10**9, weigh=weigh, reweigh_every=16)
+    for n in range(100):
+        sizes[n] = 1
+        weighed.clear()
+        cache.put(n, n)
+        assert len(weighed) <= 2 + len(cache) // 16  # the new one and a share of the rest
+    assert cache.weight == 100
+    for n in range(100):
+        sizes[n] = 2  # every value doubles
+    for n in range(100, 100 + 2 * 16):
+        sizes[n] = 2
+        cache.put(n, n)
+    assert cache.weight == 2 * len(cache)  # (every growth seen within two rounds)

@@ -431,7 +431,8 @@ class GrammarEngine:
         again with the next lexer (recursively), then tokens that start the next lexeme."""
         parse, lex_state, fresh = state
         walker = self.lexer(parse).walker
-        words = inside[0].copy()
+        inside_words = inside[0]  # (read-only, the walker's: copied before the first OR)
+        words: npt.NDArray[np.uint32] | None = None
         pending = [(parse, inside[1])]
         while pending:
             current, events = pending.pop()
@@ -444,23 +445,29 @@ class GrammarEngine:
                 lexer = self.lexer(after)
                 indices, values, more = lexer.walker.continue_walk(spans, lexer.start)
                 if len(indices):
+                    if words is None:
+                        words = inside_words.copy()
                     if _OR_WORDS is not None:
                         _OR_WORDS(words, indices, values)
                     else:
                         words[indices] |= values
                 if len(more):
                     pending.append((after, more))
-        mask = words.view(np.int32)
         if not fresh:
             after = self.end_lexeme(parse, lex_state)
             if after is not None:
                 fresh_mask = self.token_mask((after, self.lexer(after).start, True))
-                # (in place: `words` is this mask's own copy)
+                if words is None:
+                    words = inside_words.copy()
+                mask = words.view(np.int32)  # (in place: `words` is this mask's own copy)
                 dead = walker.first_byte_dead(lex_state)
                 if _OR_AND is not None:
                     _OR_AND(mask, fresh_mask, dead)
                 else:
                     np.bitwise_or(mask, fresh_mask & dead, out=mask)
+        if words is None:
+            return inside_words.view(np.int32)  # (nothing added: the walker's own, read-only)
+        mask = words.view(np.int32)
         mask.setflags(write=False)
         return mask
 
