@@ -62,6 +62,8 @@ class BuildExtensions(build_ext):
 
     def run(self) -> None:
         super().run()
+        if self.inplace:
+            self._remove_stale_modules()
         compiled = [e for e in self.extensions if getattr(e, "_structgen_mypyc", False)]
         if not compiled:
             return
@@ -76,6 +78,13 @@ class BuildExtensions(build_ext):
         digest = _COMPILED.source_digest(_COMPILED.compiled_sources(PACKAGE_DIR), PACKAGE_DIR)
         with open(stamp, "w") as handle:
             json.dump({"digest": digest}, handle)
+
+    def _remove_stale_modules(self) -> None:
+        """Delete compiled modules left in the checkout beside a `.py` no longer compiled:
+        Python would import them before the source (`_compiled.stale_extensions`)."""
+        for extension in _COMPILED.stale_extensions(PACKAGE_DIR):
+            print(f"structgen: removing {extension} (not compiled now)", file=sys.stderr)
+            extension.unlink()
 
     def _output(self, extension: Extension) -> str:
         path = self.get_ext_fullpath(extension.name)

@@ -48,6 +48,22 @@ def compiled_sources(root: Path = ROOT) -> list[Path]:
     return [*private, *(root / name for name in EXTRA_MODULES)]
 
 
+def stale_extensions(root: Path = ROOT) -> list[Path]:
+    """Extension modules beside a `.py` that is not compiled (any more): left in a checkout
+    after a module left the compiled list, they would be imported before the source and name
+    a group library that no longer holds them. `setup.py build_ext --inplace` deletes them."""
+    import sysconfig  # (here: not on every `import structgen`)
+
+    compiled = {path.resolve() for path in compiled_sources(root)}
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    stale = []
+    for extension in sorted(root.rglob("*" + suffix)):
+        source = extension.with_name(extension.name[: -len(suffix)] + ".py")
+        if source.exists() and source.resolve() not in compiled:
+            stale.append(extension)
+    return stale
+
+
 def module_name(path: Path, root: Path = ROOT) -> str:
     """`structgen.schema._objects` for `<root>/schema/_objects.py`."""
     return ".".join(("structgen", *path.relative_to(root).with_suffix("").parts))

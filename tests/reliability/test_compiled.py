@@ -74,6 +74,26 @@ def test_stamp_names_the_sources_as_they_are(
     assert not _compiled.stamp_matches(tmp_path)
 
 
+def test_compiled_modules_whose_source_left_the_list_are_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (a build compiled `_lru.py`, then it left the list: its extension, imported before the
+    # source, would name a group library that no longer holds it; setup.py deletes it)
+    import sysconfig
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    monkeypatch.setattr(_compiled, "EXTRA_MODULES", ())
+    (tmp_path / "schema").mkdir()
+    (tmp_path / "automata").mkdir()
+    for name in ("schema/_one", "_lru"):
+        (tmp_path / f"{name}.py").write_text("X = 1\n")
+        (tmp_path / f"{name}{suffix}").write_bytes(b"")
+    (tmp_path / f"automata/_subset{suffix}").write_bytes(b"")  # (a C extension: no source)
+    assert _compiled.stale_extensions(tmp_path) == [tmp_path / f"_lru{suffix}"]
+    monkeypatch.setattr(_compiled, "EXTRA_MODULES", ("_lru.py",))
+    assert _compiled.stale_extensions(tmp_path) == []
+
+
 def _python(script: str, args: list[str], *, env: dict[str, str], cwd: Path) -> str:
     """`script`'s output in a fresh interpreter (its own import of structgen)."""
     result = subprocess.run(
