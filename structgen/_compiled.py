@@ -30,7 +30,7 @@ PURE_PYTHON_ENV = "STRUCTGEN_PURE_PYTHON"
 # Modules beyond the schema package to compile (paths under structgen/). None yet: tried,
 # `_lru.py` changes meaning compiled (it finds entries by the identity of their tuples, which
 # mypyc boxes anew), and `grammar/terminals.py` gained nothing measurable on its own.
-EXTRA_MODULES: tuple[str, ...] = ()
+EXTRA_MODULES: tuple[str, ...] = ("automata/_blocks.py",)
 
 # Whether the compiled modules are in use (set by `guard()`, which `import structgen` runs).
 COMPILED_FRONT_END = False

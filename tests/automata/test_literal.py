@@ -20,6 +20,7 @@ from structgen import Compiler, Matcher, SchemaOptions, allocate_bitmask
 from structgen.automata import (
     AutomataLimits,
     String,
+    _blocks,
     _native_subset,
     chains,
     compile_ast,
@@ -529,7 +530,7 @@ def test_a_union_of_keys_builds_their_escapes_without_python() -> None:
 
 @pytest.mark.skipif(_native_subset._CHAIN_CONTEXT is None, reason="the C chain rows are not built")
 def test_chain_context_refuses_malformed_blocks() -> None:
-    block = chains._set_block(1 << 65)
+    block = _blocks._set_block(1 << 65)
     for bad in [[], [object()], [replace(block, c_data=np.zeros(2, dtype=np.int32))], 3]:
         with pytest.raises((ValueError, TypeError, AttributeError)):
             _native_subset._CHAIN_CONTEXT(bad, 100)
@@ -544,7 +545,7 @@ def test_the_spelling_count_never_turns_away_a_block(pattern: str, limit: int) -
     """`_node_block` counts a choice's spellings before listing them (an enum's words, each
     character spelled two ways, would list up to the limit first): wherever the listing
     succeeds, the count is its length, so the filter never refuses a chain."""
-    from structgen.automata.chains import _count_spellings, _spellings
+    from structgen.automata._blocks import _count_spellings, _spellings
     from structgen.automata.regex_syntax import parse_regex
 
     try:
