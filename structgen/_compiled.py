@@ -27,9 +27,9 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent  # the structgen package
 STAMP_NAME = "_compiled.json"
 PURE_PYTHON_ENV = "STRUCTGEN_PURE_PYTHON"
-# Modules beyond the schema package to compile (paths under structgen/). None yet: tried,
-# `_lru.py` changes meaning compiled (it finds entries by the identity of their tuples, which
-# mypyc boxes anew), and `grammar/terminals.py` gained nothing measurable on its own.
+# Modules beyond the schema package to compile (paths under structgen/): a chain's blocks. Tried
+# and left out (docs/design/compiled-front-end.md): `_lru.py` (no measurable gain; its tuples'
+# identity and its weak references change meaning compiled) and `grammar/terminals.py`.
 EXTRA_MODULES: tuple[str, ...] = ("automata/_blocks.py",)
 
 # Whether the compiled modules are in use (set by `guard()`, which `import structgen` runs).

@@ -35,7 +35,7 @@ class LRU(Generic[K, V]):
     that grow afterwards (automata build rows as they are read) are weighed again, each within
     `reweigh_every` insertions of the last time, not on every read: every insertion re-weighs a
     few of the stored entries in turn (all at once every `reweigh_every` insertions was a
-    pause of milliseconds inside one compile in a thousand).
+    pause of milliseconds inside about one MaskBench compile in seventy-five).
     """
 
     def __init__(

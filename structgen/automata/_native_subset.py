@@ -13,6 +13,8 @@ import importlib.util
 import operator
 import os
 import threading
+import types
+import weakref
 from collections.abc import Callable, Collection, Sequence
 from itertools import chain
 from typing import Any
@@ -468,7 +470,11 @@ class NativeUnion(_NativeStates):
         assert _LIB is not None
         self.parts = parts
         self.mode = mode
-        self._decide = decide
+        # (weakly when a method: a product's source keeps the context it made for its start,
+        # and a strong reference back to the source would make the two a cycle)
+        self._decide = (
+            weakref.WeakMethod(decide) if isinstance(decide, types.MethodType) else lambda: decide
+        )
         self._distances = distances
         self.max_states = max_states
         self._classes = np.ascontiguousarray(byte_classes, dtype=np.uint8)
@@ -521,11 +527,12 @@ class NativeUnion(_NativeStates):
 
     def provide_live(self) -> None:
         """After NEED_LIVE: decide (in Python) the product tuple the C search gave up on."""
-        assert self._decide is not None
+        decide = self._decide()
+        assert decide is not None  # (its source is alive while a DFA builds from this context)
         buf = np.zeros(len(self.parts), dtype=np.int32)
         _LIB.sg_union_need_tuple(self.ctx, buf.ctypes.data)
         key = tuple(buf.tolist())
-        live, found = self._decide(key)
+        live, found = decide(key)
         # every tuple the search settled (the path to acceptance, or all it visited): the C
         # searches that follow stop at them
         self.settle([key, *found], live)

@@ -17,6 +17,7 @@ import pytest
 from structgen.automata import (
     AutomataLimits,
     ByteDFA,
+    _native_subset,
     alternatives,
     compile_ast,
     compile_regex,
@@ -484,3 +485,20 @@ def test_guided_search_and_its_pruning_keep_the_language_exact(
                 state = product.next_state(state, byte)
             assert (state >= 0) == (text in live_prefixes), text
             assert product.accepts(text.encode()) == (text in words), text
+
+
+@pytest.mark.skipif(
+    not _native_subset.native_subset_available(), reason="the C subset construction is not built"
+)
+def test_a_product_never_read_is_freed_without_the_collector() -> None:
+    # A product decides its start's liveness in a C context it keeps for its DFA's rows; the
+    # context referred back to the product (its `decide`), so a product dropped before any
+    # row was built waited for a full collection (MaskBench: thousands of objects per compile
+    # of some schemas, whose intersections the first masks never read).
+    import weakref
+
+    product = intersect_all([compile_regex("[a-z]+[0-9]*"), compile_regex(".{0,9}")])
+    assert product.native_states is None  # (no row built yet)
+    source = weakref.ref(product._source)
+    del product
+    assert source() is None
