@@ -27,10 +27,11 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent  # the structgen package
 STAMP_NAME = "_compiled.json"
 PURE_PYTHON_ENV = "STRUCTGEN_PURE_PYTHON"
-# Modules beyond the schema package to compile (paths under structgen/): a chain's blocks. Tried
-# and left out (docs/design/compiled-front-end.md): `_lru.py` (no measurable gain; its tuples'
-# identity and its weak references change meaning compiled) and `grammar/terminals.py`.
-EXTRA_MODULES: tuple[str, ...] = ("automata/_blocks.py",)
+# Modules beyond the schema package to compile (paths under structgen/): a chain's blocks and
+# the Lark reader. Tried and left out (docs/design/compiled-front-end.md): `_lru.py` (no
+# measurable gain; its tuples' identity and its weak references change meaning compiled) and
+# `grammar/terminals.py`.
+EXTRA_MODULES: tuple[str, ...] = ("automata/_blocks.py", "grammar/lark_reader.py")
 
 # Whether the compiled modules are in use (set by `guard()`, which `import structgen` runs).
 COMPILED_FRONT_END = False

@@ -119,6 +119,8 @@ def byte_dag(ranges: Ranges) -> ByteDag:
     keys (`[^"\\\\ab]`: every character beyond ASCII) differ only in ASCII, which is one byte
     and one edge each.
     """
+    if not ranges or ranges[-1][1] <= 0x7F:  # ASCII (digits, signs): an edge per range
+        return ByteDag((tuple((lo, hi, -1) for lo, hi in ranges),))
     tail = iv.intersect(ranges, _TAIL)
     if tail and tail != ranges:
         shared = _tail_dag(tail)

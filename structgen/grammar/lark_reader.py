@@ -18,7 +18,6 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import lark.load_grammar
 
@@ -75,9 +74,14 @@ _TOKENS = re.compile(
 )
 
 
-class _Tok(NamedTuple):
-    kind: str
-    text: str
+class _Tok:
+    """A token: its kind (the punctuation itself for punctuation) and its text."""
+
+    __slots__ = ("kind", "text")
+
+    def __init__(self, kind: str, text: str) -> None:
+        self.kind = kind
+        self.text = text
 
 
 def _tokens(text: str) -> list[_Tok]:
@@ -87,14 +91,13 @@ def _tokens(text: str) -> list[_Tok]:
     append = out.append
     pos = 0
     for found in _TOKENS.finditer(text):
-        start, end = found.span()
-        if start != pos:
+        if found.start() != pos:
             raise _Fallback
-        pos = end
+        value = found.group()
+        pos += len(value)
         kind = found.lastgroup
         if kind != "skip":
-            value = found.group()
-            append(_Tok(value if kind == "punct" else kind, value))  # type: ignore[arg-type]
+            append(_Tok(value if kind == "punct" else kind or "", value))
     if pos != len(text):
         raise _Fallback
     out.append(_Tok("nl", ""))
