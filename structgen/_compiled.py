@@ -31,7 +31,11 @@ PURE_PYTHON_ENV = "STRUCTGEN_PURE_PYTHON"
 # the Lark reader. Tried and left out (docs/design/compiled-front-end.md): `_lru.py` (no
 # measurable gain; its tuples' identity and its weak references change meaning compiled) and
 # `grammar/terminals.py`.
-EXTRA_MODULES: tuple[str, ...] = ("automata/_blocks.py", "grammar/lark_reader.py")
+EXTRA_MODULES: tuple[str, ...] = (
+    "automata/_blocks.py",
+    "grammar/ir.py",
+    "grammar/lark_reader.py",
+)
 
 # Whether the compiled modules are in use (set by `guard()`, which `import structgen` runs).
 COMPILED_FRONT_END = False

@@ -6,11 +6,11 @@ all take them from here."""
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any
 
 from structgen._budget import forget_on_failure, keep_alive, undo_on_failure
 from structgen._lru import LRU
+from structgen._weakmap import WeakValues
 from structgen.automata import (
     AutomataLimits,
     ByteDFA,
@@ -41,14 +41,10 @@ DEFER_NFAS = True
 
 # Weak: an automaton lives while a grammar (cached or held by the user) uses it, and every
 # grammar alive shares it; the byte budget of the compiled-grammar cache bounds the total.
-_TERMINAL_DFAS: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA] = (
-    weakref.WeakValueDictionary()
-)
+_TERMINAL_DFAS: WeakValues[tuple[Any, ...], ByteDFA] = WeakValues()
 # The same automata by fingerprint (a digest of the terminal's patterns): how grammars loaded
 # from the compile cache, which do not read their patterns, find the ones alive.
-_BY_FINGERPRINT: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA] = (
-    weakref.WeakValueDictionary()
-)
+_BY_FINGERPRINT: WeakValues[tuple[Any, ...], ByteDFA] = WeakValues()
 _TERMINAL_LOCK = threading.Lock()
 # ... and the most recently built or used ones are held strongly: the same terminals (a number,
 # an integer range, a string of some length, the keys "name", "type", "id") come back schema
@@ -153,7 +149,7 @@ def adopt_terminal_dfa(dfa: ByteDFA) -> ByteDFA:
 
 
 def _share(
-    cache: weakref.WeakValueDictionary[tuple[Any, ...], ByteDFA],
+    cache: WeakValues[tuple[Any, ...], ByteDFA],
     key: tuple[Any, ...],
     dfa: ByteDFA,
 ) -> ByteDFA:
