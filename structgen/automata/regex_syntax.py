@@ -32,13 +32,25 @@ import contextlib
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from structgen.automata import dialects as dl
 from structgen.automata import intervals as iv
 from structgen.automata import unicode_tables as ut
+from structgen.automata._nodes import (
+    Alternation,
+    CharClass,
+    Concat,
+    Empty,
+    Node,
+    Repeat,
+    String,
+    alternation,
+    concat,
+    repeat,
+)
 from structgen.automata.dialects import Dialect, DialectSpec
 from structgen.automata.intervals import Ranges
 from structgen.errors import RegexError
@@ -72,117 +84,6 @@ class UnsupportedRegexError(RegexError):
 
 
 @dataclass(frozen=True, slots=True)
-class Empty:
-    """Matches the empty string only."""
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class String:
-    """Matches exactly ``text`` (code points, case-sensitive). ``text`` is never empty."""
-
-    text: str
-
-    def __init__(self, text: str) -> None:
-        _SET_TEXT(self, text)  # (`_slot_setters`)
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class CharClass:
-    """Matches one code point from ``ranges`` (normal-form inclusive ranges; may be empty)."""
-
-    ranges: Ranges
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
-
-    def __init__(self, ranges: Ranges) -> None:
-        _SET_RANGES(self, ranges)
-        _SET_CLASS_HASH(self, 0)
-
-    def __hash__(self) -> int:
-        # Cached: a class's ranges are a tuple of pairs, hashed afresh on every dict lookup.
-        h = self._hash
-        if not h:
-            h = hash(("CharClass", self.ranges)) or 1
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def __reduce__(self) -> tuple[type[CharClass], tuple[Any, ...]]:
-        return (CharClass, (self.ranges,))  # no cached hash: it differs per process
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class Concat:
-    """Matches its items one after another."""
-
-    items: tuple[Node, ...]
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
-
-    def __init__(self, items: tuple[Node, ...]) -> None:
-        _SET_CONCAT_ITEMS(self, items)
-        _SET_CONCAT_HASH(self, 0)
-
-    def __hash__(self) -> int:
-        # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
-        h = self._hash
-        if not h:
-            h = hash(("Concat", *(self.items,))) or 1
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def __reduce__(self) -> tuple[type[Concat], tuple[Any, ...]]:
-        return (Concat, (self.items,))  # no cached hash: it differs per process
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class Alternation:
-    """Matches any one of its items."""
-
-    items: tuple[Node, ...]
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
-
-    def __init__(self, items: tuple[Node, ...]) -> None:
-        _SET_ALTERNATION_ITEMS(self, items)
-        _SET_ALTERNATION_HASH(self, 0)
-
-    def __hash__(self) -> int:
-        # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
-        h = self._hash
-        if not h:
-            h = hash(("Alternation", *(self.items,))) or 1
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def __reduce__(self) -> tuple[type[Alternation], tuple[Any, ...]]:
-        return (Alternation, (self.items,))  # no cached hash: it differs per process
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class Repeat:
-    """Matches ``item`` between ``min`` and ``max`` times (``max=None``: unbounded)."""
-
-    item: Node
-    min: int
-    max: int | None
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
-
-    def __init__(self, item: Node, min: int, max: int | None) -> None:
-        _SET_ITEM(self, item)
-        _SET_MIN(self, min)
-        _SET_MAX(self, max)
-        _SET_REPEAT_HASH(self, 0)
-
-    def __hash__(self) -> int:
-        # Cached: schema frontends hash deep, shared subtrees many times (dict keys, dedupe).
-        h = self._hash
-        if not h:
-            h = hash(("Repeat", *(self.item, self.min, self.max))) or 1
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def __reduce__(self) -> tuple[type[Repeat], tuple[Any, ...]]:
-        return (Repeat, (self.item, self.min, self.max))  # no cached hash: it differs per process
-
-
-@dataclass(frozen=True, slots=True)
 class Difference:
     """Matches what ``minuend`` matches and no subtrahend does: an object's "any other key",
     built side by side (`automata.difference`) rather than as a trie of what leaves the
@@ -194,25 +95,9 @@ class Difference:
     subtrahends: tuple[Node, ...]
 
 
-Node = Empty | String | CharClass | Concat | Alternation | Repeat
 #: what a grammar terminal matches: a regex AST, or a difference of them
 Pattern = Node | Difference
 
-
-def _slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
-    """The slots' own setters: the nodes' `__init__` sets them directly (a frozen dataclass's
-    generated one calls `object.__setattr__` per field, a third slower, and a compile builds
-    AST nodes by the thousand)."""
-    return tuple(getattr(cls, name).__set__ for name in names)
-
-
-(_SET_TEXT,) = _slot_setters(String, "text")
-_SET_RANGES, _SET_CLASS_HASH = _slot_setters(CharClass, "ranges", "_hash")
-_SET_CONCAT_ITEMS, _SET_CONCAT_HASH = _slot_setters(Concat, "items", "_hash")
-_SET_ALTERNATION_ITEMS, _SET_ALTERNATION_HASH = _slot_setters(Alternation, "items", "_hash")
-_SET_ITEM, _SET_MIN, _SET_MAX, _SET_REPEAT_HASH = _slot_setters(
-    Repeat, "item", "min", "max", "_hash"
-)
 
 # Word-boundary assertions (``\\b``, ``\\B``, Rust's ``\\<`` ...) are parsed as *markers*: the
 # one-point class of code point ``MARKER_BASE + k`` (above U+10FFFF, so no other class contains
@@ -271,68 +156,6 @@ _ANY_BUT_NEWLINE: Ranges = ((0, 9), (11, iv.MAX_CODE_POINT))
 
 
 # ----------------------------------------------------------------------------- combinators
-
-
-def concat(items: Iterable[Node]) -> Node:
-    """Concatenation, flattened: nested ``Concat`` inlined, ``Empty`` dropped, strings merged."""
-    out: list[Node] = []
-    run: list[str] = []  # the texts of the strings met since the last other node
-    for item in items:
-        # (exact types: the node classes have no subclasses, and this runs ~100k times in a
-        # schema compile)
-        for part in item.items if type(item) is Concat else (item,):  # type: ignore[union-attr]
-            kind = type(part)
-            if kind is String:
-                if run:  # (joined once at the run's end, not one new string per piece)
-                    run.append(part.text)  # type: ignore[union-attr]
-                    continue
-                run.append(part.text)  # type: ignore[union-attr]
-            elif kind is Empty:
-                continue
-            elif run:
-                if len(run) > 1:
-                    out[-1] = String("".join(run))
-                run.clear()
-            out.append(part)
-    if len(run) > 1:
-        out[-1] = String("".join(run))
-    if not out:
-        return Empty()
-    if len(out) == 1:
-        return out[0]
-    return Concat(tuple(out))
-
-
-def alternation(items: Iterable[Node]) -> Node:
-    """Alternation, flattened; alternatives of single characters become one ``CharClass``."""
-    flat: list[Node] = []
-    for item in items:
-        flat.extend(item.items if isinstance(item, Alternation) else (item,))
-    if not flat:
-        return CharClass(())
-    uniq = list(dict.fromkeys(flat))
-    if len(uniq) == 1:
-        return uniq[0]
-    if all(isinstance(x, CharClass) or (isinstance(x, String) and len(x.text) == 1) for x in uniq):
-        ranges: list[tuple[int, int]] = []
-        for x in uniq:
-            if isinstance(x, CharClass):
-                ranges.extend(x.ranges)
-            elif isinstance(x, String):
-                ranges.append((ord(x.text), ord(x.text)))
-        return CharClass(iv.normalize(ranges))
-    return Alternation(tuple(uniq))
-
-
-def repeat(item: Node, min_count: int, max_count: int | None) -> Node:
-    """``item{min,max}`` with trivial cases simplified."""
-    if max_count is not None and max_count < min_count:
-        raise ValueError("max_count < min_count")
-    if max_count == 0 or isinstance(item, Empty):
-        return Empty()
-    if min_count == 1 and max_count == 1:
-        return item
-    return Repeat(item, min_count, max_count)
 
 
 def literal_node(text: str, *, ignore_case: bool = False, ascii_case: bool = False) -> Node:
