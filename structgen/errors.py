@@ -56,6 +56,11 @@ class RegexError(StructgenError, ValueError):
         return f"{self.reason} at offset {self.offset} in regex:\n  {self.pattern}\n  {caret}"
 
 
+class UnsupportedRegexError(RegexError):
+    """A valid pattern (in its dialect) that structgen does not turn into an automaton
+    (importable from `structgen.automata.regex_syntax` too)."""
+
+
 class GrammarError(StructgenError, ValueError):
     """A grammar is malformed or uses an unsupported construct (with line and column)."""
 

@@ -53,7 +53,7 @@ from structgen.automata._nodes import (
 )
 from structgen.automata.dialects import Dialect, DialectSpec
 from structgen.automata.intervals import Ranges
-from structgen.errors import RegexError
+from structgen.errors import RegexError, UnsupportedRegexError
 
 __all__ = [
     "ANY_CHAR",
@@ -79,10 +79,6 @@ MAX_GROUP_DEPTH = 200
 _MAXREPEAT = 4294967295  # sre's MAXREPEAT on 64-bit builds
 
 
-class UnsupportedRegexError(RegexError):
-    """A valid pattern (in its dialect) that structgen does not turn into an automaton."""
-
-
 @dataclass(frozen=True, slots=True)
 class Difference:
     """Matches what ``minuend`` matches and no subtrahend does: an object's "any other key",
@@ -93,6 +89,10 @@ class Difference:
 
     minuend: Node
     subtrahends: tuple[Node, ...]
+
+    def __reduce__(self) -> tuple[type[Difference], tuple[Node, tuple[Node, ...]]]:
+        # (by its fields: compiled, a frozen dataclass cannot be unpickled field by field)
+        return (Difference, (self.minuend, self.subtrahends))
 
 
 #: what a grammar terminal matches: a regex AST, or a difference of them
@@ -121,6 +121,9 @@ class Boundary:
     pairs: frozenset[tuple[str, str]]
     word: Ranges
     nonword: Ranges
+
+    def __reduce__(self) -> tuple[type[Boundary], tuple[Any, ...]]:
+        return (Boundary, (self.pairs, self.word, self.nonword))
 
     def kind(self, cp: int) -> str:
         if iv.contains(self.word, cp):
@@ -200,6 +203,9 @@ class SearchLanguage:
 
     node: Node
     lookaheads: tuple[tuple[bool, Node], ...] = ()
+
+    def __reduce__(self) -> tuple[type[SearchLanguage], tuple[Any, ...]]:
+        return (SearchLanguage, (self.node, self.lookaheads))
 
 
 # Search mode gives every parsed piece *anchor obligations*: a piece is a map from a key

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from structgen._lru import LRU
 from structgen.automata import Difference, Node, Pattern
@@ -96,6 +97,10 @@ class Grammar:
     #: every rule derives some text when every terminal matches some text (checked by the
     #: maker, the schema frontend: the parser then skips its own check); not part of equality
     productive: bool = field(default=False, compare=False, repr=False)
+
+    def __reduce__(self) -> tuple[type[Grammar], tuple[Any, ...]]:
+        # (by its fields: compiled, a frozen dataclass cannot be unpickled field by field)
+        return (Grammar, (self.start, self.rules, self.terminals, self.ignore, self.productive))
 
     def to_text(self, *, limit: int = 200) -> str:
         """The grammar as GBNF-like text, for reading: one line per rule (`a ::= b C | ""`,

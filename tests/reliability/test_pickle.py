@@ -90,3 +90,30 @@ def test_round_trip_in_a_fresh_process_gives_the_same_fingerprint_and_masks() ->
         Matcher(grammar).fill_bitmask(bitmask)
         assert remote[name][0] == grammar.fingerprint, name
         assert np.array_equal(np.array(remote[name][1], dtype=np.int32), bitmask[0]), name
+
+
+def test_regex_asts_and_grammar_ir_round_trip() -> None:
+    # Compiled with mypyc, a frozen dataclass refuses to be unpickled field by field, and the
+    # node classes are plain classes: each says how it is rebuilt (`__reduce__`).
+    import copy
+
+    from structgen.automata.regex_syntax import (
+        Difference,
+        Empty,
+        parse_regex,
+        search_language,
+    )
+    from structgen.grammar.ir import Grammar, Rule, TerminalDef
+
+    node = parse_regex(r"(ab|[c-f]x{2,3})*\.?")
+    values = [
+        node,
+        Empty(),
+        Difference(parse_regex('"[a-z]*"'), (parse_regex('"id"'),)),
+        search_language(r"^(?=\d)\w+$"),
+        Grammar("s", (Rule("s", ("A", "s")), Rule("s", ())), (TerminalDef("A", node),)),
+    ]
+    for value in values:
+        again = pickle.loads(pickle.dumps(value))
+        assert again == value and hash(again) == hash(value) and repr(again) == repr(value)
+        assert copy.deepcopy(value) == value
