@@ -34,6 +34,8 @@ PURE_PYTHON_ENV = "STRUCTGEN_PURE_PYTHON"
 EXTRA_MODULES: tuple[str, ...] = (
     "automata/_blocks.py",
     "automata/_nodes.py",
+    "automata/intervals.py",
+    "automata/utf8.py",
     "automata/regex_syntax.py",
     "grammar/ir.py",
     "grammar/lark_reader.py",
