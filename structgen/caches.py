@@ -50,10 +50,12 @@ def cache_usage() -> dict[str, int]:
 
     with _compiler._CACHE_LOCK:
         grammars = len(_compiler._CACHE)
+    with terminals._TERMINAL_LOCK:  # (counting sweeps the weak index: under its lock)
+        terminal_automata = len(terminals._TERMINAL_DFAS)
     return {
         "grammars": grammars,
         "grammar_bytes": _compiler.cached_bytes(),
-        "terminal_automata": len(terminals._TERMINAL_DFAS),
+        "terminal_automata": terminal_automata,
         "recent_terminal_automata": len(terminals._RECENT),
         "recent_terminal_bytes": terminals._RECENT.weight,
         "lexers": len(engine._UNIONS),
