@@ -1,4 +1,4 @@
-"""Regex syntax of several dialects -> a small AST of frozen dataclasses.
+"""Regex syntax of several dialects -> a small AST (its node classes: `_nodes.py`).
 
 The AST is flag-free: case folding, ``.``, ``\\d \\w \\s`` and ``\\p{...}`` are resolved to
 explicit code point sets while parsing, so the rest of the pipeline only sees ``Empty``,
