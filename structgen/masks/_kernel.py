@@ -119,7 +119,7 @@ class Events:
     whose tokens die after `cut` bytes in DFA state `state`, where the automaton accepts.
     Also used as walk ranges (nodes `[lo, hi)` whose parent is at depth `cut`)."""
 
-    __slots__ = ("_groups", "_key", "_one_state", "cut", "hi", "lo", "state")
+    __slots__ = ("_bounds", "_groups", "_key", "_one_state", "cut", "hi", "lo", "state")
 
     def __init__(
         self,
@@ -135,6 +135,27 @@ class Events:
         self._groups: list[tuple[int, Events]] | None = None
         self._one_state: int | None = None  # (all events in one state: the group is self)
         self._key: bytes | None = None
+        # (state, end, ...) when the events are ordered by state already (`grouped`)
+        self._bounds: tuple[int, ...] | None = None
+
+    @classmethod
+    def grouped(
+        cls,
+        lo: npt.NDArray[np.int64],
+        hi: npt.NDArray[np.int64],
+        cut: npt.NDArray[np.int32],
+        state: npt.NDArray[np.int32],
+        bounds: tuple[int, ...],
+    ) -> Events:
+        """Events ordered by state (each state's in walk order), `bounds` their groups as
+        (state, end, state, end, ...) with ascending states (the C walk's `group_events`):
+        the groups are slices, made when first asked."""
+        events = cls(lo, hi, cut, state)
+        if len(bounds) == 2:
+            events._one_state = bounds[0]
+        else:
+            events._bounds = bounds
+        return events
 
     @property
     def key(self) -> bytes:
@@ -164,7 +185,20 @@ class Events:
         if self._one_state is not None:
             return [(self._one_state, self)]
         groups = self._groups
-        if groups is None:
+        if groups is None and self._bounds is not None:
+            bounds, start, groups = self._bounds, 0, []
+            for i in range(0, len(bounds), 2):
+                end = bounds[i + 1]
+                part = slice(start, end)
+                groups.append(
+                    (
+                        bounds[i],
+                        Events(self.lo[part], self.hi[part], self.cut[part], self.state[part]),
+                    )
+                )
+                start = end
+            self._groups = groups
+        elif groups is None:
             groups = self._split()
             if len(groups) == 1 and groups[0][1] is self:
                 self._one_state = groups[0][0]
@@ -307,7 +341,18 @@ class _Scratch:
     """One thread's walk buffers: the DFA state stack and the boundary event arrays, with the
     events descriptor the C walk writes through (addresses kept: they are passed every call)."""
 
-    __slots__ = ("busy", "cut", "events", "hi", "lo", "p_events", "p_stack", "stack", "state")
+    __slots__ = (
+        "addresses",
+        "busy",
+        "cut",
+        "events",
+        "hi",
+        "lo",
+        "p_events",
+        "p_stack",
+        "stack",
+        "state",
+    )
 
     def __init__(self, depth: int, size: int, cap: int) -> None:
         self.stack = np.empty(depth, dtype=np.int32)
@@ -315,7 +360,8 @@ class _Scratch:
         self.hi = np.empty(size, dtype=np.int64)
         self.cut = np.empty(size, dtype=np.int32)
         self.state = np.empty(size, dtype=np.int32)
-        self.events = _EventsOut(*addresses(self.lo, self.hi, self.cut, self.state), cap)
+        self.addresses = addresses(self.lo, self.hi, self.cut, self.state)
+        self.events = _EventsOut(*self.addresses, cap)
         self.p_events = ctypes.addressof(self.events)
         (self.p_stack,) = addresses(self.stack)
         self.busy = False
@@ -500,10 +546,11 @@ class NativeWalk:
         k = n_events
         if not k:
             return words, _NO_EVENTS
-        events = Events(
-            bufs.lo[:k].copy(), bufs.hi[:k].copy(), bufs.cut[:k].copy(), bufs.state[:k].copy()
-        )
-        return words, events
+        lo, hi = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
+        cut, dies_in = np.empty(k, dtype=np.int32), np.empty(k, dtype=np.int32)
+        # (copied out ordered by state, with the groups every mask reaching them asks for)
+        bounds = _EXT.group_events(*bufs.addresses, k, *addresses(lo, hi, cut, dies_in))
+        return words, Events.grouped(lo, hi, cut, dies_in, bounds)
 
     def walk_sparse(
         self, dfa: Any, state: int, ranges: Events

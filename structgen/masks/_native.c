@@ -19,6 +19,7 @@
  */
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -678,6 +679,84 @@ static PyObject *py_take_words(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyLong_FromLongLong(sg_take_words(words, n, idx, val));
 }
 
+/* One event's place in the stable order by state (see py_group_events). */
+typedef struct {
+    int32_t state;
+    int32_t index;
+} event_key;
+
+static int event_key_cmp(const void *a, const void *b)
+{
+    const event_key *x = a, *y = b;
+    if (x->state != y->state) return x->state < y->state ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* group_events(lo, hi, cut, state, k, out_lo, out_hi, out_cut, out_state) -> bounds
+ * A walk's k boundary events copied from its buffers into the out arrays ordered by state, each
+ * state's events in walk order (a stable sort), and the groups as a tuple (state, end, state,
+ * end, ...) with ascending states: every mask that reaches the events splits them by the
+ * state they die in, which in Python cost four fancy-indexed copies per group. */
+static PyObject *py_group_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!args_ok(nargs, 9, "group_events")) return NULL;
+    const int64_t *lo = ADDR(0), *hi = ADDR(1);
+    const int32_t *cut = ADDR(2), *state = ADDR(3);
+    int64_t k = I64(4);
+    int64_t *o_lo = ADDR(5), *o_hi = ADDR(6);
+    int32_t *o_cut = ADDR(7), *o_state = ADDR(8);
+    if (PyErr_Occurred()) return NULL;
+    if (k <= 0 || k > INT32_MAX || !lo || !hi || !cut || !state || !o_lo || !o_hi || !o_cut
+            || !o_state) {
+        PyErr_SetString(PyExc_ValueError, "group_events: bad buffers or count");
+        return NULL;
+    }
+    int64_t same = 1;
+    while (same < k && state[same] == state[0]) same++;
+    if (same == k) {  /* the common case: one state, walk order kept */
+        memcpy(o_lo, lo, (size_t)k * sizeof(int64_t));
+        memcpy(o_hi, hi, (size_t)k * sizeof(int64_t));
+        memcpy(o_cut, cut, (size_t)k * sizeof(int32_t));
+        memcpy(o_state, state, (size_t)k * sizeof(int32_t));
+        return Py_BuildValue("(iL)", (int)state[0], (long long)k);
+    }
+    event_key *order = PyMem_Malloc((size_t)k * sizeof(event_key));
+    if (order == NULL) return PyErr_NoMemory();
+    for (int64_t i = 0; i < k; i++) {
+        order[i].state = state[i];
+        order[i].index = (int32_t)i;
+    }
+    qsort(order, (size_t)k, sizeof(event_key), event_key_cmp);
+    int64_t n_groups = 1;
+    for (int64_t i = 0; i < k; i++) {
+        int32_t j = order[i].index;
+        o_lo[i] = lo[j];
+        o_hi[i] = hi[j];
+        o_cut[i] = cut[j];
+        o_state[i] = state[j];
+        if (i && order[i].state != order[i - 1].state) n_groups++;
+    }
+    PyMem_Free(order);
+    PyObject *bounds = PyTuple_New((Py_ssize_t)(2 * n_groups));
+    if (bounds == NULL) return NULL;
+    Py_ssize_t g = 0;
+    for (int64_t i = 1; i <= k; i++) {
+        if (i < k && o_state[i] == o_state[i - 1]) continue;
+        PyObject *s = PyLong_FromLong(o_state[i - 1]);
+        PyObject *end = s ? PyLong_FromLongLong(i) : NULL;
+        if (end == NULL) {
+            Py_XDECREF(s);
+            Py_DECREF(bounds);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(bounds, g, s);
+        PyTuple_SET_ITEM(bounds, g + 1, end);
+        g += 2;
+    }
+    return bounds;
+}
+
 #undef ADDR
 #undef I64
 
@@ -689,6 +768,8 @@ static PyMethodDef methods[] = {
      "Whether two states keep the same token prefixes alive."},
     {"take_words", (PyCFunction)(void (*)(void))py_take_words, METH_FASTCALL,
      "The non-zero words of a mask, zeroing them."},
+    {"group_events", (PyCFunction)(void (*)(void))py_group_events, METH_FASTCALL,
+     "A walk's boundary events copied out ordered by state, and the groups."},
     {NULL, NULL, 0, NULL},
 };
 

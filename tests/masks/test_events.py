@@ -1,14 +1,16 @@
 """`Events.groups`: a walk's boundary events split by the state they die in — ascending states,
 each group's events in walk order, the events themselves when there is one state — whichever
-way they are split (Python lists for small walks, numpy for large ones)."""
+way they are split (Python lists for small walks, numpy for large ones, C for a walk's own)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from structgen.masks._kernel import Events
+from structgen.automata._native_subset import addresses
+from structgen.masks._kernel import _EXT, Events, native_available
 
 
 @settings(max_examples=300, deadline=None)
@@ -35,3 +37,27 @@ def test_groups_split_by_state_in_walk_order(states: list[int], seed: int) -> No
         assert part.state.tolist() == [s] * len(idx)
     if len(expected) == 1:
         assert groups[0][1] is events
+
+
+@pytest.mark.skipif(not native_available(), reason="needs the C walk")
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=150), st.integers(0, 10**6))
+def test_c_grouping_matches_the_python_split(states: list[int], seed: int) -> None:
+    """A C walk's events are copied out ordered by state (`group_events`): their groups are
+    the Python split's, slices of the ordered arrays."""
+    rng = np.random.default_rng(seed)
+    n = len(states)
+    lo = rng.integers(0, 10**6, n).astype(np.int64)
+    hi = lo + rng.integers(1, 100, n)
+    cut = rng.integers(1, 8, n).astype(np.int32)
+    state = np.array(states, dtype=np.int32)
+    out = [np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)]
+    out += [np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)]
+    bounds = _EXT.group_events(*addresses(lo, hi, cut, state), n, *addresses(*out))
+    grouped = Events.grouped(*out, bounds).groups()
+    expected = Events(lo, hi, cut, state).groups()
+    assert [s for s, _ in grouped] == [s for s, _ in expected]
+    for (_, got), (_, want) in zip(grouped, expected, strict=True):
+        for a, b in zip(got, want, strict=True):
+            assert a.tolist() == b.tolist()
+    assert sorted(out[3].tolist()) == out[3].tolist()
