@@ -72,11 +72,15 @@ def test_same_language_as_python_re(pattern: str) -> None:
         assert dfa.accepts(text.encode()) == (re.fullmatch(pattern, text) is not None), text
 
 
-def test_build_nfa_uses_c_above_a_few_states_and_keeps_its_limits() -> None:
+def test_build_nfa_uses_c_above_the_threshold_and_keeps_its_limits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     big = nfa.build_nfa(parse_regex(r"[ab]{0,100}"), max_states=10**6, pattern="p")
     assert big.arrays is not None  # built in C
     small = nfa.build_nfa(parse_regex(r"ab"), max_states=10**6, pattern="p")
-    assert small.arrays is None
+    assert (small.arrays is not None) == (nfa.NATIVE_ABOVE < 3)  # (every size by default)
+    monkeypatch.setattr(nfa, "NATIVE_ABOVE", 32)
+    assert nfa.build_nfa(parse_regex(r"ab"), max_states=10**6, pattern="p").arrays is None
     with pytest.raises(nfa.RegexError, match="UTF-8 nodes"):
         nfa.build_nfa(parse_regex(r"[^a]{0,60}"), max_states=125, pattern="p")
 
