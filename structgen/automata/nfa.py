@@ -314,6 +314,9 @@ def _string_pieces(texts: Sequence[str]) -> list[_Piece]:
     return [_string_piece(t) if piece is None else piece for t, piece in zip(texts, out)]
 
 
+_EXTEND_IN_NUMPY = 64  # leaves placed with numpy from this many on (`Pool.extend`)
+
+
 class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
     """An NFA's DAG nodes: pieces placed one after another. C reads it as arrays (`arrays`),
     joined from the pieces' own; the nodes as tuples are made only when Python asks."""
@@ -337,12 +340,19 @@ class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
         self._joined = None
         return base
 
-    def extend(self, pieces: Sequence[_Piece], sizes: npt.NDArray[np.int64]) -> Any:
-        """Place `pieces` (of `sizes` nodes) at the end; their first nodes' ids (an array)."""
-        bases = np.cumsum(sizes) - sizes + self.size
+    def extend(self, pieces: Sequence[_Piece], sizes: npt.NDArray[np.int64]) -> list[int]:
+        """Place `pieces` (of `sizes` nodes) at the end; their first nodes' ids."""
+        if len(sizes) > _EXTEND_IN_NUMPY:
+            bases: list[int] = (np.cumsum(sizes) - sizes + self.size).tolist()
+            self.size += int(sizes.sum())
+        else:  # (a regex's few leaves: four numpy calls cost more than the loop)
+            bases, size = [], self.size
+            for n in sizes.tolist():
+                bases.append(size)
+                size += n
+            self.size = size
         self.pieces.extend(pieces)
-        self.bases.extend(bases.tolist())
-        self.size += int(sizes.sum())
+        self.bases.extend(bases)
         self._nodes = None
         self._joined = None
         return bases
