@@ -115,11 +115,29 @@ _SMALL_EVENTS = 64  # events split by state with Python lists up to this many
 
 
 class Events:
-    """Boundary events of a walk, as arrays: the trie subtrees (preorder nodes `[lo, hi)`)
-    whose tokens die after `cut` bytes in DFA state `state`, where the automaton accepts.
-    Also used as walk ranges (nodes `[lo, hi)` whose parent is at depth `cut`)."""
+    """Boundary events of a walk: the trie subtrees (preorder nodes `[lo, hi)`) whose tokens
+    die after `cut` bytes in DFA state `state`, where the automaton accepts. Also used as walk
+    ranges (nodes `[lo, hi)` whose parent is at depth `cut`).
 
-    __slots__ = ("_bounds", "_groups", "_key", "_one_state", "cut", "hi", "lo", "state")
+    Made from four arrays, or (a C walk's) `packed`: events `[first, end)` of one bytes object
+    of `total` events laid out as lo, hi (int64), cut, state (int32), ordered by state, which
+    the next walk reads directly (`NativeWalk.walk_sparse`); the arrays are then views made
+    only when asked."""
+
+    __slots__ = (
+        "_bounds",
+        "_cut",
+        "_first",
+        "_groups",
+        "_hi",
+        "_key",
+        "_lo",
+        "_n",
+        "_one_state",
+        "_state",
+        "_total",
+        "packed",
+    )
 
     def __init__(
         self,
@@ -128,34 +146,82 @@ class Events:
         cut: npt.NDArray[np.int32],
         state: npt.NDArray[np.int32],
     ) -> None:
-        self.lo = lo
-        self.hi = hi
-        self.cut = cut
-        self.state = state
+        self._lo: npt.NDArray[np.int64] | None = lo
+        self._hi: npt.NDArray[np.int64] | None = hi
+        self._cut: npt.NDArray[np.int32] | None = cut
+        self._state: npt.NDArray[np.int32] | None = state
+        self._n = len(lo)
+        #: the C walk's packed events (None: made from arrays), of `_total`, from `_first`
+        self.packed: bytes | None = None
+        self._total = self._first = 0
         self._groups: list[tuple[int, Events]] | None = None
         self._one_state: int | None = None  # (all events in one state: the group is self)
         self._key: bytes | None = None
-        # (state, end, ...) when the events are ordered by state already (`grouped`)
+        # (state, end, ...) when the events are ordered by state already (`from_packed`)
         self._bounds: tuple[int, ...] | None = None
 
     @classmethod
-    def grouped(
-        cls,
-        lo: npt.NDArray[np.int64],
-        hi: npt.NDArray[np.int64],
-        cut: npt.NDArray[np.int32],
-        state: npt.NDArray[np.int32],
-        bounds: tuple[int, ...],
-    ) -> Events:
-        """Events ordered by state (each state's in walk order), `bounds` their groups as
-        (state, end, state, end, ...) with ascending states (the C walk's `group_events`):
-        the groups are slices, made when first asked."""
-        events = cls(lo, hi, cut, state)
+    def from_packed(cls, packed: bytes, total: int, bounds: tuple[int, ...]) -> Events:
+        """All `total` events of `pack_events`' bytes, `bounds` their groups as (state, end,
+        state, end, ...) with ascending states: the groups are slices, made when first
+        asked."""
+        events = cls._slice(packed, total, 0, total)
         if len(bounds) == 2:
             events._one_state = bounds[0]
         else:
             events._bounds = bounds
         return events
+
+    @classmethod
+    def _slice(cls, packed: bytes, total: int, first: int, end: int) -> Events:
+        events = cls.__new__(cls)
+        events._lo = events._hi = events._cut = events._state = None
+        events._n = end - first
+        events.packed = packed
+        events._total = total
+        events._first = first
+        events._groups = events._bounds = events._key = events._one_state = None
+        return events
+
+    def _view(self, offset: int, dtype: type[np.generic]) -> Any:
+        assert self.packed is not None
+        size = np.dtype(dtype).itemsize
+        return np.frombuffer(
+            self.packed, dtype=dtype, count=self._n, offset=offset + size * self._first
+        )
+
+    @property
+    def lo(self) -> npt.NDArray[np.int64]:
+        found = self._lo
+        if found is None:
+            found = self._lo = self._view(0, np.int64)
+        return found
+
+    @property
+    def hi(self) -> npt.NDArray[np.int64]:
+        found = self._hi
+        if found is None:
+            found = self._hi = self._view(8 * self._total, np.int64)
+        return found
+
+    @property
+    def cut(self) -> npt.NDArray[np.int32]:
+        found = self._cut
+        if found is None:
+            found = self._cut = self._view(16 * self._total, np.int32)
+        return found
+
+    @property
+    def state(self) -> npt.NDArray[np.int32]:
+        found = self._state
+        if found is None:
+            found = self._state = self._view(20 * self._total, np.int32)
+        return found
+
+    @property
+    def span(self) -> tuple[int, int, int]:
+        """(total, first, end) of packed events (`walk_spans` reads them there)."""
+        return self._total, self._first, self._first + self._n
 
     @property
     def key(self) -> bytes:
@@ -163,16 +229,23 @@ class Events:
         events is continued from every parse state that reaches it)."""
         key = self._key
         if key is None:
-            key = self._key = self.lo.tobytes() + self.hi.tobytes() + self.cut.tobytes()
+            packed = self.packed
+            if packed is None:
+                key = self.lo.tobytes() + self.hi.tobytes() + self.cut.tobytes()
+            else:
+                a, b, t = self._first, self._first + self._n, self._total
+                key = packed[8 * a : 8 * b] + packed[8 * (t + a) : 8 * (t + b)]
+                key += packed[16 * t + 4 * a : 16 * t + 4 * b]
+            self._key = key
         return key
 
     def __len__(self) -> int:
-        return len(self.lo)
+        return self._n
 
     @property
     def nbytes(self) -> int:
         """The bytes of the four arrays (cache budgets)."""
-        return int(self.lo.nbytes + self.hi.nbytes + self.cut.nbytes + self.state.nbytes)
+        return 24 * self._n
 
     def __iter__(self) -> Iterator[npt.NDArray[Any]]:
         return iter((self.lo, self.hi, self.cut, self.state))
@@ -186,16 +259,14 @@ class Events:
             return [(self._one_state, self)]
         groups = self._groups
         if groups is None and self._bounds is not None:
-            bounds, start, groups = self._bounds, 0, []
+            assert self.packed is not None
+            bounds, packed, total = self._bounds, self.packed, self._total
+            start, groups = 0, []
             for i in range(0, len(bounds), 2):
                 end = bounds[i + 1]
-                part = slice(start, end)
-                groups.append(
-                    (
-                        bounds[i],
-                        Events(self.lo[part], self.hi[part], self.cut[part], self.state[part]),
-                    )
-                )
+                group = Events._slice(packed, total, start, end)
+                group._one_state = bounds[i]
+                groups.append((bounds[i], group))
                 start = end
             self._groups = groups
         elif groups is None:
@@ -546,18 +617,17 @@ class NativeWalk:
         k = n_events
         if not k:
             return words, _NO_EVENTS
-        lo, hi = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
-        cut, dies_in = np.empty(k, dtype=np.int32), np.empty(k, dtype=np.int32)
         # (copied out ordered by state, with the groups every mask reaching them asks for)
-        bounds = _EXT.group_events(*bufs.addresses, k, *addresses(lo, hi, cut, dies_in))
-        return words, Events.grouped(lo, hi, cut, dies_in, bounds)
+        packed, bounds = _EXT.pack_events(*bufs.addresses, k)
+        return words, Events.from_packed(packed, k, bounds)
 
     def walk_sparse(
         self, dfa: Any, state: int, ranges: Events
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint32], Events]:
         """`walk(dfa, state, ranges=ranges, boundaries=True)` with the mask as its non-zero
         words (`indices`, `values`): a continued walk sets a few tokens, and a zeroed buffer
-        per thread, taken back word by word in C, spares a fresh mask and a scan of it."""
+        per thread, taken back word by word in C, spares a fresh mask and a scan of it. Packed
+        events (a C walk's) are walked in one call from their bytes (`walk_spans`)."""
         assert _EXT is not None
         scratch = self._scratch
         buffers = getattr(scratch, "sparse", None)
@@ -569,8 +639,35 @@ class NativeWalk:
             buffers = (words, idx, val, *addresses(words, idx, val))
         words, idx, val, p_words, p_idx, p_val = buffers
         try:
-            _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
-            k = _EXT.take_words(p_words, self.words, p_idx, p_val)
+            packed = ranges.packed
+            if packed is None:
+                _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
+                k = _EXT.take_words(p_words, self.words, p_idx, p_val)
+            else:
+                bufs = self._buffers()
+                dfa.row(state)
+                bufs.busy = True
+                try:
+                    k, n_events, build_ns = _EXT.walk_spans(
+                        self._view_address,
+                        packed,
+                        *ranges.span,
+                        state,
+                        dfa,
+                        bufs.p_stack,
+                        p_words,
+                        bufs.p_events,
+                        self.words,
+                        p_idx,
+                        p_val,
+                    )
+                finally:
+                    bufs.busy = False
+                scratch.build_seconds = build_ns * 1e-9
+                events = _NO_EVENTS
+                if n_events:
+                    packed, bounds = _EXT.pack_events(*bufs.addresses, n_events)
+                    events = Events.from_packed(packed, n_events, bounds)
         except BaseException:
             words[:] = 0  # (clean for the next walk)
             raise

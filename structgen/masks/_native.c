@@ -692,26 +692,30 @@ static int event_key_cmp(const void *a, const void *b)
     return (x->index > y->index) - (x->index < y->index);
 }
 
-/* group_events(lo, hi, cut, state, k, out_lo, out_hi, out_cut, out_state) -> bounds
- * A walk's k boundary events copied from its buffers into the out arrays ordered by state, each
- * state's events in walk order (a stable sort), and the groups as a tuple (state, end, state,
- * end, ...) with ascending states: every mask that reaches the events splits them by the
- * state they die in, which in Python cost four fancy-indexed copies per group. */
-static PyObject *py_group_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* pack_events(lo, hi, cut, state, k) -> (packed, bounds)
+ * A walk's k boundary events copied from its buffers into one bytes object, ordered by state
+ * (each state's events in walk order: a stable sort) and laid out as lo (int64 x k), hi (int64
+ * x k), cut (int32 x k), state (int32 x k); `bounds` are the groups as (state, end, state, end,
+ * ...) with ascending states. Every mask that reaches the events splits them by the state they
+ * die in and walks each group's subtrees again (`walk_spans`, straight from the bytes): in
+ * Python that was four fancy-indexed copies per group and four arrays per walk. */
+static PyObject *py_pack_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (!args_ok(nargs, 9, "group_events")) return NULL;
+    if (!args_ok(nargs, 5, "pack_events")) return NULL;
     const int64_t *lo = ADDR(0), *hi = ADDR(1);
     const int32_t *cut = ADDR(2), *state = ADDR(3);
     int64_t k = I64(4);
-    int64_t *o_lo = ADDR(5), *o_hi = ADDR(6);
-    int32_t *o_cut = ADDR(7), *o_state = ADDR(8);
     if (PyErr_Occurred()) return NULL;
-    if (k <= 0 || k > INT32_MAX || !lo || !hi || !cut || !state || !o_lo || !o_hi || !o_cut
-            || !o_state) {
-        PyErr_SetString(PyExc_ValueError, "group_events: bad buffers or count");
+    if (k <= 0 || k > INT32_MAX / 24 || !lo || !hi || !cut || !state) {
+        PyErr_SetString(PyExc_ValueError, "pack_events: bad buffers or count");
         return NULL;
     }
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(24 * k));
+    if (packed == NULL) return NULL;
+    char *base = PyBytes_AS_STRING(packed);
+    int64_t *o_lo = (int64_t *)base, *o_hi = (int64_t *)(base + 8 * k);
+    int32_t *o_cut = (int32_t *)(base + 16 * k), *o_state = (int32_t *)(base + 20 * k);
     int64_t same = 1;
     while (same < k && state[same] == state[0]) same++;
     if (same == k) {  /* the common case: one state, walk order kept */
@@ -719,10 +723,13 @@ static PyObject *py_group_events(PyObject *self, PyObject *const *args, Py_ssize
         memcpy(o_hi, hi, (size_t)k * sizeof(int64_t));
         memcpy(o_cut, cut, (size_t)k * sizeof(int32_t));
         memcpy(o_state, state, (size_t)k * sizeof(int32_t));
-        return Py_BuildValue("(iL)", (int)state[0], (long long)k);
+        return Py_BuildValue("(N(iL))", packed, (int)state[0], (long long)k);
     }
     event_key *order = PyMem_Malloc((size_t)k * sizeof(event_key));
-    if (order == NULL) return PyErr_NoMemory();
+    if (order == NULL) {
+        Py_DECREF(packed);
+        return PyErr_NoMemory();
+    }
     for (int64_t i = 0; i < k; i++) {
         order[i].state = state[i];
         order[i].index = (int32_t)i;
@@ -739,7 +746,10 @@ static PyObject *py_group_events(PyObject *self, PyObject *const *args, Py_ssize
     }
     PyMem_Free(order);
     PyObject *bounds = PyTuple_New((Py_ssize_t)(2 * n_groups));
-    if (bounds == NULL) return NULL;
+    if (bounds == NULL) {
+        Py_DECREF(packed);
+        return NULL;
+    }
     Py_ssize_t g = 0;
     for (int64_t i = 1; i <= k; i++) {
         if (i < k && o_state[i] == o_state[i - 1]) continue;
@@ -748,13 +758,70 @@ static PyObject *py_group_events(PyObject *self, PyObject *const *args, Py_ssize
         if (end == NULL) {
             Py_XDECREF(s);
             Py_DECREF(bounds);
+            Py_DECREF(packed);
             return NULL;
         }
         PyTuple_SET_ITEM(bounds, g, s);
         PyTuple_SET_ITEM(bounds, g + 1, end);
         g += 2;
     }
-    return bounds;
+    return Py_BuildValue("(NN)", packed, bounds);
+}
+
+/* walk_spans(view, packed, total, first, end, start, dfa, stack, words, events, n_words, idx,
+ *            val) -> (n_words_set, n_events, build_ns)
+ * `sg_walk_nodes` over events [first, end) of a `pack_events` result of `total` events (their
+ * subtrees, each from its cut), boundary events collected into `events`, then the mask's
+ * non-zero words taken out of `words` (zeroed again) into idx/val (`sg_take_words`): a
+ * continued walk in one call. */
+static PyObject *py_walk_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!args_ok(nargs, 13, "walk_spans")) return NULL;
+    const node_view *v = ADDR(0);
+    if (!PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "walk_spans: packed events must be bytes");
+        return NULL;
+    }
+    int64_t total = I64(2), first = I64(3), end = I64(4);
+    int32_t start = (int32_t)I64(5);
+    int32_t *stack = ADDR(7);
+    uint32_t *words = ADDR(8);
+    events_out *ev_given = ADDR(9);
+    int64_t n_words = I64(10);
+    int64_t *idx = ADDR(11);
+    uint32_t *val = ADDR(12);
+    if (PyErr_Occurred()) return NULL;
+    if (total < 0 || first < 0 || end < first || end > total
+            || PyBytes_GET_SIZE(args[1]) != 24 * total) {
+        PyErr_SetString(PyExc_ValueError, "walk_spans: events out of range");
+        return NULL;
+    }
+    if (v == NULL || stack == NULL || words == NULL || ev_given == NULL || idx == NULL
+            || val == NULL || n_words < 0) {
+        PyErr_SetString(PyExc_ValueError, "walk_spans: a NULL buffer");
+        return NULL;
+    }
+    const char *base = PyBytes_AS_STRING(args[1]);
+    const int64_t *lo = (const int64_t *)base + first;
+    const int64_t *hi = (const int64_t *)(base + 8 * total) + first;
+    const int32_t *cut = (const int32_t *)(base + 16 * total) + first;
+    events_out ev = *ev_given;
+    walk_state ws = {0};
+    dfa_view view;
+    python_call call;
+    Py_INCREF(args[1]);  /* (the bytes are read without the GIL) */
+    if (call_enter(&call, args[6], &view) < 0) {
+        Py_DECREF(args[1]);
+        return NULL;
+    }
+    int64_t result = sg_walk_nodes(v, lo, hi, cut, end - first, start, &view, python_row, stack,
+                                   &ws, words, &ev);
+    int failed = call_leave(&call, result) < 0;
+    Py_DECREF(args[1]);
+    int64_t k = sg_take_words(words, n_words, idx, val);  /* (zeroed again, even on failure) */
+    if (failed) return NULL;
+    return Py_BuildValue("(LLL)", (long long)k, (long long)ws.n_events, (long long)call.build_ns);
 }
 
 #undef ADDR
@@ -768,8 +835,10 @@ static PyMethodDef methods[] = {
      "Whether two states keep the same token prefixes alive."},
     {"take_words", (PyCFunction)(void (*)(void))py_take_words, METH_FASTCALL,
      "The non-zero words of a mask, zeroing them."},
-    {"group_events", (PyCFunction)(void (*)(void))py_group_events, METH_FASTCALL,
-     "A walk's boundary events copied out ordered by state, and the groups."},
+    {"pack_events", (PyCFunction)(void (*)(void))py_pack_events, METH_FASTCALL,
+     "A walk's boundary events packed into bytes ordered by state, and the groups."},
+    {"walk_spans", (PyCFunction)(void (*)(void))py_walk_spans, METH_FASTCALL,
+     "A continued walk over packed events' subtrees, its mask as non-zero words."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -42,22 +42,24 @@ def test_groups_split_by_state_in_walk_order(states: list[int], seed: int) -> No
 @pytest.mark.skipif(not native_available(), reason="needs the C walk")
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 5), min_size=1, max_size=150), st.integers(0, 10**6))
-def test_c_grouping_matches_the_python_split(states: list[int], seed: int) -> None:
-    """A C walk's events are copied out ordered by state (`group_events`): their groups are
-    the Python split's, slices of the ordered arrays."""
+def test_packed_events_group_as_the_python_split(states: list[int], seed: int) -> None:
+    """A C walk's events are packed into bytes ordered by state (`pack_events`): their groups
+    are the Python split's, read from the bytes, each with its own cache key."""
     rng = np.random.default_rng(seed)
     n = len(states)
     lo = rng.integers(0, 10**6, n).astype(np.int64)
     hi = lo + rng.integers(1, 100, n)
     cut = rng.integers(1, 8, n).astype(np.int32)
     state = np.array(states, dtype=np.int32)
-    out = [np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)]
-    out += [np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)]
-    bounds = _EXT.group_events(*addresses(lo, hi, cut, state), n, *addresses(*out))
-    grouped = Events.grouped(*out, bounds).groups()
+    packed, bounds = _EXT.pack_events(*addresses(lo, hi, cut, state), n)
+    events = Events.from_packed(packed, n, bounds)
+    assert len(events) == n and events.nbytes == 24 * n
+    grouped = events.groups()
     expected = Events(lo, hi, cut, state).groups()
     assert [s for s, _ in grouped] == [s for s, _ in expected]
     for (_, got), (_, want) in zip(grouped, expected, strict=True):
+        assert len(got) == len(want)
+        assert got.key == want.key
         for a, b in zip(got, want, strict=True):
             assert a.tolist() == b.tolist()
-    assert sorted(out[3].tolist()) == out[3].tolist()
+    assert sorted(events.state.tolist()) == events.state.tolist()
