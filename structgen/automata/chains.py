@@ -61,6 +61,7 @@ class LiteralSource(_Source):
     #: (an escape's few states), not eightfold: thousands of keys stay among the recent
     #: automata, and a bigger fresh table is more pages to fault in at a first visit
     growth = 2
+    finite = True  # (a word's spellings: slice checks skip its states)
 
     def __init__(
         self,

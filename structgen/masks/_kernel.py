@@ -694,6 +694,8 @@ class NativeWalk:
         everything = (1 << (self.n_groups - 1)) - 1
         token = self._memo_token
         for part, s in parts:
+            if part._source.finite:
+                continue  # (a key's spellings never allow a slice: most parts of a key union)
             # Kept on the terminal DFA, per vocabulary layout (a weak-keyed table here cost a
             # weak reference per lookup, dozens per lexer state).
             memos: dict[int, dict[Hashable, int]] | None = getattr(part, "_slice_memos", None)
