@@ -344,7 +344,16 @@ class ByteDFA:
         source = self._source
         if not source.counts:
             return state
-        return ("bounded", source.bounded_key(self.key_of(state), depth))
+        # Memoised per state: a union's slice proofs ask for each component's class of every
+        # union state the component is part of, and a sequence asks its parts in turn.
+        memo: dict[tuple[int, int], Hashable] | None = getattr(self, "_bounded_memo", None)
+        if memo is None:
+            memo = {}
+            self._bounded_memo = memo
+        found = memo.get((state, depth))
+        if found is None:
+            found = memo[state, depth] = ("bounded", source.bounded_key(self.key_of(state), depth))
+        return found
 
     @property
     def alphabet(self) -> int:
@@ -447,6 +456,7 @@ class ByteDFA:
             # memos of the mask layer, keyed by this process's vocabulary layouts
             state.pop("_slice_memos", None)
             state.pop("_slices_possible", None)
+            state.pop("_bounded_memo", None)
             rows = table_capacity(max(self.num_states, 1))  # (not a grown table's spare rows)
             state["_table"] = self._table[:rows].copy()
             state["_accepting"] = self._accepting[:rows].copy()
