@@ -540,9 +540,10 @@ def build_nfa(
 
 
 #: NFAs of more states than this are built in C when the extension is there. Once 32 (below
-#: it the ctypes call cost more than Python's loop); with a build deferred to the automaton's
-#: first row (`DeferredNFASource`, only for NFAs built in C) every size pays: MaskBench's compile
-#: p90 -6% and mean -5%, the JSON and SQL grammars' compile + first mask -7% and -9% at 0.
+#: it the ctypes call cost more than Python's loop); at 0 every terminal's build also waits for
+#: its automaton's first row (`DeferredNFASource`, only for NFAs built in C): the JSON and SQL
+#: grammars' compile -20%, compile + first mask -7% and -9%; MaskBench unchanged within the
+#: host's noise (compile p90 0.88-1.11x in four rounds side by side).
 NATIVE_ABOVE = 0
 
 
