@@ -25,7 +25,24 @@ __all__ = [
 
 
 class StructgenError(Exception):
-    """Base of every error raised by structgen."""
+    """Base of every error raised by structgen.
+
+    Picklable with its fields (an error raised in a worker process reaches the parent whole):
+    Python's default rebuilds an exception by calling its class with the message alone, which
+    the errors with keyword-only fields (`RegexError`'s `pattern`, `LimitExceededError`'s
+    `limit`) refused, and the others answered with their fields lost and the message wrapped
+    a second time."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuilt(cls: type[StructgenError], args: tuple[Any, ...], fields: dict[str, Any]) -> Any:
+    """An unpickled error: its message and fields as they were, without running `__init__`."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
 
 
 class ArgumentError(StructgenError, TypeError, ValueError):
@@ -123,9 +140,6 @@ class ValidationFailedError(StructgenError):
             error = attempt.error.replace("\n", "\n    ")
             lines.append(f"  attempt {i}: {error}\n    output: {text!r}")
         super().__init__("\n".join(lines))
-
-    def __reduce__(self) -> tuple[type[ValidationFailedError], tuple[str, tuple[Any, ...]]]:
-        return (type(self), (self.model, self.attempts))  # picklable across processes
 
 
 _E = TypeVar("_E", bound=BaseException)

@@ -117,3 +117,47 @@ def test_regex_asts_and_grammar_ir_round_trip() -> None:
         again = pickle.loads(pickle.dumps(value))
         assert again == value and hash(again) == hash(value) and repr(again) == repr(value)
         assert copy.deepcopy(value) == value
+
+
+def _errors() -> list[Exception]:
+    from structgen.errors import (
+        ArgumentError,
+        GenerationError,
+        GrammarError,
+        LimitExceededError,
+        RegexError,
+        SchemaError,
+        UnsupportedRegexError,
+        UnsupportedSchemaError,
+        ValidationAttempt,
+        ValidationFailedError,
+    )
+    from structgen.grammar.structural_tag import StructuralTagError
+
+    return [
+        ArgumentError("bitmask must be 2-D"),
+        GenerationError("no tokens left"),
+        RegexError("unbalanced parenthesis", pattern="(ab", offset=0),
+        RegexError("too large", pattern="a{9999}"),
+        UnsupportedRegexError("lookahead", pattern="(?=a)", offset=1),
+        GrammarError("unexpected token", line=3, column=7),
+        StructuralTagError("no end tag"),
+        SchemaError("not a schema", pointer="/properties/a"),
+        UnsupportedSchemaError("unknown format"),
+        LimitExceededError("too many DFA states", limit="max_dfa_states", value=10),
+        ValidationFailedError("Point", (ValidationAttempt(text="{}", error="x missing"),)),
+    ]
+
+
+@pytest.mark.parametrize("error", _errors(), ids=lambda e: type(e).__name__)
+def test_errors_round_trip_with_their_fields(error: Exception) -> None:
+    """An error raised in a worker process reaches the parent with its message and fields
+    (the default pickling called the class with the message alone: keyword-only fields
+    refused it, the others lost their fields and wrapped the message again)."""
+    error.add_note("raised in a worker")
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert str(back) == str(error) and back.args == error.args
+    assert vars(back) == vars(error)
+    with pytest.raises(type(error)):
+        raise back
