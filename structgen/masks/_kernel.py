@@ -438,6 +438,16 @@ class _Scratch:
         self.busy = False
 
 
+def _collected_events(bufs: _Scratch, k: int) -> Events:
+    """The `k` boundary events a walk left in `bufs`, copied out ordered by state with the
+    groups every mask reaching them asks for (`pack_events`)."""
+    if not k:
+        return _NO_EVENTS
+    assert _EXT is not None
+    packed, bounds = _EXT.pack_events(*bufs.addresses, k)
+    return Events.from_packed(packed, k, bounds)
+
+
 class NativeWalk:
     """The vocabulary's trie as preorder node arrays, ready for `sg_walk_nodes`."""
 
@@ -614,12 +624,7 @@ class NativeWalk:
         finally:
             bufs.busy = False
         self._scratch.build_seconds = build_ns * 1e-9
-        k = n_events
-        if not k:
-            return words, _NO_EVENTS
-        # (copied out ordered by state, with the groups every mask reaching them asks for)
-        packed, bounds = _EXT.pack_events(*bufs.addresses, k)
-        return words, Events.from_packed(packed, k, bounds)
+        return words, _collected_events(bufs, n_events)
 
     def walk_sparse(
         self, dfa: Any, state: int, ranges: Events
@@ -664,10 +669,7 @@ class NativeWalk:
                 finally:
                     bufs.busy = False
                 scratch.build_seconds = build_ns * 1e-9
-                events = _NO_EVENTS
-                if n_events:
-                    packed, bounds = _EXT.pack_events(*bufs.addresses, n_events)
-                    events = Events.from_packed(packed, n_events, bounds)
+                events = _collected_events(bufs, n_events)
         except BaseException:
             words[:] = 0  # (clean for the next walk)
             raise

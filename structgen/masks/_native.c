@@ -679,7 +679,7 @@ static PyObject *py_take_words(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyLong_FromLongLong(sg_take_words(words, n, idx, val));
 }
 
-/* One event's place in the stable order by state (see py_group_events). */
+/* One event's place in the stable order by state (see py_pack_events). */
 typedef struct {
     int32_t state;
     int32_t index;
