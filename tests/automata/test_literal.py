@@ -555,3 +555,19 @@ def test_the_spelling_count_never_turns_away_a_block(pattern: str, limit: int) -
     listed = _spellings(node, limit)
     if listed is not None:
         assert _count_spellings(node, limit) == len(listed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 255), min_size=1))
+def test_a_one_byte_block_is_the_subset_construction(byte_set: set[int]) -> None:
+    """The block of one byte from a set, written out directly, is the one the subset
+    construction makes: every field, the digest and the C layout included."""
+    from structgen.automata._blocks import _one_byte_block, _subset_block
+
+    mask = sum(1 << b for b in byte_set)
+    fast, slow = _one_byte_block(mask), _subset_block([(mask,)])
+    assert slow is not None
+    for name in ("moves", "first", "rank", "row", "used", "size", "width", "digest"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert np.array_equal(fast.c_data, slow.c_data)
+    assert fast.c_data.dtype == slow.c_data.dtype and not fast.c_data.flags.writeable
