@@ -2650,6 +2650,88 @@ done:
     return out;
 }
 
+/* The NFA builder (`_thompson.c`), for `nfa_arrays`. */
+typedef struct sg_nfa sg_nfa;
+sg_nfa *sg_nfa_build(const int8_t *typ, const int64_t *a, const int64_t *b, const int32_t *coff,
+                     const int32_t *ch, int32_t root, const uint8_t *pool_nonempty, int64_t *out);
+void sg_nfa_copy(const sg_nfa *s, int8_t *kind, int32_t *node, int32_t *next, uint8_t *live,
+                 int32_t *eoff, int32_t *eflat);
+void sg_nfa_free(sg_nfa *s);
+
+/* nfa_arrays(typ, a, b, offsets, children, top, nonempty): the NFA `sg_nfa_build` makes of a
+ * regex program (`nfa.Program`: its five tables as int64 buffers, `top` its root; `nonempty`
+ * the pool's per-node flags, uint8), as (start, kind, node, next, live, eps offsets, eps):
+ * bytes of int8, int32, int32, uint8, int32 and int32 (eps at least one entry). One call where
+ * ctypes took three and numpy a dozen: a terminal's NFA is built at its first row, inside the
+ * first mask that reads it, and that set-up cost more than building a small NFA. */
+static PyObject *nfa_arrays(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "nfa_arrays(typ, a, b, offsets, children, top, nonempty)");
+        return NULL;
+    }
+    long top = PyLong_AsLong(args[5]);
+    if (top == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer v[6];
+    const int which[6] = {0, 1, 2, 3, 4, 6};
+    int taken = 0;
+    PyObject *result = NULL;
+    int8_t *typ8 = NULL;
+    int32_t *off32 = NULL, *ch32 = NULL;
+    for (; taken < 6; taken++)
+        if (PyObject_GetBuffer(args[which[taken]], &v[taken], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    Py_ssize_t n_nodes = v[0].len / 8, n_children = v[4].len / 8;
+    if (v[0].len % 8 || v[1].len != v[0].len || v[2].len != v[0].len
+        || v[3].len != (n_nodes + 1) * 8 || v[4].len % 8 || top < 0 || top >= n_nodes) {
+        PyErr_SetString(PyExc_ValueError, "nfa_arrays: inconsistent program tables");
+        goto done;
+    }
+    const int64_t *t64 = (const int64_t *)v[0].buf, *o64 = (const int64_t *)v[3].buf;
+    const int64_t *c64 = (const int64_t *)v[4].buf;
+    typ8 = (int8_t *)malloc((size_t)(n_nodes ? n_nodes : 1));
+    off32 = (int32_t *)malloc((size_t)(n_nodes + 1) * 4);
+    ch32 = (int32_t *)malloc((size_t)(n_children ? n_children : 1) * 4);
+    if (!typ8 || !off32 || !ch32) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_nodes; i++) typ8[i] = (int8_t)t64[i];
+    for (Py_ssize_t i = 0; i <= n_nodes; i++) off32[i] = (int32_t)o64[i];
+    for (Py_ssize_t i = 0; i < n_children; i++) ch32[i] = (int32_t)c64[i];
+    if (!n_children) ch32[0] = 0;
+    int64_t out[3];
+    sg_nfa *nfa = sg_nfa_build(typ8, (const int64_t *)v[1].buf, (const int64_t *)v[2].buf, off32,
+                               ch32, (int32_t)top, (const uint8_t *)v[5].buf, out);
+    if (!nfa) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t n = (Py_ssize_t)out[0], n_eps = (Py_ssize_t)out[1];
+    PyObject *kind = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *node = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *next = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *live = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *eoff = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *eps = PyBytes_FromStringAndSize(NULL, (n_eps ? n_eps : 1) * 4);
+    if (kind && node && next && live && eoff && eps) {
+        if (!n_eps) memset(PyBytes_AS_STRING(eps), 0, 4);
+        sg_nfa_copy(nfa, (int8_t *)PyBytes_AS_STRING(kind), (int32_t *)PyBytes_AS_STRING(node),
+                    (int32_t *)PyBytes_AS_STRING(next), (uint8_t *)PyBytes_AS_STRING(live),
+                    (int32_t *)PyBytes_AS_STRING(eoff), (int32_t *)PyBytes_AS_STRING(eps));
+        result = Py_BuildValue("(LNNNNNN)", (long long)out[2], kind, node, next, live, eoff, eps);
+    } else {
+        Py_XDECREF(kind), Py_XDECREF(node), Py_XDECREF(next);
+        Py_XDECREF(live), Py_XDECREF(eoff), Py_XDECREF(eps);
+    }
+    sg_nfa_free(nfa);
+done:
+    free(typ8), free(off32), free(ch32);
+    while (taken--) PyBuffer_Release(&v[taken]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
@@ -2675,6 +2757,8 @@ static PyMethodDef methods[] = {
      "chain_context(blocks, max_states): a new C chain context's address (sg_chain_free)"},
     {"chain_arrays", (PyCFunction)(void (*)(void))chain_arrays, METH_FASTCALL,
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
+    {"nfa_arrays", (PyCFunction)(void (*)(void))nfa_arrays, METH_FASTCALL,
+     "nfa_arrays(typ, a, b, offsets, children, top, nonempty): a program's NFA as bytes"},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,
      "uninitialised(nbytes): a bytearray whose contents are not written"},
     {NULL, NULL, 0, NULL},

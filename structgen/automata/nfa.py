@@ -529,8 +529,9 @@ def build_nfa(
             pattern=pattern,
         )
     b = _Builder(max_states, pattern)
-    if needed > NATIVE_ABOVE and (lib := _thompson()) is not None:
-        return _build_native(lib, b, node, needed, max_states, pattern, program)
+    if needed > NATIVE_ABOVE and (_NFA_ARRAYS is not None or (lib := _thompson()) is not None):
+        return _build_native(lib if _NFA_ARRAYS is None else None, b, node, needed, max_states,
+                             pattern, program)  # fmt: skip
     match = b.new(MATCH)
     start = b.compile(node, match)
     _check_total(len(b.kind), len(b.pool), max_states, pattern)
@@ -782,6 +783,16 @@ def node_program(node: Node) -> Program:
 _PROGRAMS: LRU[Node, Program] = LRU(256)
 
 
+#: `_build_native` in one C call (`nfa_arrays` in `_subset.c`), or None (ctypes, as before)
+_NFA_ARRAYS = extension_function("nfa_arrays")
+_NFA_TYPES = (np.int8, np.int32, np.int32, np.uint8, np.int32, np.int32)
+
+
+def _int64(values: Any) -> npt.NDArray[np.int64]:
+    """`values` as a contiguous int64 array (the program's tables are, where C made them)."""
+    return np.ascontiguousarray(values, dtype=np.int64)
+
+
 def _build_native(
     lib: Any,
     b: _Builder,
@@ -792,9 +803,8 @@ def _build_native(
     program: Program | None = None,
 ) -> ByteNFA:
     """`build_nfa` with the `states` states (match included) built and trimmed in C
-    (`_thompson.c`): the same NFA."""
-    from structgen.automata import _native_subset
-
+    (`_thompson.c`): the same NFA. `lib`: the ctypes library, where the extension has no
+    `nfa_arrays` (None: it has)."""
     check_budget()
     flat = node_program(node) if program is None else program
     arg_a = np.array(flat.arg_a, dtype=np.int64)
@@ -805,6 +815,28 @@ def _build_native(
         arg_a[np.asarray(flat.leaf_at)] = b.pool.extend(leaves.pieces, leaves.sizes)
     top = flat.top
     _check_total(states, len(b.pool), max_states, pattern)  # (`states`: what C will build)
+    nonempty = b.pool.nonempty()
+    if not len(nonempty):
+        nonempty = np.zeros(1, dtype=np.uint8)
+    if _NFA_ARRAYS is not None:  # (one call: the tables in, the NFA's arrays out)
+        start, *made = _NFA_ARRAYS(
+            _int64(flat.typ),
+            arg_a,
+            _int64(flat.arg_b),
+            _int64(flat.offsets),
+            _int64(flat.children),
+            top,
+            nonempty,
+        )
+        kind, node_ids, nxt, live, eps_off, eps = (
+            np.frombuffer(data, dtype=t) for data, t in zip(made, _NFA_TYPES, strict=True)
+        )
+        return ByteNFA(
+            None, None, None, None, b.pool, start, 0, leaves.ranges,
+            arrays=(kind, live, node_ids, nxt, eps_off, eps),
+        )  # fmt: skip
+    from structgen.automata import _native_subset
+
     tables = (
         np.array(flat.typ, dtype=np.int8),
         arg_a,
@@ -812,9 +844,6 @@ def _build_native(
         np.array(flat.offsets, dtype=np.int32),
         np.array(flat.children if len(flat.children) else [0], dtype=np.int32),
     )
-    nonempty = b.pool.nonempty()
-    if not len(nonempty):
-        nonempty = np.zeros(1, dtype=np.uint8)
     out = np.zeros(3, dtype=np.int64)
     *where, nonempty_at, out_at = _native_subset.addresses(*tables, nonempty, out)
     handle = lib.sg_nfa_build(*where, top, nonempty_at, out_at)

@@ -6,6 +6,7 @@ import random
 import re
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -320,3 +321,21 @@ def test_a_large_alternation_of_words_matches_what_re_matches(words: list[str]) 
     probes = {w[:k] for w in words for k in range(len(w) + 1)} | {w + "a" for w in words}
     for text in probes:
         assert _full_match(dfa, text) == bool(re.fullmatch(pattern, text)), text
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_one_call_build_is_the_ctypes_build(pattern: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nfa_arrays` (the extension's one call) and the ctypes calls it replaced, kept for an
+    extension built before it, make the same NFA arrays."""
+    assert nfa._NFA_ARRAYS is not None
+    one_call = native_nfa(pattern)
+    monkeypatch.setattr(nfa, "_NFA_ARRAYS", None)
+    ctypes_built = native_nfa(pattern)
+    assert one_call.start == ctypes_built.start
+    assert one_call.arrays is not None and ctypes_built.arrays is not None
+    *fixed, eps = one_call.arrays
+    *fixed_c, eps_c = ctypes_built.arrays
+    for a, b in zip(fixed, fixed_c, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    used = int(fixed[4][-1])  # (eps holds one entry more when it is empty: never read)
+    assert eps.dtype == eps_c.dtype and np.array_equal(eps[:used], eps_c[:used])
