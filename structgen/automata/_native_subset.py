@@ -175,6 +175,8 @@ UNION_WALK_BUILD: int = _address("sg_union_walk_build")
 CHAIN_WALK_BUILD: int = _address("sg_chain_walk_build")
 #: `chain_context` (the extension's function that makes an `sg_chain`), or None
 _CHAIN_CONTEXT = extension_function("chain_context") if _LIB is not None else None
+#: a union state's accepting components as a frozenset in one call (None: ctypes, below)
+_UNION_ACCEPTED = extension_function("union_accepted") if _LIB is not None else None
 
 
 def search_limit_error(budget: int) -> LimitExceededError:
@@ -278,7 +280,7 @@ class _NativeStates:
         """Bytes the context holds beyond the states (a product's liveness memo)."""
         return 0
 
-    def accepted(self, state: int) -> list[int] | None:
+    def accepted(self, state: int) -> Collection[int] | None:
         """A union state's accepting components (`NativeUnion`); None: ask the key."""
         return None
 
@@ -515,12 +517,15 @@ class NativeUnion(_NativeStates):
         self.parts[i].row(state)
         self.refresh_part(i)
 
-    def accepted(self, state: int) -> list[int] | None:
-        """A union state's accepting components, ascending (C reads the components'
-        flags); None when C cannot tell (not a union, or a component's arrays it holds are
-        stale): ask the key."""
+    def accepted(self, state: int) -> Collection[int] | None:
+        """A union state's accepting components (C reads the components' flags; a frozenset,
+        or a list, ascending, from an extension built before `union_accepted`); None when C
+        cannot tell (not a union, or a component's arrays it holds are stale): ask the key."""
         if self.mode != UNION:
             return None
+        if _UNION_ACCEPTED is not None:
+            found: frozenset[int] | None = _UNION_ACCEPTED(self.ctx, state)
+            return found
         buf, address = _key_buffer()
         n = int(_LIB.sg_union_accepted(self.ctx, state, address, len(buf)))
         return None if n < 0 else buf[:n].tolist()  # type: ignore[no-any-return]

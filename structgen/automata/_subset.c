@@ -2251,6 +2251,51 @@ static PyObject *uninitialised(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyByteArray_FromStringAndSize(NULL, n);
 }
 
+/* union_accepted(ctx, state): a union context's state's accepting components as a frozenset,
+ * or None when C cannot tell (`sg_union_accepted`: not a union, a component's arrays stale).
+ * `ctx` is the address `sg_union_new` gave (`NativeUnion.ctx`). Asked once per new lexer state
+ * of a grammar (`_SharedUnion.accepted`): through ctypes, a buffer and a list, it cost ~3 us. */
+static PyObject *union_accepted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "union_accepted takes ctx and state");
+        return NULL;
+    }
+    sg_union *u = PyLong_AsVoidPtr(args[0]);
+    long state = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (u == NULL || state < 0 || state > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "union_accepted: no context, or a bad state");
+        return NULL;
+    }
+    int64_t small[64], *out = small, cap = 64;
+    int64_t n = sg_union_accepted(u, (int32_t)state, out, cap);
+    if (n < 0 && u->n_parts > cap) {  /* (maybe only too many accepting: ask with room) */
+        cap = u->n_parts;
+        out = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+        if (out == NULL) return PyErr_NoMemory();
+        n = sg_union_accepted(u, (int32_t)state, out, cap);
+    }
+    PyObject *result = NULL;
+    if (n < 0) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else if ((result = PyFrozenSet_New(NULL)) != NULL) {
+        for (int64_t k = 0; k < n; k++) {
+            PyObject *i = PyLong_FromLongLong(out[k]);
+            if (i == NULL || PySet_Add(result, i) < 0) {
+                Py_XDECREF(i);
+                Py_CLEAR(result);
+                break;
+            }
+            Py_DECREF(i);
+        }
+    }
+    if (out != small) PyMem_Free(out);
+    return result;
+}
+
 /* check_snapshots(rows, byte_classes, states, classes): None when a compile-cache file's
  * automata are consistent, else the reason (snapshot.py, `SnapshotBatch.check`, whose numpy
  * path it replaces: a file holds ~20 automata of a few states, and a dozen numpy calls over
@@ -2759,6 +2804,8 @@ static PyMethodDef methods[] = {
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
     {"nfa_arrays", (PyCFunction)(void (*)(void))nfa_arrays, METH_FASTCALL,
      "nfa_arrays(typ, a, b, offsets, children, top, nonempty): a program's NFA as bytes"},
+    {"union_accepted", (PyCFunction)(void (*)(void))union_accepted, METH_FASTCALL,
+     "union_accepted(ctx, state): a union state's accepting components, or None"},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,
      "uninitialised(nbytes): a bytearray whose contents are not written"},
     {NULL, NULL, 0, NULL},

@@ -96,6 +96,9 @@ class _SliceChecks(ctypes.Structure):
 
 
 _EXT, _ENDS = _load()
+#: a continued walk, its words and packed events as new bytes in one C call (None: an extension
+#: built before it, then `walk_spans` and `pack_events`)
+_CONTINUE_SPANS: Any = getattr(_EXT, "continue_spans", None)
 #: pairs of states an equality check may visit before it gives up ("not known equal")
 MAX_EQUAL_PAIRS = 4096
 _EQUAL_SLOTS = 8192  # a power of two above MAX_EQUAL_PAIRS: the visited set's open addressing
@@ -648,7 +651,34 @@ class NativeWalk:
             if packed is None:
                 _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
                 k = _EXT.take_words(p_words, self.words, p_idx, p_val)
-            else:
+            elif _CONTINUE_SPANS is not None:
+                bufs = self._buffers()
+                dfa.row(state)
+                bufs.busy = True
+                try:
+                    indices, values, packed, bounds, build_ns = _CONTINUE_SPANS(
+                        self._view_address,
+                        packed,
+                        *ranges.span,
+                        state,
+                        dfa,
+                        bufs.p_stack,
+                        p_words,
+                        bufs.p_events,
+                        self.words,
+                        p_idx,
+                        p_val,
+                    )
+                finally:
+                    bufs.busy = False
+                scratch.build_seconds = build_ns * 1e-9
+                events = (
+                    _NO_EVENTS
+                    if packed is None
+                    else Events.from_packed(packed, len(packed) // 24, bounds)
+                )
+                return np.frombuffer(indices, np.int64), np.frombuffer(values, np.uint32), events
+            else:  # (an extension built before `continue_spans`)
                 bufs = self._buffers()
                 dfa.row(state)
                 bufs.busy = True

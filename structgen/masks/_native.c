@@ -699,14 +699,9 @@ static int event_key_cmp(const void *a, const void *b)
  * ...) with ascending states. Every mask that reaches the events splits them by the state they
  * die in and walks each group's subtrees again (`walk_spans`, straight from the bytes): in
  * Python that was four fancy-indexed copies per group and four arrays per walk. */
-static PyObject *py_pack_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *pack_events(const int64_t *lo, const int64_t *hi, const int32_t *cut,
+                             const int32_t *state, int64_t k)
 {
-    (void)self;
-    if (!args_ok(nargs, 5, "pack_events")) return NULL;
-    const int64_t *lo = ADDR(0), *hi = ADDR(1);
-    const int32_t *cut = ADDR(2), *state = ADDR(3);
-    int64_t k = I64(4);
-    if (PyErr_Occurred()) return NULL;
     if (k <= 0 || k > INT32_MAX / 24 || !lo || !hi || !cut || !state) {
         PyErr_SetString(PyExc_ValueError, "pack_events: bad buffers or count");
         return NULL;
@@ -768,20 +763,28 @@ static PyObject *py_pack_events(PyObject *self, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(NN)", packed, bounds);
 }
 
-/* walk_spans(view, packed, total, first, end, start, dfa, stack, words, events, n_words, idx,
- *            val) -> (n_words_set, n_events, build_ns)
- * `sg_walk_nodes` over events [first, end) of a `pack_events` result of `total` events (their
- * subtrees, each from its cut), boundary events collected into `events`, then the mask's
- * non-zero words taken out of `words` (zeroed again) into idx/val (`sg_take_words`): a
- * continued walk in one call. */
-static PyObject *py_walk_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *py_pack_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (!args_ok(nargs, 13, "walk_spans")) return NULL;
+    if (!args_ok(nargs, 5, "pack_events")) return NULL;
+    const int64_t *lo = ADDR(0), *hi = ADDR(1);
+    const int32_t *cut = ADDR(2), *state = ADDR(3);
+    int64_t k = I64(4);
+    if (PyErr_Occurred()) return NULL;
+    return pack_events(lo, hi, cut, state, k);
+}
+
+/* The continued walk shared by walk_spans and continue_spans: `sg_walk_nodes` over events
+ * [first, end) of a `pack_events` result of `total` events (their subtrees, each from its cut),
+ * boundary events collected into `*ev`, then the mask's non-zero words taken out of `words`
+ * (zeroed again) into idx/val (`sg_take_words`). 0, or -1 with an exception set. */
+static int spans_walk(PyObject *const *args, int64_t *k_out, int64_t *n_events,
+                      int64_t *build_ns, events_out *ev_out)
+{
     const node_view *v = ADDR(0);
     if (!PyBytes_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "walk_spans: packed events must be bytes");
-        return NULL;
+        return -1;
     }
     int64_t total = I64(2), first = I64(3), end = I64(4);
     int32_t start = (int32_t)I64(5);
@@ -791,16 +794,16 @@ static PyObject *py_walk_spans(PyObject *self, PyObject *const *args, Py_ssize_t
     int64_t n_words = I64(10);
     int64_t *idx = ADDR(11);
     uint32_t *val = ADDR(12);
-    if (PyErr_Occurred()) return NULL;
+    if (PyErr_Occurred()) return -1;
     if (total < 0 || first < 0 || end < first || end > total
             || PyBytes_GET_SIZE(args[1]) != 24 * total) {
         PyErr_SetString(PyExc_ValueError, "walk_spans: events out of range");
-        return NULL;
+        return -1;
     }
     if (v == NULL || stack == NULL || words == NULL || ev_given == NULL || idx == NULL
             || val == NULL || n_words < 0) {
         PyErr_SetString(PyExc_ValueError, "walk_spans: a NULL buffer");
-        return NULL;
+        return -1;
     }
     const char *base = PyBytes_AS_STRING(args[1]);
     const int64_t *lo = (const int64_t *)base + first;
@@ -813,15 +816,68 @@ static PyObject *py_walk_spans(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_INCREF(args[1]);  /* (the bytes are read without the GIL) */
     if (call_enter(&call, args[6], &view) < 0) {
         Py_DECREF(args[1]);
-        return NULL;
+        return -1;
     }
     int64_t result = sg_walk_nodes(v, lo, hi, cut, end - first, start, &view, python_row, stack,
                                    &ws, words, &ev);
     int failed = call_leave(&call, result) < 0;
     Py_DECREF(args[1]);
-    int64_t k = sg_take_words(words, n_words, idx, val);  /* (zeroed again, even on failure) */
-    if (failed) return NULL;
-    return Py_BuildValue("(LLL)", (long long)k, (long long)ws.n_events, (long long)call.build_ns);
+    *k_out = sg_take_words(words, n_words, idx, val);  /* (zeroed again, even on failure) */
+    *n_events = ws.n_events;
+    *build_ns = call.build_ns;
+    *ev_out = *ev_given;
+    return failed ? -1 : 0;
+}
+
+/* walk_spans(view, packed, total, first, end, start, dfa, stack, words, events, n_words, idx,
+ *            val) -> (n_words_set, n_events, build_ns)
+ * `spans_walk`: a continued walk in one call (the words set left in idx/val, the events in the
+ * buffers of `events`). */
+static PyObject *py_walk_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!args_ok(nargs, 13, "walk_spans")) return NULL;
+    int64_t k, n_events, build_ns;
+    events_out ev;
+    if (spans_walk(args, &k, &n_events, &build_ns, &ev) < 0) return NULL;
+    return Py_BuildValue("(LLL)", (long long)k, (long long)n_events, (long long)build_ns);
+}
+
+/* continue_spans(same arguments as walk_spans) -> (indices, values, packed, bounds, build_ns)
+ * `walk_spans` and `pack_events` in one call, with the results as new bytes: the words set
+ * (int64 indices, uint32 values) and the boundary events packed (None and () when there are
+ * none). A first visit continues a few walks from each boundary: the Python between the two
+ * calls, and the two copies of the words, cost as much as a short walk. */
+static PyObject *py_continue_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!args_ok(nargs, 13, "continue_spans")) return NULL;
+    int64_t k, n_events, build_ns;
+    events_out ev;
+    if (spans_walk(args, &k, &n_events, &build_ns, &ev) < 0) return NULL;
+    const int64_t *idx = ADDR(11);
+    const uint32_t *val = ADDR(12);
+    PyObject *indices = PyBytes_FromStringAndSize((const char *)idx, (Py_ssize_t)(8 * k));
+    PyObject *values = indices ? PyBytes_FromStringAndSize((const char *)val,
+                                                            (Py_ssize_t)(4 * k)) : NULL;
+    PyObject *events = NULL;
+    if (values != NULL) {
+        if (n_events > 0 && n_events <= ev.cap)
+            events = pack_events(ev.lo, ev.hi, ev.cut, ev.state, n_events);
+        else if (n_events == 0)
+            events = Py_BuildValue("(O())", Py_None);
+        else
+            PyErr_SetString(PyExc_RuntimeError, "continue_spans: more events than buffers");
+    }
+    if (events == NULL) {
+        Py_XDECREF(indices);
+        Py_XDECREF(values);
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(NNOOL)", indices, values, PyTuple_GET_ITEM(events, 0),
+                                  PyTuple_GET_ITEM(events, 1), (long long)build_ns);
+    Py_DECREF(events);
+    return out;
 }
 
 #undef ADDR
@@ -839,6 +895,8 @@ static PyMethodDef methods[] = {
      "A walk's boundary events packed into bytes ordered by state, and the groups."},
     {"walk_spans", (PyCFunction)(void (*)(void))py_walk_spans, METH_FASTCALL,
      "A continued walk over packed events' subtrees, its mask as non-zero words."},
+    {"continue_spans", (PyCFunction)(void (*)(void))py_continue_spans, METH_FASTCALL,
+     "walk_spans and pack_events in one call, the results as new bytes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -463,10 +463,11 @@ class TokenMaskWalker:
         self._store(self._boundaries, state, out)
         return out
 
-    def _store(self, cache: dict[Any, Any], key: Any, value: Any) -> None:
-        """Cache `value` (counting its bytes), then drop the oldest entries past
-        `max_cached_masks`."""
-        size = _array_bytes(value)  # (outside the lock; a new key has no old value to weigh)
+    def _store(self, cache: dict[Any, Any], key: Any, value: Any, size: int = -1) -> None:
+        """Cache `value` (counting its bytes: `size` when the caller knows them), then drop the
+        oldest entries past `max_cached_masks`."""
+        if size < 0:
+            size = _array_bytes(value)  # (outside the lock; a new key has no old value to weigh)
         with self._lock:
             old = cache.pop(key, None)
             cache[key] = value
@@ -501,7 +502,7 @@ class TokenMaskWalker:
             hit = (words, events)
             if bounded is not None:
                 self._store(self._bounded_events, bounded, hit)
-        self._store(self._events, state, hit)
+        self._store(self._events, state, hit, hit[0].nbytes + hit[1].nbytes)
         return hit
 
     def _whole_walk(
@@ -530,7 +531,7 @@ class TokenMaskWalker:
             native = native_walk(self.vocab)
             assert native is not None
             hit = native.walk_sparse(self.dfa, start, spans)
-            self._store(self._continued, key, hit)
+            self._store(self._continued, key, hit, hit[0].nbytes + hit[1].nbytes + hit[2].nbytes)
         return hit
 
     def first_byte_dead(self, state: int) -> npt.NDArray[np.int32]:

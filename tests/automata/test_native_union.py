@@ -122,11 +122,11 @@ def test_c_accepted_components_match_the_keys() -> None:
     assert isinstance(source, UnionSource)
     answered = 0
     for state in range(d.num_states):
-        expected = list(source.accepted(d.key_of(state)))  # type: ignore[arg-type]
+        expected = set(source.accepted(d.key_of(state)))  # type: ignore[arg-type]
         got = native.accepted(state)
         if got is not None:
             answered += 1
-            assert got == expected, state
+            assert set(got) == expected, state
     assert answered == d.num_states
     assert any(native.accepted(s) for s in range(d.num_states))
     assert native.accepted(d.num_states) is None  # (no such state)
@@ -140,7 +140,7 @@ def test_c_accepted_components_match_the_keys() -> None:
     for state in range(e.num_states):
         got = e_native.accepted(state)
         if got is not None:
-            assert got == list(e_source.accepted(e.key_of(state))), state  # type: ignore[arg-type]
+            assert set(got) == set(e_source.accepted(e.key_of(state))), state  # type: ignore[arg-type]
 
 
 def test_python_built_components_and_stale_views() -> None:

@@ -320,3 +320,33 @@ def test_counted_strings_share_proofs_far_from_their_bounds(
     assert len(near) == depth + 2  # hi - k from 0 to depth + 1 (capped)
     low = {source.bounded_key((k, -1), depth) for k in range(0, 250)}
     assert len(low) == depth + 1  # lo - k from 1 to depth + 1 (capped)
+
+
+def test_one_call_continued_walks_and_accepting_components(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`continue_spans` (a continued walk and its packed events in one C call) and
+    `union_accepted` (a lexer state's accepting terminals in one call) give the same masks along
+    an instance as the calls they replace (`walk_spans` + `pack_events`, the ctypes query)."""
+    from structgen.automata import _native_subset
+
+    if _kernel._CONTINUE_SPANS is None or _native_subset._UNION_ACCEPTED is None:
+        pytest.skip("the extensions are built without the one-call functions")
+    vocab = load_vocab("llama3_1")
+    ids = load_tokenizer("llama3_1").encode(INSTANCE, add_special_tokens=False)
+    runs = []
+    for one_call in (True, False):
+        if not one_call:
+            monkeypatch.setattr(_kernel, "_CONTINUE_SPANS", None)
+            monkeypatch.setattr(_native_subset, "_UNION_ACCEPTED", None)
+        compiler._CACHE.clear()
+        engine._UNIONS.clear()
+        terminals.clear_terminal_automata()
+        compiled = Compiler(vocab).json_schema(SCHEMA, options=SchemaOptions(mode="accept"))
+        runs.append(masks_along(compiled, ids, vocab.size))
+    compiler._CACHE.clear()
+    engine._UNIONS.clear()
+    one, two = runs
+    assert len(one) == len(two) == len(ids)
+    for k, (a, b) in enumerate(zip(one, two, strict=True)):
+        assert np.array_equal(a, b), k
