@@ -210,9 +210,7 @@ class EarleyGrammar:
         self.start_nullable = self.rules[self.start_rule][0] in self.nullable
         self._predictions: dict[frozenset[int], Prediction] = {}
         #: Earley sets by kernel (weak): structurally equal parse states are one object
-        self.interned: weakref.WeakValueDictionary[frozenset[Item], EarleySet] = (
-            weakref.WeakValueDictionary()
-        )
+        self.interned = InternedSets()
         #: what the C loop of `EarleySet` reads (`_earley.c`: `closure`), in one tuple
         self.native_tables = (
             self.rules,
@@ -283,6 +281,44 @@ class EarleyGrammar:
     def initial_set(self) -> EarleySet:
         """The parse state before any input."""
         return EarleySet(self, [], seed=True)
+
+
+class InternedSets:
+    """Earley sets by kernel, held weakly: `refs[kernel]()` is the set, or None once it died
+    (its entry then goes). A `WeakValueDictionary` did this with a Python `get`, a Python
+    `__setitem__` and a `KeyedRef` made in Python per entry: ~2 us of each new parse state, and
+    a first visit of a mask makes a few. Here a look-up is a dict's, an entry a plain weak
+    reference whose callback (one per table, holding the table weakly: no cycle) drops it."""
+
+    __slots__ = ("__weakref__", "_drop", "_kernels", "refs")
+
+    def __init__(self) -> None:
+        self.refs: dict[frozenset[Item], weakref.ref[EarleySet]] = {}
+        #: each reference's kernel, for its callback (a dead reference still finds its entry:
+        #: its hash was taken while the set lived, and the dict compares identity first)
+        self._kernels: dict[weakref.ref[EarleySet], frozenset[Item]] = {}
+        table = weakref.ref(self)
+
+        def drop(ref: weakref.ref[EarleySet]) -> None:
+            live = table()
+            if live is not None:
+                kernel = live._kernels.pop(ref, None)
+                if kernel is not None and live.refs.get(kernel) is ref:
+                    del live.refs[kernel]
+
+        self._drop = drop
+
+    def add(self, kernel: frozenset[Item], child: EarleySet) -> None:
+        ref = weakref.ref(child, self._drop)
+        self._kernels[ref] = kernel
+        self.refs[kernel] = ref
+
+    def get(self, kernel: frozenset[Item]) -> EarleySet | None:
+        found = self.refs.get(kernel)
+        return None if found is None else found()
+
+    def __len__(self) -> int:
+        return len(self.refs)
 
 
 def _NOTHING_EXPECTED() -> None:
@@ -410,9 +446,10 @@ class EarleySet:
         # interned, so equal kernels mean equal parse futures. Reusing the object shares
         # its cached masks, e.g. after every element of one JSON array.
         interned = self.grammar.interned
-        child = interned.get(kernel)
+        found = interned.refs.get(kernel)
+        child = None if found is None else found()
         if child is None:
             child = EarleySet(self.grammar, kernel)
-            interned[kernel] = child
+            interned.add(kernel, child)
         children[terminals] = weakref.ref(child)
         return child
