@@ -140,15 +140,286 @@ static int advance_over(PyObject *set, PyObject *symbol, sink_fn sink, void *ctx
     return rc;
 }
 
-/* Add the nonterminals `nt` predicts (from the grammar's memo, else its method) to `out`. */
-static int predict(PyObject *out, PyObject *memo, PyObject *predicts_of, PyObject *nt) {
+/* ------------------------------------------------------------------ prediction
+ *
+ * `EarleyGrammar.own_items_of`, `predicts_of` and `prediction` in C, over the same memo dicts
+ * (the Python methods stay: the fallback, and callers outside the closure). A new parse state
+ * whose items predict nonterminals not met before in this grammar asks them: a few µs of
+ * Python each, for a handful of rules. Same results in the same order (the memos are shared,
+ * and sets are filled in the order the Python loops fill them). */
+
+typedef struct {
+    PyObject *rules, *nullable, *by_lhs, *own, *firsts, *predicts, *predictions;
+    Py_ssize_t num_terminals;
+} grammar_tables;
+
+/* The tables from `EarleyGrammar.native_tables` (9 entries; 0 when it has the 6 of an older
+ * layout: then the Python methods answer). -1 on a bad tuple. */
+static int read_tables(PyObject *tables, grammar_tables *g) {
+    if (!PyTuple_Check(tables) || (PyTuple_GET_SIZE(tables) != 6 && PyTuple_GET_SIZE(tables) != 9)) {
+        PyErr_SetString(PyExc_TypeError, "the grammar's tables must be a 6- or 9-tuple");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(tables) == 6)
+        return 0;
+    g->rules = PyTuple_GET_ITEM(tables, 0);
+    g->nullable = PyTuple_GET_ITEM(tables, 1);
+    g->num_terminals = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, 2));
+    g->predicts = PyTuple_GET_ITEM(tables, 4);
+    g->predictions = PyTuple_GET_ITEM(tables, 5);
+    g->by_lhs = PyTuple_GET_ITEM(tables, 6);
+    g->own = PyTuple_GET_ITEM(tables, 7);
+    g->firsts = PyTuple_GET_ITEM(tables, 8);
+    if (PyErr_Occurred())
+        return -1;
+    if (!PyList_Check(g->rules) || !PyAnySet_Check(g->nullable) || !PyDict_Check(g->predicts) ||
+        !PyDict_Check(g->predictions) || !PyDict_Check(g->by_lhs) || !PyDict_Check(g->own) ||
+        !PyDict_Check(g->firsts)) {
+        PyErr_SetString(PyExc_TypeError, "the grammar's tables have the wrong types");
+        return -1;
+    }
+    return 1;
+}
+
+/* `own_items_of(nt)`: nt's predicted items as (next symbol, rule id, dot), memoised in `own`
+ * (and the nonterminals among those symbols in `firsts`). A borrowed reference, or NULL. */
+static PyObject *own_items(grammar_tables *g, PyObject *nt) {
+    PyObject *hit = PyDict_GetItemWithError(g->own, nt);
+    if (hit != NULL || PyErr_Occurred())
+        return hit;
+    PyObject *items = PyList_New(0), *firsts = PySet_New(NULL), *own = NULL, *frozen = NULL;
+    int rc = items == NULL || firsts == NULL ? -1 : 0;
+    PyObject *rids = rc ? NULL : PyDict_GetItemWithError(g->by_lhs, nt); /* (None: no rules) */
+    if (rids == NULL && PyErr_Occurred())
+        rc = -1;
+    else if (rids != NULL && !PyList_Check(rids)) {
+        PyErr_SetString(PyExc_TypeError, "by_lhs holds lists of rule ids");
+        rc = -1;
+    }
+    for (Py_ssize_t i = 0; rc == 0 && rids != NULL && i < PyList_GET_SIZE(rids); i++) {
+        PyObject *rid = PyList_GET_ITEM(rids, i);
+        Py_ssize_t r = PyLong_AsSsize_t(rid);
+        if (r < 0 || r >= PyList_GET_SIZE(g->rules)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "a rule id out of range");
+            rc = -1;
+            break;
+        }
+        PyObject *rule = PyList_GET_ITEM(g->rules, r);
+        if (!PyTuple_Check(rule) || PyTuple_GET_SIZE(rule) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(rule, 1))) {
+            PyErr_SetString(PyExc_TypeError, "a rule must be (lhs, rhs tuple)");
+            rc = -1;
+            break;
+        }
+        PyObject *rhs = PyTuple_GET_ITEM(rule, 1);
+        for (Py_ssize_t dot = 0; rc == 0 && dot < PyTuple_GET_SIZE(rhs); dot++) {
+            PyObject *following = PyTuple_GET_ITEM(rhs, dot);
+            PyObject *d = PyLong_FromSsize_t(dot);
+            PyObject *item = d ? PyTuple_Pack(3, following, rid, d) : NULL;
+            Py_XDECREF(d);
+            rc = item == NULL ? -1 : PyList_Append(items, item);
+            Py_XDECREF(item);
+            Py_ssize_t f = rc ? 0 : PyLong_AsSsize_t(following);
+            if (rc == 0 && PyErr_Occurred())
+                rc = -1;
+            if (rc == 0 && f >= g->num_terminals)
+                rc = PySet_Add(firsts, following);
+            int skip = rc ? 0 : PySet_Contains(g->nullable, following);
+            if (skip < 0)
+                rc = -1;
+            else if (!skip)
+                break;
+        }
+    }
+    if (rc == 0 && (own = PyList_AsTuple(items)) != NULL && (frozen = PyFrozenSet_New(firsts)))
+        rc = PyDict_SetItem(g->own, nt, own) || PyDict_SetItem(g->firsts, nt, frozen) ? -1 : 0;
+    else
+        rc = -1;
+    Py_XDECREF(items);
+    Py_XDECREF(firsts);
+    Py_XDECREF(frozen);
+    Py_XDECREF(own); /* (the memo holds it) */
+    return rc ? NULL : PyDict_GetItemWithError(g->own, nt);
+}
+
+/* `predicts_of(nt)`: the nonterminals a set that expects `nt` predicts (nt included), memoised
+ * in `predicts` (an nt without rules: an empty frozenset, not memoised). A new reference. */
+static PyObject *predicts_of_c(grammar_tables *g, PyObject *nt) {
+    PyObject *hit = PyDict_GetItemWithError(g->predicts, nt);
+    if (hit != NULL) {
+        Py_INCREF(hit);
+        return hit;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    int has = PyDict_Contains(g->by_lhs, nt);
+    if (has <= 0)
+        return has < 0 ? NULL : PyFrozenSet_New(NULL);
+    PyObject *closure = PySet_New(NULL), *result = NULL;
+    Stack stack = {NULL, 0, 0};
+    int rc = closure == NULL || PySet_Add(closure, nt) < 0 ? -1 : 0;
+    if (rc == 0) {
+        Py_INCREF(nt);
+        rc = stack_push(&stack, nt);
+    }
+    while (rc == 0 && stack.size) {
+        PyObject *top = stack.items[--stack.size]; /* owned */
+        PyObject *firsts = own_items(g, top) == NULL ? NULL : PyDict_GetItemWithError(g->firsts, top);
+        Py_DECREF(top);
+        if (firsts == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_KeyError, "predicts_of: no first nonterminals");
+            rc = -1;
+            break;
+        }
+        Py_INCREF(firsts);
+        PyObject *iter = PyObject_GetIter(firsts), *nxt;
+        Py_DECREF(firsts);
+        if (iter == NULL) {
+            rc = -1;
+            break;
+        }
+        while (rc == 0 && (nxt = PyIter_Next(iter)) != NULL) {
+            int known = PySet_Contains(closure, nxt);
+            if (known < 0 || (!known && PySet_Add(closure, nxt) < 0))
+                rc = -1;
+            if (rc == 0 && !known) {
+                Py_INCREF(nxt);
+                rc = stack_push(&stack, nxt);
+            }
+            Py_DECREF(nxt);
+        }
+        Py_DECREF(iter);
+        if (PyErr_Occurred())
+            rc = -1;
+    }
+    if (rc == 0 && (result = PyFrozenSet_New(closure)) != NULL &&
+        PyDict_SetItem(g->predicts, nt, result) < 0)
+        Py_CLEAR(result);
+    stack_clear(&stack);
+    Py_XDECREF(closure);
+    return result;
+}
+
+#define MAX_PREDICTIONS 65536 /* (as EarleyGrammar.prediction: the memo is cleared past it) */
+
+/* `prediction(nonterminals)`: (the (rule id, dot) pairs by next symbol, the terminals among
+ * those symbols) of a set predicting `nonterminals`, memoised in `predictions`. New ref. */
+static PyObject *prediction_c(grammar_tables *g, PyObject *nonterminals) {
+    PyObject *hit = PyDict_GetItemWithError(g->predictions, nonterminals);
+    if (hit != NULL) {
+        Py_INCREF(hit);
+        return hit;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *grouped = PyDict_New(), *by_symbol = NULL, *terminals = NULL, *result = NULL;
+    PyObject *iter = grouped ? PyObject_GetIter(nonterminals) : NULL, *nt;
+    int rc = iter == NULL ? -1 : 0;
+    while (rc == 0 && (nt = PyIter_Next(iter)) != NULL) {
+        PyObject *own = own_items(g, nt);
+        Py_DECREF(nt);
+        if (own == NULL) {
+            rc = -1;
+            break;
+        }
+        for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(own); i++) {
+            PyObject *item = PyTuple_GET_ITEM(own, i); /* (sym, rid, dot) */
+            PyObject *sym = PyTuple_GET_ITEM(item, 0);
+            PyObject *pairs = PyDict_GetItemWithError(grouped, sym);
+            if (pairs == NULL) {
+                if (PyErr_Occurred() || (pairs = PyList_New(0)) == NULL) {
+                    rc = -1;
+                    break;
+                }
+                rc = PyDict_SetItem(grouped, sym, pairs);
+                Py_DECREF(pairs); /* (the dict holds it) */
+                if (rc)
+                    break;
+            }
+            PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2));
+            rc = pair == NULL ? -1 : PyList_Append(pairs, pair);
+            Py_XDECREF(pair);
+        }
+    }
+    Py_XDECREF(iter);
+    if (PyErr_Occurred())
+        rc = -1;
+    if (rc == 0 && ((by_symbol = PyDict_New()) == NULL || (terminals = PyFrozenSet_New(NULL)) == NULL))
+        rc = -1;
+    Py_ssize_t pos = 0;
+    PyObject *sym, *pairs;
+    while (rc == 0 && PyDict_Next(grouped, &pos, &sym, &pairs)) {
+        PyObject *frozen = PyList_AsTuple(pairs);
+        rc = frozen == NULL ? -1 : PyDict_SetItem(by_symbol, sym, frozen);
+        Py_XDECREF(frozen);
+    }
+    pos = 0;
+    while (rc == 0 && PyDict_Next(by_symbol, &pos, &sym, &pairs)) {
+        Py_ssize_t s = PyLong_AsSsize_t(sym);
+        if (PyErr_Occurred())
+            rc = -1;
+        else if (s < g->num_terminals)
+            rc = PySet_Add(terminals, sym); /* (brand new: PySet_Add may fill it) */
+    }
+    if (rc == 0 && (result = PyTuple_Pack(2, by_symbol, terminals)) != NULL) {
+        if (PyDict_GET_SIZE(g->predictions) >= MAX_PREDICTIONS)
+            PyDict_Clear(g->predictions);
+        if (PyDict_SetItem(g->predictions, nonterminals, result) < 0)
+            Py_CLEAR(result);
+    }
+    Py_XDECREF(grouped);
+    Py_XDECREF(by_symbol);
+    Py_XDECREF(terminals);
+    return result;
+}
+
+/* predicts_of(tables, nt) and prediction(tables, nonterminals): the two above, for tests and
+ * for Python callers (tables: `EarleyGrammar.native_tables`, the 9-entry layout). */
+static PyObject *py_predicts_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    grammar_tables g;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "predicts_of takes tables and a nonterminal");
+        return NULL;
+    }
+    int got = read_tables(args[0], &g);
+    if (got <= 0) {
+        if (got == 0)
+            PyErr_SetString(PyExc_TypeError, "predicts_of needs the 9-entry tables");
+        return NULL;
+    }
+    return predicts_of_c(&g, args[1]);
+}
+
+static PyObject *py_prediction(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    grammar_tables g;
+    if (nargs != 2 || !PyFrozenSet_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "prediction takes tables and a frozenset");
+        return NULL;
+    }
+    int got = read_tables(args[0], &g);
+    if (got <= 0) {
+        if (got == 0)
+            PyErr_SetString(PyExc_TypeError, "prediction needs the 9-entry tables");
+        return NULL;
+    }
+    return prediction_c(&g, args[1]);
+}
+
+/* Add the nonterminals `nt` predicts (from the grammar's memo, else `predicts_of_c` with the
+ * 9-entry tables `g`, else the grammar's method) to `out`. */
+static int predict(PyObject *out, PyObject *memo, PyObject *predicts_of, PyObject *nt,
+                   grammar_tables *g) {
     PyObject *found = PyDict_GetItemWithError(memo, nt);
     if (found != NULL) {
         Py_INCREF(found);
     } else {
         if (PyErr_Occurred())
             return -1;
-        found = PyObject_CallOneArg(predicts_of, nt);
+        found = g != NULL ? predicts_of_c(g, nt) : PyObject_CallOneArg(predicts_of, nt);
         if (found == NULL)
             return -1;
     }
@@ -174,13 +445,19 @@ static int predict(PyObject *out, PyObject *memo, PyObject *predicts_of, PyObjec
  * then looks up (or asks `prediction` for) the items those nonterminals predict, and the
  * terminals the set expects: the predicted ones and those its carried items wait on.
  * `tables`: the grammar's (rules: list of (lhs, rhs tuple), nullable, number of terminals,
- * start rule id, memo of `predicts_of`, memo of `prediction`). */
+ * start rule id, memo of `predicts_of`, memo of `prediction`[, by_lhs, memo of own items, memo
+ * of first nonterminals]): with the last three, what the memos lack is made in C
+ * (`predicts_of_c`, `prediction_c`), else by calling `predicts_of` and `prediction`. */
 static PyObject *closure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 7 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 6) {
-        PyErr_SetString(PyExc_TypeError, "closure takes 7 arguments, the first a 6-tuple");
+    grammar_tables tables_c;
+    int native_prediction = nargs == 7 ? read_tables(args[0], &tables_c) : -1;
+    if (native_prediction < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "closure takes 7 arguments, the first a tuple");
         return NULL;
     }
+    grammar_tables *g = native_prediction ? &tables_c : NULL;
     PyObject *tables = args[0];
     PyObject *rules = PyTuple_GET_ITEM(tables, 0), *nullable = PyTuple_GET_ITEM(tables, 1);
     PyObject *memo = PyTuple_GET_ITEM(tables, 4), *predictions = PyTuple_GET_ITEM(tables, 5);
@@ -275,7 +552,7 @@ static PyObject *closure(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                 if (known < 0)
                     rc = -1;
                 else if (!known && (PySet_Add(merged, sym) < 0 ||
-                                    predict(predicted, memo, predicts_of, sym) < 0))
+                                    predict(predicted, memo, predicts_of, sym, g) < 0))
                     rc = -1;
                 int skip = rc ? 0 : PySet_Contains(nullable, sym);
                 if (skip < 0)
@@ -300,7 +577,7 @@ static PyObject *closure(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (found != NULL) {
             Py_INCREF(found);
         } else if (!PyErr_Occurred()) {
-            found = PyObject_CallOneArg(prediction, frozen);
+            found = g != NULL ? prediction_c(g, frozen) : PyObject_CallOneArg(prediction, frozen);
         }
         Py_DECREF(frozen);
         if (found == NULL)
@@ -624,6 +901,10 @@ static PyMethodDef methods[] = {
     {"closure", (PyCFunction)(void (*)(void))closure, METH_FASTCALL,
      "closure(tables, predicts_of, prediction, kernel, by_next, predicted, complete): an"
      " Earley set's items (EarleySet.__init__)"},
+    {"predicts_of", (PyCFunction)(void (*)(void))py_predicts_of, METH_FASTCALL,
+     "predicts_of(tables, nt): EarleyGrammar.predicts_of over its memos"},
+    {"prediction", (PyCFunction)(void (*)(void))py_prediction, METH_FASTCALL,
+     "prediction(tables, nonterminals): EarleyGrammar.prediction over its memos"},
     {"scan_kernel", (PyCFunction)(void (*)(void))scan_kernel, METH_FASTCALL,
      "scan_kernel(usable, by_next, predicted, here): a scan's kernel (EarleySet.scan)"},
     {"known_closure", (PyCFunction)(void (*)(void))known_closure, METH_FASTCALL,

@@ -30,6 +30,8 @@ Prediction = tuple[dict[int, tuple[tuple[int, int], ...]], frozenset[int]]
 #: the C loops of `EarleySet` (`_earley.c`: `closure`, `scan_kernel`), or None: not built, or
 #: switched off with STRUCTGEN_NATIVE=0 (then the Python loops below run; same sets)
 _NATIVE = extension_module("structgen.grammar._earley")
+#: whether the C loop also predicts (`predicts_of`, `prediction` in C over the same memos)
+_NATIVE_PREDICTION = _NATIVE is not None and hasattr(_NATIVE, "prediction")
 
 
 def known_closure(rules: list[Any], known: set[Any]) -> list[int]:
@@ -211,8 +213,10 @@ class EarleyGrammar:
         self._predictions: dict[frozenset[int], Prediction] = {}
         #: Earley sets by kernel (weak): structurally equal parse states are one object
         self.interned = InternedSets()
-        #: what the C loop of `EarleySet` reads (`_earley.c`: `closure`), in one tuple
-        self.native_tables = (
+        #: what the C loop of `EarleySet` reads (`_earley.c`: `closure`), in one tuple; with
+        #: the rules by left-hand side and the own-items memos, C predicts what the memos lack
+        #: (an extension built before that reads the first six and calls the methods)
+        self.native_tables: tuple[Any, ...] = (
             self.rules,
             self.nullable,
             self.num_terminals,
@@ -220,6 +224,8 @@ class EarleyGrammar:
             self._predicts,
             self._predictions,
         )
+        if _NATIVE_PREDICTION:
+            self.native_tables += (self.by_lhs, self._own_items, self._first_nts)
 
     def own_items_of(self, nt: int) -> tuple[tuple[int, int, int], ...]:
         """`nt`'s predicted items as (next symbol, rule id, dot) (see `__init__`)."""

@@ -93,6 +93,53 @@ def test_c_and_python_sets_agree_on_shipped_grammars(
         assert walk_both(grammar, seed, 40, monkeypatch) >= 2
 
 
+def assert_predictions_agree(grammar: Grammar, groups: list[frozenset[int]]) -> None:
+    """C's `predicts_of` and `prediction` (each over a fresh grammar's memos) give what the
+    Python methods give, in the same order (the items' order of discovery follows it), and fill
+    the same memos."""
+    native = earley._NATIVE
+    assert native is not None
+    c_side, py_side = EarleyGrammar(grammar), EarleyGrammar(grammar)
+    nonterminals = range(c_side.num_terminals, c_side.num_terminals + len(c_side.by_lhs) + 2)
+    for nt in nonterminals:  # (two past the end: symbols without rules)
+        got, want = native.predicts_of(c_side.native_tables, nt), py_side.predicts_of(nt)
+        assert got == want and list(got) == list(want), nt
+    for group in [frozenset(), *groups, *(py_side.predicts_of(nt) for nt in nonterminals)]:
+        got, want = native.prediction(c_side.native_tables, group), py_side.prediction(group)
+        assert got == want and list(got[0].items()) == list(want[0].items()), group
+        assert list(got[1]) == list(want[1])
+    assert c_side._own_items == py_side._own_items
+    assert c_side._first_nts == py_side._first_nts
+    assert c_side._predicts == py_side._predicts
+
+
+@pytest.mark.skipif(not earley._NATIVE_PREDICTION, reason="built before C prediction")
+@settings(max_examples=60, deadline=None)
+@given(grammar=random_grammars(), picks=st.lists(st.sets(st.integers(3, 7)), max_size=4))
+def test_c_predictions_agree_on_random_grammars(grammar: Grammar, picks: list[set[int]]) -> None:
+    assert_predictions_agree(grammar, [frozenset(p) for p in picks])
+
+
+@pytest.mark.skipif(not earley._NATIVE_PREDICTION, reason="built before C prediction")
+@pytest.mark.parametrize("name", ["json", "sql_select", "arithmetic"])
+def test_c_predictions_agree_on_shipped_grammars(name: str) -> None:
+    assert_predictions_agree(lark_to_ir(load_builtin(name)), [])
+
+
+@pytest.mark.skipif(not earley._NATIVE_PREDICTION, reason="built before C prediction")
+def test_c_predictions_reject_bad_tables() -> None:
+    native = earley._NATIVE
+    assert native is not None
+    parser = EarleyGrammar(Grammar("S", (Rule("S", ("a",)),), (TerminalDef("a", String("a")),)))
+    with pytest.raises(TypeError):
+        native.predicts_of(parser.native_tables[:6], 1)
+    with pytest.raises(TypeError):
+        native.prediction(parser.native_tables, {1})  # (not a frozenset)
+    broken = (*parser.native_tables[:6], {1: [99]}, {}, {})  # a rule id out of range
+    with pytest.raises(IndexError):
+        native.predicts_of(broken, 1)
+
+
 def test_bad_items_are_type_errors_not_crashes() -> None:
     native = earley._NATIVE
     parser = EarleyGrammar(Grammar("S", (Rule("S", ("a",)),), (TerminalDef("a", String("a")),)))
