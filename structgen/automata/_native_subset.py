@@ -175,6 +175,8 @@ UNION_WALK_BUILD: int = _address("sg_union_walk_build")
 CHAIN_WALK_BUILD: int = _address("sg_chain_walk_build")
 #: `chain_context` (the extension's function that makes an `sg_chain`), or None
 _CHAIN_CONTEXT = extension_function("chain_context") if _LIB is not None else None
+#: a state's element set as a tuple in one call (None: ctypes, `_NativeStates._elements`)
+_STATES_KEY = extension_function("states_key") if _LIB is not None else None
 #: a union state's accepting components as a frozenset in one call (None: ctypes, below)
 _UNION_ACCEPTED = extension_function("union_accepted") if _LIB is not None else None
 
@@ -296,7 +298,12 @@ class _NativeStates:
                 stop(-1 - sid)
             assert sid == i
 
-    def _elements(self, state: int) -> list[int]:
+    def _elements(self, state: int) -> Sequence[int]:
+        if _STATES_KEY is not None:
+            found: tuple[int, ...] | None = _STATES_KEY(self.ctx, state)
+            if found is None:
+                raise IndexError(f"state {state} has not been created")
+            return found
         buf, address = _key_buffer()
         n = int(_LIB.sg_states_key(self.ctx, state, address, len(buf)))
         if n < 0:

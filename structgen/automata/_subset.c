@@ -2251,6 +2251,54 @@ static PyObject *uninitialised(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyByteArray_FromStringAndSize(NULL, n);
 }
 
+/* states_key(ctx, state): the element set of a context's state (`sg_states_key`) as a tuple of
+ * ints, or None when there is no such state. `ctx` is any context's address (the states come
+ * first in each). A union state's key is asked at each whole walk's slice proofs (its live
+ * components): through ctypes, a buffer and `tolist` that cost ~3 us. */
+static PyObject *states_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "states_key takes ctx and state");
+        return NULL;
+    }
+    sg_states *st = PyLong_AsVoidPtr(args[0]);
+    long state = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (st == NULL || state < 0 || state > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "states_key: no context, or a bad state");
+        return NULL;
+    }
+    int64_t small[32], *out = small;
+    int64_t n = sg_states_key(st, (int32_t)state, out, 32);
+    if (n > 32) {  /* (a bigger set: again with room) */
+        out = PyMem_Malloc((size_t)n * sizeof(int64_t));
+        if (out == NULL) return PyErr_NoMemory();
+        int64_t again = sg_states_key(st, (int32_t)state, out, n);
+        if (again != n) { /* (a state's set never changes once interned) */
+            PyMem_Free(out);
+            PyErr_SetString(PyExc_RuntimeError, "states_key: the state's set changed");
+            return NULL;
+        }
+    }
+    PyObject *result;
+    if (n < 0) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else if ((result = PyTuple_New((Py_ssize_t)n)) != NULL) {
+        for (int64_t k = 0; k < n; k++) {
+            PyObject *e = PyLong_FromLongLong(out[k]);
+            if (e == NULL) {
+                Py_CLEAR(result);
+                break;
+            }
+            PyTuple_SET_ITEM(result, (Py_ssize_t)k, e);
+        }
+    }
+    if (out != small) PyMem_Free(out);
+    return result;
+}
+
 /* union_accepted(ctx, state): a union context's state's accepting components as a frozenset,
  * or None when C cannot tell (`sg_union_accepted`: not a union, a component's arrays stale).
  * `ctx` is the address `sg_union_new` gave (`NativeUnion.ctx`). Asked once per new lexer state
@@ -2804,6 +2852,8 @@ static PyMethodDef methods[] = {
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
     {"nfa_arrays", (PyCFunction)(void (*)(void))nfa_arrays, METH_FASTCALL,
      "nfa_arrays(typ, a, b, offsets, children, top, nonempty): a program's NFA as bytes"},
+    {"states_key", (PyCFunction)(void (*)(void))states_key, METH_FASTCALL,
+     "states_key(ctx, state): a state's element set as a tuple of ints, or None"},
     {"union_accepted", (PyCFunction)(void (*)(void))union_accepted, METH_FASTCALL,
      "union_accepted(ctx, state): a union state's accepting components, or None"},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,

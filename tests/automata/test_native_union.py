@@ -215,3 +215,44 @@ def test_switch_off() -> None:
         assert d._native is None
     finally:
         dfa_module.NATIVE_UNION = old
+
+
+def test_one_call_keys_and_accepting_components(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`states_key` and `union_accepted` (one CPython call each) answer what the ctypes queries
+    answer, state by state, and None past the last state."""
+    from structgen.automata import _native_subset
+
+    if _native_subset._STATES_KEY is None or _native_subset._UNION_ACCEPTED is None:
+        pytest.skip("the extension is built without the one-call queries")
+    d = _union(True)
+    d.build_all()
+    native = d.native_states
+    assert native is not None
+    one_call = [(native.key(s), native.accepted(s)) for s in range(d.num_states)]
+    assert native.accepted(d.num_states) is None
+    with pytest.raises(IndexError):
+        native.key(d.num_states)
+    monkeypatch.setattr(_native_subset, "_STATES_KEY", None)
+    monkeypatch.setattr(_native_subset, "_UNION_ACCEPTED", None)
+    for state, (key, accepted) in enumerate(one_call):
+        assert key == native.key(state), state
+        ctypes_accepted = native.accepted(state)
+        assert (accepted is None) == (ctypes_accepted is None), state
+        assert set(accepted or ()) == set(ctypes_accepted or ()), state
+    with pytest.raises(IndexError):
+        native.key(d.num_states)
+
+
+def test_one_call_queries_of_a_wide_union() -> None:
+    """Seventy components alive and accepting at once: past the queries' small buffers."""
+    from structgen.automata import _native_subset
+
+    if _native_subset._STATES_KEY is None or _native_subset._UNION_ACCEPTED is None:
+        pytest.skip("the extension is built without the one-call queries")
+    parts = [compile_regex(f"a|b{i}") for i in range(70)]
+    d = _union(True, parts)
+    after = d.next_state(d.start, ord("a"))
+    native = d.native_states
+    assert native is not None and after >= 0
+    assert set(native.accepted(after) or ()) == set(range(70))
+    assert len(native.key(d.start)) == 70
