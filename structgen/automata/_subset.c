@@ -2251,6 +2251,26 @@ static PyObject *uninitialised(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyByteArray_FromStringAndSize(NULL, n);
 }
 
+/* The (ctx, state) arguments of `states_key` and `union_accepted`: a context's address and a
+ * state id. 0, or -1 with an exception set. */
+static int ctx_and_state(PyObject *const *args, Py_ssize_t nargs, const char *name, void **ctx,
+                         int32_t *state)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s takes ctx and state", name);
+        return -1;
+    }
+    *ctx = PyLong_AsVoidPtr(args[0]);
+    long s = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred()) return -1;
+    if (*ctx == NULL || s < 0 || s > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: no context, or a bad state", name);
+        return -1;
+    }
+    *state = (int32_t)s;
+    return 0;
+}
+
 /* states_key(ctx, state): the element set of a context's state (`sg_states_key`) as a tuple of
  * ints, or None when there is no such state. `ctx` is any context's address (the states come
  * first in each). A union state's key is asked at each whole walk's slice proofs (its live
@@ -2258,23 +2278,16 @@ static PyObject *uninitialised(PyObject *self, PyObject *const *args, Py_ssize_t
 static PyObject *states_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "states_key takes ctx and state");
-        return NULL;
-    }
-    sg_states *st = PyLong_AsVoidPtr(args[0]);
-    long state = PyLong_AsLong(args[1]);
-    if (PyErr_Occurred()) return NULL;
-    if (st == NULL || state < 0 || state > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "states_key: no context, or a bad state");
-        return NULL;
-    }
+    void *ctx;
+    int32_t state;
+    if (ctx_and_state(args, nargs, "states_key", &ctx, &state) < 0) return NULL;
+    sg_states *st = ctx;
     int64_t small[32], *out = small;
-    int64_t n = sg_states_key(st, (int32_t)state, out, 32);
+    int64_t n = sg_states_key(st, state, out, 32);
     if (n > 32) {  /* (a bigger set: again with room) */
         out = PyMem_Malloc((size_t)n * sizeof(int64_t));
         if (out == NULL) return PyErr_NoMemory();
-        int64_t again = sg_states_key(st, (int32_t)state, out, n);
+        int64_t again = sg_states_key(st, state, out, n);
         if (again != n) { /* (a state's set never changes once interned) */
             PyMem_Free(out);
             PyErr_SetString(PyExc_RuntimeError, "states_key: the state's set changed");
@@ -2306,24 +2319,17 @@ static PyObject *states_key(PyObject *self, PyObject *const *args, Py_ssize_t na
 static PyObject *union_accepted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "union_accepted takes ctx and state");
-        return NULL;
-    }
-    sg_union *u = PyLong_AsVoidPtr(args[0]);
-    long state = PyLong_AsLong(args[1]);
-    if (PyErr_Occurred()) return NULL;
-    if (u == NULL || state < 0 || state > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "union_accepted: no context, or a bad state");
-        return NULL;
-    }
+    void *ctx;
+    int32_t state;
+    if (ctx_and_state(args, nargs, "union_accepted", &ctx, &state) < 0) return NULL;
+    sg_union *u = ctx;
     int64_t small[64], *out = small, cap = 64;
-    int64_t n = sg_union_accepted(u, (int32_t)state, out, cap);
+    int64_t n = sg_union_accepted(u, state, out, cap);
     if (n < 0 && u->n_parts > cap) {  /* (maybe only too many accepting: ask with room) */
         cap = u->n_parts;
         out = PyMem_Malloc((size_t)cap * sizeof(int64_t));
         if (out == NULL) return PyErr_NoMemory();
-        n = sg_union_accepted(u, (int32_t)state, out, cap);
+        n = sg_union_accepted(u, state, out, cap);
     }
     PyObject *result = NULL;
     if (n < 0) {

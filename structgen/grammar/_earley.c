@@ -375,6 +375,14 @@ static PyObject *prediction_c(grammar_tables *g, PyObject *nonterminals) {
     return result;
 }
 
+/* The 9-entry tables of a call from Python into `g`; 0, or -1 with TypeError. */
+static int full_tables(PyObject *tables, grammar_tables *g, const char *name) {
+    int got = read_tables(tables, g);
+    if (got == 0)
+        PyErr_Format(PyExc_TypeError, "%s needs the 9-entry tables", name);
+    return got > 0 ? 0 : -1;
+}
+
 /* predicts_of(tables, nt) and prediction(tables, nonterminals): the two above, for tests and
  * for Python callers (tables: `EarleyGrammar.native_tables`, the 9-entry layout). */
 static PyObject *py_predicts_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -384,13 +392,7 @@ static PyObject *py_predicts_of(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "predicts_of takes tables and a nonterminal");
         return NULL;
     }
-    int got = read_tables(args[0], &g);
-    if (got <= 0) {
-        if (got == 0)
-            PyErr_SetString(PyExc_TypeError, "predicts_of needs the 9-entry tables");
-        return NULL;
-    }
-    return predicts_of_c(&g, args[1]);
+    return full_tables(args[0], &g, "predicts_of") < 0 ? NULL : predicts_of_c(&g, args[1]);
 }
 
 static PyObject *py_prediction(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -400,13 +402,7 @@ static PyObject *py_prediction(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "prediction takes tables and a frozenset");
         return NULL;
     }
-    int got = read_tables(args[0], &g);
-    if (got <= 0) {
-        if (got == 0)
-            PyErr_SetString(PyExc_TypeError, "prediction needs the 9-entry tables");
-        return NULL;
-    }
-    return prediction_c(&g, args[1]);
+    return full_tables(args[0], &g, "prediction") < 0 ? NULL : prediction_c(&g, args[1]);
 }
 
 /* Add the nonterminals `nt` predicts (from the grammar's memo, else `predicts_of_c` with the

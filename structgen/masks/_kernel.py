@@ -651,12 +651,14 @@ class NativeWalk:
             if packed is None:
                 _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
                 k = _EXT.take_words(p_words, self.words, p_idx, p_val)
-            elif _CONTINUE_SPANS is not None:
+            else:
                 bufs = self._buffers()
                 dfa.row(state)
+                one_call = _CONTINUE_SPANS is not None  # (else an extension built before it)
+                walk_spans = _CONTINUE_SPANS if one_call else _EXT.walk_spans
                 bufs.busy = True
                 try:
-                    indices, values, packed, bounds, build_ns = _CONTINUE_SPANS(
+                    out = walk_spans(
                         self._view_address,
                         packed,
                         *ranges.span,
@@ -671,34 +673,17 @@ class NativeWalk:
                     )
                 finally:
                     bufs.busy = False
-                scratch.build_seconds = build_ns * 1e-9
-                events = (
-                    _NO_EVENTS
-                    if packed is None
-                    else Events.from_packed(packed, len(packed) // 24, bounds)
-                )
-                return np.frombuffer(indices, np.int64), np.frombuffer(values, np.uint32), events
-            else:  # (an extension built before `continue_spans`)
-                bufs = self._buffers()
-                dfa.row(state)
-                bufs.busy = True
-                try:
-                    k, n_events, build_ns = _EXT.walk_spans(
-                        self._view_address,
-                        packed,
-                        *ranges.span,
-                        state,
-                        dfa,
-                        bufs.p_stack,
-                        p_words,
-                        bufs.p_events,
-                        self.words,
-                        p_idx,
-                        p_val,
+                scratch.build_seconds = out[-1] * 1e-9
+                if one_call:  # (the words and the packed events as new bytes)
+                    indices, values, packed, bounds, _ = out
+                    events = (
+                        _NO_EVENTS
+                        if packed is None
+                        else Events.from_packed(packed, len(packed) // 24, bounds)
                     )
-                finally:
-                    bufs.busy = False
-                scratch.build_seconds = build_ns * 1e-9
+                    words_set = np.frombuffer(indices, np.int64)
+                    return words_set, np.frombuffer(values, np.uint32), events
+                k, n_events, _ = out
                 events = _collected_events(bufs, n_events)
         except BaseException:
             words[:] = 0  # (clean for the next walk)

@@ -4,6 +4,7 @@ does. Masks with slices must equal masks without them, on real tokenizers."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -189,21 +190,37 @@ def _assert_sliced_masks_equal_plain(
     """Every mask along `text` (Llama-3.1, accept mode) is the same with the sliced vocabulary
     as with the plain one, each run from fresh lexers and terminal automata."""
     vocab = load_vocab("llama3_1")
+    walks = iter((NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)))
+
+    def use_next_walk() -> None:
+        monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, next(walks))
+
+    _assert_fresh_runs_agree(schema, text, use_next_walk, use_next_walk)
+
+
+def _assert_fresh_runs_agree(
+    schema: dict[str, object], text: str, *set_ups: Callable[[], None]
+) -> None:
+    """The masks along `text` (Llama-3.1, accept mode) are the same after each set-up, each run
+    from fresh compiled grammars, lexers and terminal automata."""
+    vocab = load_vocab("llama3_1")
     ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
     runs = []
-    for walk in (NativeWalk(vocab.trie, vocab.size), NativeWalk(vocab.trie, vocab.size, None)):
+    for set_up in set_ups:
+        set_up()
         compiler._CACHE.clear()
         engine._UNIONS.clear()  # the shared lexers keep their walk results: start afresh
         terminals.clear_terminal_automata()
-        monkeypatch.setitem(_walker._NATIVE, vocab.fingerprint, walk)
         compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
         runs.append(masks_along(compiled, ids, vocab.size))
     compiler._CACHE.clear()
     engine._UNIONS.clear()
-    sliced, plain = runs
-    assert len(sliced) == len(plain) == len(ids)
-    for k, (a, b) in enumerate(zip(sliced, plain, strict=True)):
-        assert np.array_equal(a, b), k
+    first = runs[0]
+    assert len(first) == len(ids)
+    for other in runs[1:]:
+        assert len(other) == len(first)
+        for k, (a, b) in enumerate(zip(first, other, strict=True)):
+            assert np.array_equal(a, b), k
 
 
 def test_small_vocabulary_against_brute_force() -> None:
@@ -332,21 +349,9 @@ def test_one_call_continued_walks_and_accepting_components(
 
     if _kernel._CONTINUE_SPANS is None or _native_subset._UNION_ACCEPTED is None:
         pytest.skip("the extensions are built without the one-call functions")
-    vocab = load_vocab("llama3_1")
-    ids = load_tokenizer("llama3_1").encode(INSTANCE, add_special_tokens=False)
-    runs = []
-    for one_call in (True, False):
-        if not one_call:
-            monkeypatch.setattr(_kernel, "_CONTINUE_SPANS", None)
-            monkeypatch.setattr(_native_subset, "_UNION_ACCEPTED", None)
-        compiler._CACHE.clear()
-        engine._UNIONS.clear()
-        terminals.clear_terminal_automata()
-        compiled = Compiler(vocab).json_schema(SCHEMA, options=SchemaOptions(mode="accept"))
-        runs.append(masks_along(compiled, ids, vocab.size))
-    compiler._CACHE.clear()
-    engine._UNIONS.clear()
-    one, two = runs
-    assert len(one) == len(two) == len(ids)
-    for k, (a, b) in enumerate(zip(one, two, strict=True)):
-        assert np.array_equal(a, b), k
+
+    def two_calls() -> None:
+        monkeypatch.setattr(_kernel, "_CONTINUE_SPANS", None)
+        monkeypatch.setattr(_native_subset, "_UNION_ACCEPTED", None)
+
+    _assert_fresh_runs_agree(SCHEMA, INSTANCE, lambda: None, two_calls)
