@@ -320,12 +320,19 @@ static PyObject *prediction_c(grammar_tables *g, PyObject *nonterminals) {
     while (rc == 0 && (nt = PyIter_Next(iter)) != NULL) {
         PyObject *own = own_items(g, nt);
         Py_DECREF(nt);
-        if (own == NULL) {
+        if (own == NULL || !PyTuple_Check(own)) {
+            if (own != NULL)
+                PyErr_SetString(PyExc_TypeError, "a nonterminal's own items are a tuple");
             rc = -1;
             break;
         }
         for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(own); i++) {
             PyObject *item = PyTuple_GET_ITEM(own, i); /* (sym, rid, dot) */
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+                PyErr_SetString(PyExc_TypeError, "an own item is (symbol, rule id, dot)");
+                rc = -1;
+                break;
+            }
             PyObject *sym = PyTuple_GET_ITEM(item, 0);
             PyObject *pairs = PyDict_GetItemWithError(grouped, sym);
             if (pairs == NULL) {
