@@ -452,8 +452,7 @@ class EarleySet:
         # interned, so equal kernels mean equal parse futures. Reusing the object shares
         # its cached masks, e.g. after every element of one JSON array.
         interned = self.grammar.interned
-        found = interned.refs.get(kernel)
-        child = None if found is None else found()
+        child = interned.get(kernel)
         if child is None:
             child = EarleySet(self.grammar, kernel)
             interned.add(kernel, child)

@@ -501,7 +501,7 @@ class TokenMaskWalker:
             words.setflags(write=False)
             hit = (words, events)
             if bounded is not None:
-                self._store(self._bounded_events, bounded, hit)
+                self._store(self._bounded_events, bounded, hit, words.nbytes + events.nbytes)
         self._store(self._events, state, hit, hit[0].nbytes + hit[1].nbytes)
         return hit
 
