@@ -20,8 +20,15 @@ def unescape_pointer(token: str) -> str:
 
 
 def pointer(base: str, *tokens: str | int) -> str:
-    """`base` extended by `tokens` (keys or indices), each escaped."""
-    return base + "".join(f"/{escape_pointer(str(t))}" for t in tokens)
+    """`base` extended by `tokens` (keys or indices), each escaped. (Asked for every subschema
+    a compile visits: a token without `~` or `/` is appended as it is, no generator.)"""
+    out = base
+    for t in tokens:
+        token = t if type(t) is str else str(t)
+        if "~" in token or "/" in token:
+            token = token.replace("~", "~0").replace("/", "~1")
+        out += "/" + token
+    return out
 
 
 def canonical_json(value: Any) -> str:

@@ -220,6 +220,28 @@ def canonical_class(ranges: iv.Ranges, *, controls: bool = True) -> Node:
     return alternation(parts)
 
 
+#: `encode_class` of one character, by the character (a key's characters are spelled one by one,
+#: each once per new key: a dict read, not a tuple of ranges hashed through `lru_cache`);
+#: emptied by `clear_caches` (`clear_char_spellings`)
+_CHAR_SPELLINGS: dict[str, Node] = {}
+_MAX_CHAR_SPELLINGS = 4096
+
+
+def _char_spellings(c: str) -> Node:
+    found = _CHAR_SPELLINGS.get(c)
+    if found is None:
+        cp = ord(c)
+        found = encode_class(((cp, cp),))
+        if len(_CHAR_SPELLINGS) < _MAX_CHAR_SPELLINGS:
+            _CHAR_SPELLINGS[c] = found
+    return found
+
+
+def clear_char_spellings() -> None:
+    """Forget the characters' spellings (`structgen.clear_caches`)."""
+    _CHAR_SPELLINGS.clear()
+
+
 def encode(node: Node, *, canonical: bool = False) -> Node:
     """The encoded-body language of a decoded-text language (every character substituted):
     every spelling, or with `canonical` the one json.dumps writes. Cached: the same formats and
@@ -238,7 +260,7 @@ def _encode(node: Node, canonical: bool) -> Node:
     if isinstance(node, String):
         if canonical:
             return String(canonical_text(node.text))
-        return concat(encode_class(((ord(c), ord(c)),)) for c in node.text)
+        return concat([_char_spellings(c) for c in node.text])
     if isinstance(node, CharClass):
         return canonical_class(node.ranges) if canonical else encode_class(node.ranges)
     if isinstance(node, Concat):
