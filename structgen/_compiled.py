@@ -27,11 +27,13 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent  # the structgen package
 STAMP_NAME = "_compiled.json"
 PURE_PYTHON_ENV = "STRUCTGEN_PURE_PYTHON"
-# Modules beyond the schema package to compile (paths under structgen/): a chain's blocks, the
-# regex AST's nodes, the grammar IR's rules and the Lark reader. Tried and left out
-# (docs/design/compiled-front-end.md): `_lru.py` (no measurable gain; its tuples' identity and
-# its weak references change meaning compiled) and `grammar/terminals.py`.
+# Modules beyond the schema package to compile (paths under structgen/): JSON pointers, a
+# chain's blocks, the regex AST's nodes, the grammar IR's rules and the Lark reader. Tried and
+# left out (docs/design/compiled-front-end.md): `_lru.py` (no measurable gain; its tuples'
+# identity and its weak references change meaning compiled; the front end's own memos are
+# `schema/_recent.py`) and `grammar/terminals.py`.
 EXTRA_MODULES: tuple[str, ...] = (
+    "_json_data.py",
     "automata/_blocks.py",
     "automata/_nodes.py",
     "automata/intervals.py",

@@ -81,9 +81,9 @@ def clear_caches() -> None:
         with lock:
             cache.clear()
     clear_all()  # token classes, spellings, digests
-    from structgen.schema._strings import clear_char_spellings
+    from structgen.schema._recent import clear_recent
 
-    clear_char_spellings()
+    clear_recent()  # (the schema front end's memos)
     # Every module-level memo of every structgen module loaded (the regex, NFA and UTF-8 ones,
     # and the chains', the schema compiler's, the dialects' and the Unicode tables'): a list of
     # modules had left later ones behind.

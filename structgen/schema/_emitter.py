@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from structgen._lru import LRU
 from structgen.automata import (
     AutomataLimits,
     CharClass,
@@ -27,13 +26,14 @@ from structgen.errors import LimitExceededError, SchemaError
 from structgen.grammar.earley import known_closure
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 from structgen.grammar.terminals import terminal_dfa
+from structgen.schema._recent import Recent
 from structgen.schema._strings import any_string_body, literal_body
 
 __all__ = ["GrammarEmitter"]
 
 #: the one instance of each recent terminal language (see `GrammarEmitter.terminal`)
-_CANONICAL: LRU[tuple[Pattern, tuple[Pattern, ...]], tuple[Pattern, tuple[Pattern, ...]]] = LRU(
-    4096
+_CANONICAL: Recent[tuple[Pattern, tuple[Pattern, ...]], tuple[Pattern, tuple[Pattern, ...]]] = (
+    Recent(4096)
 )
 _QUOTE = String('"')
 
@@ -161,7 +161,10 @@ def strings_except(words: Iterable[str], *, canonical: bool = False) -> Differen
     that word's, so this is exact; with `canonical`, json.dumps' spellings only. Recent sets
     are kept (one object's keys, asked per position)."""
     key = (frozenset(words), canonical)
-    return _STRINGS_EXCEPT.get_or_make(key, lambda: _strings_except(*key))
+    found = _STRINGS_EXCEPT.get(key)
+    if found is None:
+        found = _STRINGS_EXCEPT.put(key, _strings_except(key[0], canonical))
+    return found
 
 
 def _strings_except(words: frozenset[str], canonical: bool) -> Difference:
@@ -169,7 +172,7 @@ def _strings_except(words: frozenset[str], canonical: bool) -> Difference:
     return Difference(quoted(any_string_body(canonical=canonical)), names)
 
 
-_STRINGS_EXCEPT: LRU[tuple[frozenset[str], bool], Difference] = LRU(256)
+_STRINGS_EXCEPT: Recent[tuple[frozenset[str], bool], Difference] = Recent(256)
 
 
 @lru_cache(maxsize=64)

@@ -101,8 +101,10 @@ class RefIndex:
         ptr = f"{sub.ptr}/$ref"
         if not isinstance(ref, str):
             raise SchemaError("$ref must be a string", pointer=ptr)
-        full = urljoin(sub.base, ref) if sub.base else ref
-        url, frag = urldefrag(full)
+        if not sub.base and ref.startswith("#"):  # (most refs: no URL to parse)
+            url, frag = "", ref[1:]
+        else:
+            url, frag = urldefrag(urljoin(sub.base, ref) if sub.base else ref)
         if url:
             doc = self.ids.get(url)
             if doc is None:

@@ -34,6 +34,7 @@ from structgen.automata import (
     repeat,
 )
 from structgen.automata import intervals as iv
+from structgen.schema._recent import Recent
 
 __all__ = [
     "ANY_CHAR",
@@ -221,25 +222,16 @@ def canonical_class(ranges: iv.Ranges, *, controls: bool = True) -> Node:
 
 
 #: `encode_class` of one character, by the character (a key's characters are spelled one by one,
-#: each once per new key: a dict read, not a tuple of ranges hashed through `lru_cache`);
-#: emptied by `clear_caches` (`clear_char_spellings`)
-_CHAR_SPELLINGS: dict[str, Node] = {}
-_MAX_CHAR_SPELLINGS = 4096
+#: each once per new key: a dict read, not a tuple of ranges hashed through `lru_cache`)
+_CHAR_SPELLINGS: Recent[str, Node] = Recent(4096)
 
 
 def _char_spellings(c: str) -> Node:
     found = _CHAR_SPELLINGS.get(c)
     if found is None:
         cp = ord(c)
-        found = encode_class(((cp, cp),))
-        if len(_CHAR_SPELLINGS) < _MAX_CHAR_SPELLINGS:
-            _CHAR_SPELLINGS[c] = found
+        found = _CHAR_SPELLINGS.put(c, encode_class(((cp, cp),)))
     return found
-
-
-def clear_char_spellings() -> None:
-    """Forget the characters' spellings (`structgen.clear_caches`)."""
-    _CHAR_SPELLINGS.clear()
 
 
 def encode(node: Node, *, canonical: bool = False) -> Node:

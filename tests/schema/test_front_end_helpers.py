@@ -13,6 +13,7 @@ from structgen._json_data import escape_pointer, pointer
 from structgen.automata import concat
 from structgen.errors import SchemaError
 from structgen.schema import _strings
+from structgen.schema._recent import Recent
 from structgen.schema._refs import RefIndex, Sub
 from structgen.schema._strings import encode_class, literal_body
 
@@ -66,3 +67,22 @@ def test_clear_caches_forgets_character_spellings() -> None:
     assert _strings._CHAR_SPELLINGS
     structgen.clear_caches()
     assert not _strings._CHAR_SPELLINGS
+
+
+def test_recent_keeps_what_is_used_within_two_generations() -> None:
+    recent: Recent[int, str] = Recent(4)  # (two generations of two)
+    assert recent.put(1, "a") == "a" and recent.put(1, "other") == "a"
+    recent.put(2, "b")
+    recent.put(3, "c")  # (a new generation: 1 and 2 are the old one)
+    assert recent.get(1) == "a"  # (read: moved to the new generation, beside 3)
+    recent.put(4, "d")  # (another: 1 and 3 old, 2 dropped)
+    assert recent.get(2) is None and recent.get(3) == "c" and len(recent) <= 4
+    with pytest.raises(ValueError):
+        Recent(1)
+
+
+def test_clear_caches_empties_every_recent_map() -> None:
+    recent: Recent[str, int] = Recent(8)
+    recent.put("x", 1)
+    structgen.clear_caches()
+    assert recent.get("x") is None and len(recent) == 0
