@@ -112,9 +112,14 @@ def kind_of(value: JSON) -> str:
 
 def value_key(value: JSON) -> tuple[str, str]:
     """A key equal for equal values of one Python type (deduplicating `enum` members)."""
+    kind = type(value)
+    if kind is str:  # (the usual member: equal strings, equal keys; no JSON text made)
+        return ("str", value)
+    if kind is int:
+        return ("int", str(value))
     if isinstance(value, float) and value.is_integer():
         return ("float", str(int(value)))
-    return (type(value).__name__, canonical_json(value))
+    return (kind.__name__, canonical_json(value))
 
 
 def same_json(a: JSON, b: JSON) -> bool:
