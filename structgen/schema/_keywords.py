@@ -206,59 +206,60 @@ _KIND_SCHEMAS: dict[str, JSON] = {
 }
 
 
+def _bad(ptr: str, key: str, what: str) -> SchemaError:
+    return SchemaError(f"{key} must be {what}", pointer=f"{ptr}/{escape_pointer(key)}")
+
+
 def check_keywords(s: dict[str, JSON], ptr: str, legacy: bool) -> None:
-    """Reject malformed keyword values (SchemaError) and unsupported keywords."""
-
-    def bad(key: str, what: str) -> SchemaError:
-        return SchemaError(f"{key} must be {what}", pointer=f"{ptr}/{escape_pointer(key)}")
-
+    """Reject malformed keyword values (SchemaError) and unsupported keywords. (No nested
+    function: compiled by mypyc, a closure is a reference cycle with its scope.)"""
     for key, value in s.items():
         if key == "type":
             names = [value] if isinstance(value, str) else value
             if not isinstance(names, list) or not names or any(n not in TYPE_KINDS for n in names):
-                raise bad(key, "a JSON type name or a non-empty list of them")
+                raise _bad(ptr, key, "a JSON type name or a non-empty list of them")
         elif key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties",
                      "maxProperties", "minContains", "maxContains"):  # fmt: skip
             if isinstance(value, float) and value.is_integer():
                 s[key] = value = int(value)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise bad(key, "a non-negative integer")
+                raise _bad(ptr, key, "a non-negative integer")
         elif key in ("minimum", "maximum"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise bad(key, "a number")
+                raise _bad(ptr, key, "a number")
         elif key in ("exclusiveMinimum", "exclusiveMaximum"):
             if not isinstance(value, (int, float)):
-                raise bad(key, "a number")
+                raise _bad(ptr, key, "a number")
         elif key == "multipleOf":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise bad(key, "a number greater than 0")
+                raise _bad(ptr, key, "a number greater than 0")
         elif key == "required":
             if not isinstance(value, list) or any(not isinstance(n, str) for n in value):
-                raise bad(key, "a list of strings")
+                raise _bad(ptr, key, "a list of strings")
         elif key == "enum":
             if not isinstance(value, list):
-                raise bad(key, "an array")
+                raise _bad(ptr, key, "an array")
         elif key in ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions"):
             if not isinstance(value, dict):
-                raise bad(key, "an object")
+                raise _bad(ptr, key, "an object")
         elif key == "dependentRequired":
             if not isinstance(value, dict) or any(
                 not isinstance(v, list) or any(not isinstance(x, str) for x in v)
                 for v in value.values()
             ):
-                raise bad(key, "an object of string lists")
+                raise _bad(ptr, key, "an object of string lists")
         elif key == "dependencies":
             if not isinstance(value, dict):
-                raise bad(key, "an object")
+                raise _bad(ptr, key, "an object")
         elif key in ("allOf", "anyOf", "oneOf", "prefixItems"):
             if not isinstance(value, list) or (key != "prefixItems" and not value):
-                raise bad(key, "a non-empty array of schemas")
+                raise _bad(ptr, key, "a non-empty array of schemas")
         elif key in ("pattern",) or key == "format":
             if not isinstance(value, str):
-                raise bad(key, "a string")
+                raise _bad(ptr, key, "a string")
         elif key == "uniqueItems":
             if not isinstance(value, bool):
-                raise bad(key, "a boolean")
+                raise _bad(ptr, key, "a boolean")
         elif key in ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
             if value is True or value == {}:
                 continue
@@ -269,4 +270,4 @@ def check_keywords(s: dict[str, JSON], ptr: str, legacy: bool) -> None:
                      "propertyNames", "not", "if", "then", "else"):  # fmt: skip
             ok = isinstance(value, (dict, bool)) or (key == "items" and isinstance(value, list))
             if not ok:
-                raise bad(key, "a schema")
+                raise _bad(ptr, key, "a schema")
