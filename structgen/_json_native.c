@@ -10,6 +10,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 /* containers nested deeper than this are left to the iterative Python walk */
 #define MAX_DEPTH 512
@@ -107,9 +109,151 @@ static PyObject *plain_json(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
+
+/* ------------------------------------------------------------------ fingerprints
+ *
+ * The bytes a schema's fingerprint digests (`schema/__init__.py:data_fingerprint`): every value
+ * written with a type tag and, where its length varies, its length first, so that different
+ * data never write the same bytes. json.dumps' text, which this replaces, cost ~60 us of a
+ * median compile; these bytes cost a few. Object members in their order (as the text had them:
+ * the order of `properties` is the order generated). Plain data only, as `plain_json`: None
+ * for anything else (the caller then digests json.dumps' text). */
+
+typedef struct {
+    char *data;
+    Py_ssize_t size;
+    Py_ssize_t cap;
+} Buffer;
+
+static int put(Buffer *b, const void *bytes, Py_ssize_t n) {
+    if (b->size + n > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->size + n)
+            cap *= 2;
+        char *grown = PyMem_Realloc(b->data, cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->size, bytes, n);
+    b->size += n;
+    return 0;
+}
+
+static int put_sized(Buffer *b, char tag, const char *bytes, Py_ssize_t n) {
+    int64_t len = (int64_t)n;
+    if (put(b, &tag, 1) < 0 || put(b, &len, 8) < 0)
+        return -1;
+    return put(b, bytes, n);
+}
+
+static int put_text(Buffer *b, char tag, PyObject *text) {
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    if (utf8 != NULL)
+        return put_sized(b, tag, utf8, n);
+    PyErr_Clear(); /* (a lone surrogate: its bytes as json.dumps' text would have held it) */
+    PyObject *raw = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+    if (raw == NULL)
+        return -1;
+    int rc = put_sized(b, tag, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw));
+    Py_DECREF(raw);
+    return rc;
+}
+
+/* 0 written, -1 error set, 1 not plain (nothing to do but give up). */
+static int fingerprint_value(Buffer *b, PyObject *node, int depth) {
+    if (node == Py_None)
+        return put(b, "n", 1);
+    if (node == Py_True)
+        return put(b, "t", 1);
+    if (node == Py_False)
+        return put(b, "f", 1);
+    if (PyUnicode_CheckExact(node))
+        return put_text(b, 's', node);
+    if (PyLong_CheckExact(node)) {
+        PyObject *text = PyObject_Str(node);
+        if (text == NULL)
+            return -1;
+        int rc = put_text(b, 'i', text);
+        Py_DECREF(text);
+        return rc;
+    }
+    if (PyFloat_CheckExact(node)) {
+        if (!isfinite(PyFloat_AS_DOUBLE(node)))
+            return 1;
+        PyObject *text = PyObject_Repr(node);
+        if (text == NULL)
+            return -1;
+        int rc = put_text(b, 'd', text);
+        Py_DECREF(text);
+        return rc;
+    }
+    if (depth > MAX_DEPTH)
+        return 1;
+    if (PyDict_CheckExact(node)) {
+        int64_t n = (int64_t)PyDict_GET_SIZE(node);
+        if (put(b, "{", 1) < 0 || put(b, &n, 8) < 0)
+            return -1;
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(node, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key))
+                return 1;
+            Py_INCREF(value);
+            int rc = put_text(b, 'k', key);
+            if (rc == 0)
+                rc = fingerprint_value(b, value, depth + 1);
+            Py_DECREF(value);
+            if (rc != 0)
+                return rc;
+        }
+        if (PyDict_GET_SIZE(node) != (Py_ssize_t)n) /* (changed meanwhile: give up) */
+            return 1;
+        return 0;
+    }
+    if (PyList_CheckExact(node)) {
+        int64_t n = (int64_t)PyList_GET_SIZE(node);
+        if (put(b, "[", 1) < 0 || put(b, &n, 8) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i >= PyList_GET_SIZE(node))
+                return 1;
+            PyObject *item = PyList_GET_ITEM(node, i);
+            Py_INCREF(item);
+            int rc = fingerprint_value(b, item, depth + 1);
+            Py_DECREF(item);
+            if (rc != 0)
+                return rc;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+/* fingerprint_bytes(data) -> bytes to digest, or None (not plain data). */
+static PyObject *fingerprint_bytes(PyObject *self, PyObject *arg) {
+    Buffer b = {NULL, 0, 0};
+    int rc = fingerprint_value(&b, arg, 1);
+    PyObject *out = NULL;
+    if (rc == 0)
+        out = PyBytes_FromStringAndSize(b.data ? b.data : "", b.size);
+    else if (rc > 0) {
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    PyMem_Free(b.data);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"plain_json", (PyCFunction)(void (*)(void))plain_json, METH_FASTCALL,
      "plain_json(data, limit, copy): the plain JSON data (copied with `copy`), or None"},
+    {"fingerprint_bytes", (PyCFunction)fingerprint_bytes, METH_O,
+     "fingerprint_bytes(data): the bytes a plain JSON value's fingerprint digests, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -103,6 +103,8 @@ def schema_data(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -> Any:
 _JSON_NATIVE = extension_module("structgen._json_native")
 #: `_json_native.plain_json`: the plain-data case of `_check_nesting`, or None (not built)
 _PLAIN_JSON = None if _JSON_NATIVE is None else _JSON_NATIVE.plain_json
+#: `_json_native.fingerprint_bytes` (`data_fingerprint`), or None (not built, or built before it)
+_FINGERPRINT_BYTES = getattr(_JSON_NATIVE, "fingerprint_bytes", None)
 
 
 def _check_nesting(data: Any, limit: int, *, copy_out: bool = False) -> Any:
@@ -244,7 +246,12 @@ def schema_fingerprint(schema: Any, *, max_nesting: int = DEFAULT_MAX_NESTING) -
 
 
 def data_fingerprint(data: Any) -> str:
-    """`schema_fingerprint` of data `schema_data` returned (not copied or checked again)."""
+    """`schema_fingerprint` of data `schema_data` returned (not copied or checked again): a
+    digest of the data's tagged bytes (`_json_native.fingerprint_bytes`, in C), or of its JSON
+    text where the C module is not built or the data is not plain."""
+    tagged = None if _FINGERPRINT_BYTES is None else _FINGERPRINT_BYTES(data)
+    if tagged is not None:
+        return hashlib.sha256(b"structgen-schema-3\0" + tagged).hexdigest()
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(
         b"structgen-schema-2\0" + text.encode("utf-8", "surrogatepass")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from structgen.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
-from structgen.schema import SchemaOptions, compile_schema, schema_fingerprint
+from structgen.schema import SchemaOptions, compile_schema, data_fingerprint, schema_fingerprint
 
 STRICT = SchemaOptions()
 # what ECMA-262 rejects is invalid when accepting; generate mode reads such a pattern in
@@ -189,3 +192,36 @@ def test_the_schema_is_copied_once_checked() -> None:
         node["not"] = node = {}
     with pytest.raises(LimitExceededError):
         schema_data(deep)
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON_VALUES, _JSON_VALUES)
+def test_fingerprints_differ_exactly_when_the_data_differs(a: object, b: object) -> None:
+    """The tagged bytes digested in C are one-to-one: the same fingerprint exactly when the
+    data are the same JSON values of the same types, members in the same order (as the JSON
+    text was: `1` and `1.0`, `true` and `1` differ)."""
+    text_a, text_b = (json.dumps(x, ensure_ascii=False) for x in (a, b))
+    same = text_a == text_b
+    assert (data_fingerprint(a) == data_fingerprint(b)) == same
+
+
+def test_fingerprints_of_odd_data_fall_back_to_the_text() -> None:
+    """Data the C walk does not take (a lone surrogate is fine; a subclass is not) still get a
+    fingerprint, the same one each time."""
+
+    class Mapping(dict):  # type: ignore[type-arg]
+        pass
+
+    odd = Mapping({"type": "string"})
+    assert data_fingerprint(odd) == data_fingerprint(Mapping({"type": "string"}))
+    assert data_fingerprint({"a": "\ud800"}) != data_fingerprint({"a": "\ud801"})
