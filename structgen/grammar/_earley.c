@@ -900,6 +900,49 @@ fail:
     return NULL;
 }
 
+
+/* rules_by_lhs(rules) -> {lhs: [rule ids]}: `EarleyGrammar._finish`'s index of the numbered
+ * rules ((lhs, rhs) tuples) by left-hand side, ids ascending (a schema's grammar: ~500 rules,
+ * every compile). */
+static PyObject *rules_by_lhs(PyObject *self, PyObject *rules) {
+    if (!PyList_CheckExact(rules)) {
+        PyErr_SetString(PyExc_TypeError, "rules_by_lhs(rules: list)");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t rid = 0; rid < PyList_GET_SIZE(rules); rid++) {
+        PyObject *rule = PyList_GET_ITEM(rules, rid);
+        if (!PyTuple_CheckExact(rule) || PyTuple_GET_SIZE(rule) != 2) {
+            PyErr_SetString(PyExc_TypeError, "rules_by_lhs: a rule is (lhs, rhs)");
+            goto fail;
+        }
+        PyObject *lhs = PyTuple_GET_ITEM(rule, 0);
+        PyObject *ids = PyDict_GetItemWithError(out, lhs); /* borrowed */
+        if (ids == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            ids = PyList_New(0);
+            if (ids == NULL || PyDict_SetItem(out, lhs, ids) < 0) {
+                Py_XDECREF(ids);
+                goto fail;
+            }
+            Py_DECREF(ids); /* (the dict holds it) */
+        }
+        PyObject *id = PyLong_FromSsize_t(rid);
+        if (id == NULL || PyList_Append(ids, id) < 0) {
+            Py_XDECREF(id);
+            goto fail;
+        }
+        Py_DECREF(id);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"closure", (PyCFunction)(void (*)(void))closure, METH_FASTCALL,
      "closure(tables, predicts_of, prediction, kernel, by_next, predicted, complete): an"
@@ -915,6 +958,8 @@ static PyMethodDef methods[] = {
      " indices"},
     {"number_rules", (PyCFunction)(void (*)(void))number_rules, METH_FASTCALL,
      "number_rules(rules, ids): the rules' symbols numbered, or None for an unknown one"},
+    {"rules_by_lhs", (PyCFunction)rules_by_lhs, METH_O,
+     "rules_by_lhs(rules): {lhs: [rule ids]} of (lhs, rhs) rules (EarleyGrammar._finish)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -32,6 +32,8 @@ Prediction = tuple[dict[int, tuple[tuple[int, int], ...]], frozenset[int]]
 _NATIVE = extension_module("structgen.grammar._earley")
 #: whether the C loop also predicts (`predicts_of`, `prediction` in C over the same memos)
 _NATIVE_PREDICTION = _NATIVE is not None and hasattr(_NATIVE, "prediction")
+#: `EarleyGrammar._finish`'s rules by left-hand side in C, or None
+_RULES_BY_LHS = getattr(_NATIVE, "rules_by_lhs", None)
 
 
 def known_closure(rules: list[Any], known: set[Any]) -> list[int]:
@@ -193,9 +195,13 @@ class EarleyGrammar:
     def _finish(self, nullable: frozenset[int]) -> None:
         """What follows from the numbered rules (both constructors)."""
         self.start_rule = 0
-        self.by_lhs: dict[int, list[int]] = {}
-        for rid, (lhs, _) in enumerate(self.rules):
-            self.by_lhs.setdefault(lhs, []).append(rid)
+        self.by_lhs: dict[int, list[int]]
+        if _RULES_BY_LHS is not None:  # (in C: a schema's grammar has hundreds of rules)
+            self.by_lhs = _RULES_BY_LHS(self.rules)
+        else:
+            self.by_lhs = {}
+            for rid, (lhs, _) in enumerate(self.rules):
+                self.by_lhs.setdefault(lhs, []).append(rid)
         self.nullable = nullable
         # Prediction, on demand (a large schema's grammar has thousands of nonterminals; a
         # generation predicts a few). When a set expects nonterminal N it predicts every rule

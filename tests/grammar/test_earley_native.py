@@ -216,3 +216,17 @@ def test_undefined_symbol_is_reported_with_the_c_loops() -> None:
     grammar = Grammar("S", (Rule("S", ("a", "Q")),), (TerminalDef("a", String("a")),))
     with pytest.raises(GrammarError, match="'Q', which is not defined"):
         EarleyGrammar(grammar)
+
+
+@given(st.lists(st.tuples(st.integers(0, 20), st.tuples(st.integers(0, 30))), max_size=60))
+def test_rules_by_lhs_agrees(rules: list[tuple[int, tuple[int, ...]]]) -> None:
+    """The C index of rules by left-hand side is the Python loop's: same keys, same order."""
+    if earley._RULES_BY_LHS is None:
+        pytest.skip("the C extension is not built")
+    expected: dict[int, list[int]] = {}
+    for rid, (lhs, _) in enumerate(rules):
+        expected.setdefault(lhs, []).append(rid)
+    found = earley._RULES_BY_LHS(rules)
+    assert found == expected and list(found) == list(expected)
+    with pytest.raises(TypeError):
+        earley._RULES_BY_LHS([(1,)])
