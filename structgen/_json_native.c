@@ -143,9 +143,16 @@ static int put(Buffer *b, const void *bytes, Py_ssize_t n) {
     return 0;
 }
 
+/* A length as 8 bytes, little-endian on every machine (a fingerprint is a cache key). */
+static int put_length(Buffer *b, Py_ssize_t n) {
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)(((uint64_t)n >> (8 * i)) & 0xFF);
+    return put(b, le, 8);
+}
+
 static int put_sized(Buffer *b, char tag, const char *bytes, Py_ssize_t n) {
-    int64_t len = (int64_t)n;
-    if (put(b, &tag, 1) < 0 || put(b, &len, 8) < 0)
+    if (put(b, &tag, 1) < 0 || put_length(b, n) < 0)
         return -1;
     return put(b, bytes, n);
 }
@@ -164,6 +171,15 @@ static int put_text(Buffer *b, char tag, PyObject *text) {
     return rc;
 }
 
+/* `put_text` of `text`, a new reference (NULL: its error is set), released after. */
+static int put_made(Buffer *b, char tag, PyObject *text) {
+    if (text == NULL)
+        return -1;
+    int rc = put_text(b, tag, text);
+    Py_DECREF(text);
+    return rc;
+}
+
 /* 0 written, -1 error set, 1 not plain (nothing to do but give up). */
 static int fingerprint_value(Buffer *b, PyObject *node, int depth) {
     if (node == Py_None)
@@ -174,29 +190,15 @@ static int fingerprint_value(Buffer *b, PyObject *node, int depth) {
         return put(b, "f", 1);
     if (PyUnicode_CheckExact(node))
         return put_text(b, 's', node);
-    if (PyLong_CheckExact(node)) {
-        PyObject *text = PyObject_Str(node);
-        if (text == NULL)
-            return -1;
-        int rc = put_text(b, 'i', text);
-        Py_DECREF(text);
-        return rc;
-    }
-    if (PyFloat_CheckExact(node)) {
-        if (!isfinite(PyFloat_AS_DOUBLE(node)))
-            return 1;
-        PyObject *text = PyObject_Repr(node);
-        if (text == NULL)
-            return -1;
-        int rc = put_text(b, 'd', text);
-        Py_DECREF(text);
-        return rc;
-    }
+    if (PyLong_CheckExact(node))
+        return put_made(b, 'i', PyObject_Str(node));
+    if (PyFloat_CheckExact(node))
+        return isfinite(PyFloat_AS_DOUBLE(node)) ? put_made(b, 'd', PyObject_Repr(node)) : 1;
     if (depth > MAX_DEPTH)
         return 1;
     if (PyDict_CheckExact(node)) {
-        int64_t n = (int64_t)PyDict_GET_SIZE(node);
-        if (put(b, "{", 1) < 0 || put(b, &n, 8) < 0)
+        Py_ssize_t n = PyDict_GET_SIZE(node);
+        if (put(b, "{", 1) < 0 || put_length(b, n) < 0)
             return -1;
         PyObject *key, *value;
         Py_ssize_t pos = 0;
@@ -211,13 +213,13 @@ static int fingerprint_value(Buffer *b, PyObject *node, int depth) {
             if (rc != 0)
                 return rc;
         }
-        if (PyDict_GET_SIZE(node) != (Py_ssize_t)n) /* (changed meanwhile: give up) */
+        if (PyDict_GET_SIZE(node) != n) /* (changed meanwhile: give up) */
             return 1;
         return 0;
     }
     if (PyList_CheckExact(node)) {
-        int64_t n = (int64_t)PyList_GET_SIZE(node);
-        if (put(b, "[", 1) < 0 || put(b, &n, 8) < 0)
+        Py_ssize_t n = PyList_GET_SIZE(node);
+        if (put(b, "[", 1) < 0 || put_length(b, n) < 0)
             return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i >= PyList_GET_SIZE(node))

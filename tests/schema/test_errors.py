@@ -225,3 +225,23 @@ def test_fingerprints_of_odd_data_fall_back_to_the_text() -> None:
     odd = Mapping({"type": "string"})
     assert data_fingerprint(odd) == data_fingerprint(Mapping({"type": "string"}))
     assert data_fingerprint({"a": "\ud800"}) != data_fingerprint({"a": "\ud801"})
+
+
+def test_fingerprints_are_the_same_on_every_machine() -> None:
+    """A fingerprint keys the persistent compile cache: its bytes are fixed (lengths written
+    little-endian), so this value is the same on every machine and in every process."""
+    from structgen.schema import _FINGERPRINT_BYTES
+
+    if _FINGERPRINT_BYTES is None:
+        pytest.skip("the C extension is not built")
+    data = {
+        "type": "object",
+        "properties": {"a": {"type": "integer", "maximum": 1.5}},
+        "required": ["a"],
+        "x": [None, True, False, "é"],
+    }
+    assert _FINGERPRINT_BYTES({"t": 1}).hex() == (
+        "7b0100000000000000" + "6b0100000000000000" + "74" + "690100000000000000" + "31"
+    )
+    expected = "330aa13a44e17843a995f15c182321de33a037748a59859e7d2911437024063a"
+    assert data_fingerprint(data) == expected
