@@ -26,7 +26,7 @@ def pointer(base: str, *tokens: str | int) -> str:
     for t in tokens:
         token = t if type(t) is str else str(t)
         if "~" in token or "/" in token:
-            token = token.replace("~", "~0").replace("/", "~1")
+            token = escape_pointer(token)
         out += "/" + token
     return out
 
