@@ -61,11 +61,11 @@ def is_prefix_free_unit(dfa: ByteDFA) -> bool:
     (built in full: callers pass small automata)."""
     if dfa.is_empty or dfa.is_accepting(dfa.start):
         return False
-    if dfa.build_all() > MAX_UNIT_STATES:
+    count = dfa.build_all()
+    if count > MAX_UNIT_STATES:
         return False
-    return all(
-        not dfa.is_accepting(s) or bool((dfa.row(s) < 0).all()) for s in range(dfa.num_states)
-    )
+    # (every row built: the accepting states' rows read at once, not state by state)
+    return not bool((dfa.table[:count][dfa.accepting[:count]] >= 0).any())
 
 
 class CountedSource(_Source):

@@ -149,3 +149,22 @@ def test_native_counted_rows_with_a_python_built_unit() -> None:
     assert dfa._native is not None
     assert not dfa.accepts(b"e") and not dfa.accepts(b"abc")
     assert dfa.key_of(dfa.next_state(dfa.start, ord("a"))) == (0, unit.next_state(unit.start, 97))
+
+
+def _prefix_free_by_rows(dfa: ByteDFA) -> bool:
+    """The definition, state by state: no empty text, and no accepting state moves on."""
+    if dfa.is_empty or dfa.is_accepting(dfa.start):
+        return False
+    return all(
+        not dfa.is_accepting(s) or bool((dfa.row(s) < 0).all()) for s in range(dfa.num_states)
+    )
+
+
+@pytest.mark.parametrize("pattern", [*UNITS, *NOT_PREFIX_FREE, r"ab|cd", r"a(?:b|c)d", r"x*y"])
+def test_prefix_free_check_reads_the_table_whole(pattern: str) -> None:
+    """`is_prefix_free_unit` reads the built table at once; the answer is the row-by-row one."""
+    fast = compile_ast(parse_regex(pattern), limits=LIMITS)
+    slow = compile_ast(parse_regex(pattern), limits=LIMITS)
+    slow.build_all()
+    assert counted_module.is_prefix_free_unit(fast) == _prefix_free_by_rows(slow)
+    assert counted_module.is_prefix_free_unit(fast) == (pattern not in NOT_PREFIX_FREE)

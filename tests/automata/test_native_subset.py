@@ -278,3 +278,19 @@ def test_byte_classes_in_c_refuses_bad_ranges() -> None:
             native(bad)
     with pytest.raises(TypeError):
         native(5)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_build_all_in_c_is_the_python_dfa(pattern: str) -> None:
+    """`build_all` on a fresh automaton: every row in C (one call per stop), the same DFA."""
+    native = _compile(pattern, True)
+    n = native.build_all()
+    assert n == native.num_states and (native.table != -2).all()
+    assert native._native is not None or native.is_empty
+    python = _compile(pattern, False)
+    old = dfa_module.NATIVE_SUBSET
+    try:
+        dfa_module.NATIVE_SUBSET = False
+        assert _assert_isomorphic(native, python) == n
+    finally:
+        dfa_module.NATIVE_SUBSET = old
