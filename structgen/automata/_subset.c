@@ -2462,6 +2462,24 @@ static int class_buffer(PyObject *obj, Py_buffer *view)
     return 0;
 }
 
+/* The classes of a byte mask (32 bytes, little-endian bits): each byte in it its own class,
+ * the other bytes one, numbered by smallest byte (a literal chain's classes). */
+static void mask_classes(const uint8_t *mask, uint8_t *cur)
+{
+    int n = 0, other = -1;
+    for (int b = 0; b < 256; b++) {
+        if ((mask[b >> 3] >> (b & 7)) & 1)
+            cur[b] = (uint8_t)n++;
+        else {
+            if (other < 0)
+                other = n++;
+            cur[b] = (uint8_t)other;
+        }
+    }
+}
+
+static PyObject *joint_from(PyObject *seq_arg, const uint8_t *mask);
+
 static PyObject *joint_classes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -2469,18 +2487,47 @@ static PyObject *joint_classes(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "joint_classes takes one sequence of class arrays");
         return NULL;
     }
+    return joint_from(args[0], NULL);
+}
+
+/* joint_classes_masked(parts, mask): joint_classes of the parts and of the classes of the byte
+ * mask `mask` (an int below 2**256: each byte in it its own class, the others one), without
+ * that array made in Python (dfa.py, `union_classes`: a lexer's literal chains, joined as one
+ * mask). */
+static PyObject *joint_classes_masked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "joint_classes_masked(parts, mask: int)");
+        return NULL;
+    }
+    /* (int.to_bytes: public API on every Python; OverflowError past 256 bits or below 0) */
+    PyObject *data = PyObject_CallMethod(args[1], "to_bytes", "is", 32, "little");
+    if (data == NULL)
+        return NULL;
+    uint8_t mask[32];
+    memcpy(mask, PyBytes_AS_STRING(data), 32);
+    Py_DECREF(data);
+    return joint_from(args[0], mask);
+}
+
+static PyObject *joint_from(PyObject *seq_arg, const uint8_t *mask)
+{
     if (pair_ids == NULL) {
         pair_ids = malloc(sizeof(int16_t) * 65536);
         if (pair_ids == NULL)
             return PyErr_NoMemory();
         memset(pair_ids, 0xff, sizeof(int16_t) * 65536);
     }
-    PyObject *seq = PySequence_Fast(args[0], "joint_classes takes a sequence of class arrays");
+    PyObject *seq = PySequence_Fast(seq_arg, "joint_classes takes a sequence of class arrays");
     if (seq == NULL)
         return NULL;
     uint8_t cur[256], out[256];
     int keys[256];
-    memset(cur, 0, sizeof cur);
+    if (mask != NULL)
+        mask_classes(mask, cur);
+    else
+        memset(cur, 0, sizeof cur);
     Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < m; i++) {
         Py_buffer view;
@@ -2848,6 +2895,8 @@ static PyMethodDef methods[] = {
      "join_pieces(pieces, bases, size): an NFA pool's arrays (nfa.Pool.arrays)"},
     {"class_firsts", (PyCFunction)(void (*)(void))class_firsts, METH_FASTCALL,
      "class_firsts(classes): int64 bytes, the smallest byte of each class"},
+    {"joint_classes_masked", (PyCFunction)(void (*)(void))joint_classes_masked, METH_FASTCALL,
+     "joint_classes_masked(parts, mask): joint_classes of the parts and of a byte mask's classes"},
     {"joint_classes", (PyCFunction)(void (*)(void))joint_classes, METH_FASTCALL,
      "joint_classes(parts): bytes(256), the byte classes refining every part's"},
     {"check_snapshots", (PyCFunction)(void (*)(void))check_snapshots, METH_FASTCALL,

@@ -31,19 +31,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen._lru import LRU
 from structgen.automata import _native_subset
 from structgen.automata._blocks import (
     Block,
-    _bits,
     chain_blocks,
     chain_fingerprint,
 )
 from structgen.automata._native_subset import _NativeStates
 from structgen.automata.dfa import (
     ByteDFA,
-    _classes_of_ranges,
     _Source,
+    classes_of_mask,
 )
 from structgen.automata.nfa import AutomataLimits, extension_function
 
@@ -75,9 +73,10 @@ class LiteralSource(_Source):
             spine = [0, *accumulate(block.width for block in self.blocks)]
             used = reduce(or_, (block.used for block in self.blocks))
             read = used.bit_count()
-            laid_out = (spine, used, _classes_of_mask(used), read + (read < 256))
+            laid_out = (spine, used, classes_of_mask(used), read + (read < 256))
         # the id of each block's start (and after the last, the final state's)
         self.spine, self._used, self.byte_classes, self.num_classes = laid_out
+        self.classes_mask = self._used  # (each byte read its own class: `_Source.classes_mask`)
         self.final = self.spine[-1]
 
     @property
@@ -130,17 +129,6 @@ class LiteralSource(_Source):
 
 
 _CHAIN_ARRAYS = extension_function("chain_arrays")
-
-_CLASSES_BY_MASK: LRU[int, npt.NDArray[np.uint8]] = LRU(1024)
-
-
-def _classes_of_mask(used: int) -> npt.NDArray[np.uint8]:
-    """Each byte read its own class, the other bytes one (read-only)."""
-    hit = _CLASSES_BY_MASK.get(used)
-    if hit is None:
-        hit = _classes_of_ranges(frozenset((b, b) for b in _bits(used)))
-        hit = _CLASSES_BY_MASK.put(used, hit)
-    return hit
 
 
 def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:

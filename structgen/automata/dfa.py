@@ -109,6 +109,19 @@ def _classes_of_ranges(ranges: frozenset[tuple[int, int]]) -> npt.NDArray[np.uin
 _CLASSES: LRU[frozenset[tuple[int, int]], npt.NDArray[np.uint8]] = LRU(1024)
 
 
+def classes_of_mask(used: int) -> npt.NDArray[np.uint8]:
+    """Each byte of the bitset `used` its own class, the other bytes one (read-only, kept for
+    recent masks): a literal chain's classes."""
+    hit = _CLASSES_BY_MASK.get(used)
+    if hit is None:
+        bits = frozenset((b, b) for b in range(256) if used >> b & 1)
+        hit = _CLASSES_BY_MASK.put(used, _classes_of_ranges(bits))
+    return hit
+
+
+_CLASSES_BY_MASK: LRU[int, npt.NDArray[np.uint8]] = LRU(1024)
+
+
 def class_representatives(classes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
     """The lowest byte of each byte class, by class id (ids are numbered from 0 without gaps)."""
     if _CLASS_FIRSTS is not None:
@@ -123,6 +136,30 @@ def joint_classes(classes: Sequence[npt.NDArray[np.uint8]]) -> npt.NDArray[np.ui
     if _JOINT_CLASSES is not None:
         return np.frombuffer(_JOINT_CLASSES(classes), dtype=np.uint8)
     return _number_rows(np.stack(classes, 1))
+
+
+def union_classes(parts: Sequence[ByteDFA]) -> npt.NDArray[np.uint8]:
+    """`joint_classes` of the parts' classes, the parts whose classes are a byte mask's (a
+    literal chain's: `_Source.classes_mask`) joined as one mask first: bytes share a class in
+    every such part iff neither is in any part's mask. A grammar's lexer over a hundred keys
+    joins one array for them, not a hundred (the numbering, by smallest byte, is the same)."""
+    used = 0
+    masked = False
+    arrays: list[npt.NDArray[np.uint8]] = []
+    for part in parts:
+        mask = part._source.classes_mask
+        if mask is None:
+            arrays.append(part.byte_classes)
+        else:
+            used |= mask
+            masked = True
+    if masked and _JOINT_CLASSES_MASKED is not None:  # (the mask's classes made in C)
+        return np.frombuffer(_JOINT_CLASSES_MASKED(arrays, used), dtype=np.uint8)
+    if masked:
+        arrays.append(classes_of_mask(used))
+    if len(arrays) == 1:
+        return arrays[0]
+    return joint_classes(arrays)
 
 
 def _number_rows(rows: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
@@ -152,6 +189,10 @@ class _Source(ABC):
     #: every string of word or JSON-string characters up to 16 bytes (`masks/_kernel.py`)
     finite = False
     growth = GROWTH_NATIVE  # the factor a table the C builder fills grows by
+    #: not None: the byte classes are `classes_of_mask(classes_mask)` — each byte of the mask
+    #: its own class, the others one (a literal chain's); `union_classes` joins such parts as
+    #: one mask
+    classes_mask: int | None = None
 
     @abstractmethod
     def start_key(self) -> Hashable: ...
@@ -212,6 +253,7 @@ def table_capacity(states: int) -> int:
 BIG_TABLE_BYTES = 4 << 20
 _UNINITIALISED = extension_function("uninitialised", switchable=False)
 _JOINT_CLASSES = extension_function("joint_classes")
+_JOINT_CLASSES_MASKED = extension_function("joint_classes_masked")
 _CLASS_FIRSTS = extension_function("class_firsts")
 
 
@@ -1339,11 +1381,11 @@ class UnionSource(_Source):
         if self.parts:
             # Two bytes share a class iff they do in every component: number the distinct
             # rows of component classes in order of smallest byte (so byte 0 is class 0).
-            self.byte_classes = joint_classes([p.byte_classes for p in self.parts])
+            self.byte_classes = union_classes(self.parts)
         else:
             self.byte_classes = np.zeros(256, dtype=np.uint8)
         # A union counts when a component does: its states far from the bounds behave alike.
-        self.counts = any(p._source.counts for p in self.parts)
+        self.counts = any([p._source.counts for p in self.parts])
         self.num_classes = int(self.byte_classes.max()) + 1
         # each class's smallest byte (classes are numbered by it, so these come in order)
         self.reps = class_representatives(self.byte_classes)
@@ -1363,7 +1405,7 @@ class UnionSource(_Source):
         key = getattr(self, "_start_key", None)  # (None, or absent when unpickled)
         if key is None:
             key = self._start_key = tuple(
-                (i, p.start) for i, p in enumerate(self.parts) if not p.is_empty
+                [(i, p.start) for i, p in enumerate(self.parts) if not p._empty]
             )
         return key
 
@@ -1371,8 +1413,8 @@ class UnionSource(_Source):
         return bool(self.start_key())
 
     def is_accepting(self, key: tuple[tuple[int, int], ...]) -> bool:
-        parts = self.parts
-        return any(parts[i].is_accepting(s) for i, s in key)
+        parts = self.parts  # (the flags read directly: a lexer's start key names every part)
+        return any([parts[i]._accepting[s] for i, s in key])
 
     def bounded_key(self, key: tuple[tuple[int, int], ...], depth: int) -> Hashable:
         """Components run side by side: two tuples whose components behave alike on the next

@@ -70,7 +70,7 @@ class _SharedUnion:
     ) -> None:
         self.parts = parts  # keeps the components alive while the entry is cached
         self.source = UnionSource(parts)
-        names = ",".join(p.fingerprint[:12] for p in parts)
+        names = ",".join([p.fingerprint[:12] for p in parts])
         self.dfa = ByteDFA(self.source, fingerprint=f"lexer:{names}", limits=limits)
         self.walker = TokenMaskWalker(vocab, self.dfa, max_cached_masks=max_cached_masks)
         self._accepted: dict[int, frozenset[int]] = {}
@@ -223,7 +223,8 @@ class GrammarEngine:
         DFA moves to its C builder there), the grammar's lexer and the initial parse state's. A
         terminal whose NFA is deferred builds it when a lexer first reads it."""
         for dfa in self.terminal_dfas:
-            if not dfa.is_deferred:
+            source = dfa._source  # (a chain's first rows are laid out already: nothing to do)
+            if source.classes_mask is None and not source.deferred:
                 dfa.row(dfa.start)
         self.lexer(self._initial)
 

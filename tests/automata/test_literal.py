@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import structgen
 import structgen.automata as automata
+import structgen.automata.dfa as dfa_module
 from structgen import Compiler, Matcher, SchemaOptions, allocate_bitmask
 from structgen.automata import (
     AutomataLimits,
@@ -571,3 +572,43 @@ def test_a_one_byte_block_is_the_subset_construction(byte_set: set[int]) -> None
         assert getattr(fast, name) == getattr(slow, name), name
     assert np.array_equal(fast.c_data, slow.c_data)
     assert fast.c_data.dtype == slow.c_data.dtype and not fast.c_data.flags.writeable
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(TEXTS, min_size=1, max_size=6),
+    st.lists(st.sampled_from([r"[0-9]+", r"[a-z]*x", r"\s+", r"é|ü", r'"[^"\\]*"']), max_size=3),
+)
+def test_union_classes_join_literal_masks_first(texts: list[str], patterns: list[str]) -> None:
+    """A literal chain's classes are its mask's (each byte read alone, the rest one class), so
+    a union joins the chains as one mask: the same classes, numbered alike, as joining every
+    part's array."""
+    from structgen.automata.dfa import classes_of_mask, joint_classes, union_classes
+    from structgen.schema._emitter import quoted
+    from structgen.schema._strings import literal_body
+
+    # JSON keys in every spelling: chains (`LiteralSource`), through C's layout
+    parts = [automata.compile_ast(quoted(literal_body(t, canonical=False))) for t in texts]
+    assert all(isinstance(p._source, LiteralSource) for p in parts)
+    parts += [automata.compile_regex(p) for p in patterns]
+    for part in parts:
+        mask = part._source.classes_mask
+        if mask is not None:
+            assert part.byte_classes.tolist() == classes_of_mask(mask).tolist()
+    want = joint_classes([p.byte_classes for p in parts]).tolist()
+    assert union_classes(parts).tolist() == want  # (the mask's classes made in C)
+    with pytest.MonkeyPatch.context() as patch:  # (... and in Python)
+        patch.setattr(dfa_module, "_JOINT_CLASSES_MASKED", None)
+        assert union_classes(parts).tolist() == want
+
+
+def test_joint_classes_masked_refuses_bad_masks() -> None:
+    from structgen.automata.dfa import _JOINT_CLASSES_MASKED
+
+    if _JOINT_CLASSES_MASKED is None:
+        pytest.skip("the C extension is not built")
+    assert bytes(_JOINT_CLASSES_MASKED([], 0)) == bytes(256)  # (no byte read: one class)
+    assert list(_JOINT_CLASSES_MASKED([], (1 << 256) - 1)) == list(range(256))
+    for bad in (-1, 1 << 256):
+        with pytest.raises(OverflowError):
+            _JOINT_CLASSES_MASKED([], bad)
