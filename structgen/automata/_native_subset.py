@@ -491,7 +491,7 @@ class NativeUnion(_NativeStates):
         # every component's arrays and C builder in one call (a ctypes call per component,
         # seven arguments converted each, cost more than the rest of the set-up)
         given = [_PART_FIELDS(p) for p in parts]
-        fields = np.array(given, dtype=np.int64)
+        fields = np.fromiter(chain.from_iterable(given), np.int64, 5 * len(given))
         # (the addresses in one call: `array.ctypes.data` costs ~1.5 us each)
         classes_at, self._need_address, fields_at = addresses(self._classes, self._need, fields)
         ctx = _LIB.sg_union_new(len(parts), classes_at, max_states)
@@ -595,8 +595,8 @@ class NativeUnion(_NativeStates):
             k, q = key
             elements = [k << 32 | (q & _BETWEEN_UNITS)]
         else:
-            elements = sorted(i << 32 | s for i, s in key)
-        arr = np.array(elements, dtype=np.int64)
+            elements = sorted([i << 32 | s for i, s in key])
+        arr = np.fromiter(elements, np.int64, len(elements))
         return int(_LIB.sg_union_intern(self.ctx, addresses(arr)[0], len(arr)))
 
     def key(self, state: int) -> UnionKey | SequenceKey | CountedKey | tuple[int, ...]:
