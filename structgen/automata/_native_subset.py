@@ -209,19 +209,23 @@ class _NativeStates:
     #: the states (and a product's liveness search) allowed
     max_states: int
 
-    def _adopt(self, ctx: int | None, free: Any, what: str) -> None:
-        """Own the new context `ctx` (freed with `free`)."""
+    def _adopt(self, ctx: int | None, free: Any, what: str, kind: int) -> None:
+        """Own the new context `ctx` (of `kind`: `_SUBSET`, `_UNION` or `_CHAIN`), freed when
+        this object goes: by a capsule whose destructor is C (`context_capsule`), else by a
+        small owner whose `__del__` calls `free` (ctypes)."""
         if not ctx:
             raise MemoryError(f"could not allocate the C {what}")
+        try:
+            self._owner: object = (
+                _ContextOwner(ctx, free)
+                if _CONTEXT_CAPSULE is None
+                else _CONTEXT_CAPSULE(kind, ctx)
+            )
+        except BaseException:
+            free(ctx)
+            raise
         self.ctx = ctx
-        self._free = free  # (kept: the library may be gone by __del__ at interpreter exit)
         self._header = _Header.from_address(ctx)
-
-    def __del__(self) -> None:
-        ctx = getattr(self, "ctx", 0)
-        if ctx:
-            self.ctx = 0
-            self._free(ctx)
 
     @property
     def num_states(self) -> int:
@@ -362,7 +366,7 @@ class NativeSubset(_NativeStates):
         )
         a = addresses(*self._arrays)
         ctx = _LIB.sg_subset_new(n, *a[:6], p, *a[6:], max_states)
-        self._adopt(ctx, _LIB.sg_subset_free, "subset construction")
+        self._adopt(ctx, _LIB.sg_subset_free, "subset construction", _SUBSET)
 
     def start(self, nfa_state: int) -> int:
         """Create the start state: its id, -1 for an empty language, or ``-1 - code``."""
@@ -404,6 +408,27 @@ _BETWEEN_UNITS = 0xFFFFFFFF  # a counted key's unit state -1, as C keeps it
 
 
 #: what the C side reads of a component (`sg_union_set_part`, `sg_union_set_parts`; 0: none)
+#: a C context's owner whose destructor frees it (`_subset.c`), or None (`_ContextOwner`)
+_CONTEXT_CAPSULE = extension_function("context_capsule", switchable=False)
+_SUBSET, _UNION, _CHAIN = 0, 1, 2  # (the kinds `context_capsule` frees)
+
+
+class _ContextOwner:
+    """Frees a C context when collected, through ctypes (an extension built before
+    `context_capsule`)."""
+
+    __slots__ = ("ctx", "free")
+
+    def __init__(self, ctx: int, free: Any) -> None:
+        self.ctx = ctx
+        self.free = free  # (kept: the library may be gone by __del__ at interpreter exit)
+
+    def __del__(self) -> None:
+        ctx, self.ctx = self.ctx, 0
+        if ctx:
+            self.free(ctx)
+
+
 _PART_FIELDS = operator.attrgetter(
     "table_address", "accepting_address", "capacity", "native_builder", "native_context"
 )
@@ -422,7 +447,7 @@ class NativeChain(_NativeStates):
         self.max_states = max_states
         self._blocks = blocks
         self._laid_out = laid_out
-        self._adopt(_CHAIN_CONTEXT(blocks, max_states), _LIB.sg_chain_free, "chain")
+        self._adopt(_CHAIN_CONTEXT(blocks, max_states), _LIB.sg_chain_free, "chain", _CHAIN)
 
     def build(self, state: int) -> int:
         return int(_LIB.sg_chain_build(self.ctx, state))
@@ -495,7 +520,7 @@ class NativeUnion(_NativeStates):
         # (the addresses in one call: `array.ctypes.data` costs ~1.5 us each)
         classes_at, self._need_address, fields_at = addresses(self._classes, self._need, fields)
         ctx = _LIB.sg_union_new(len(parts), classes_at, max_states)
-        self._adopt(ctx, _LIB.sg_union_free, "union")
+        self._adopt(ctx, _LIB.sg_union_free, "union", _UNION)
         if mode != UNION:
             starts = np.array([p.start for p in parts], dtype=np.int32)
             bound = -1 if hi is None else hi

@@ -2440,6 +2440,57 @@ static PyObject *check_snapshots(PyObject *self, PyObject *const *args, Py_ssize
     return PyUnicode_FromString(why);
 }
 
+/* context_capsule(kind, address): a capsule that frees the C context at `address` when it is
+ * collected (kind 0: a subset construction, 1: a union, 2: a chain) — what owns a context holds
+ * it instead of a Python `__del__` that called the free function through ctypes (a key's
+ * automaton is dropped at every eviction from the recent ones: ~1.5 µs less each). */
+static const char *const CONTEXT_CAPSULE = "structgen.context";
+
+static void context_capsule_free(PyObject *capsule)
+{
+    void *ctx = PyCapsule_GetPointer(capsule, CONTEXT_CAPSULE);
+    intptr_t kind = (intptr_t)PyCapsule_GetContext(capsule);
+    if (ctx == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (kind == 0)
+        sg_subset_free((sg_subset *)ctx);
+    else if (kind == 1)
+        sg_union_free((sg_union *)ctx);
+    else
+        sg_chain_free((sg_chain *)ctx);
+}
+
+static PyObject *context_capsule(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "context_capsule(kind, address)");
+        return NULL;
+    }
+    long kind = PyLong_AsLong(args[0]);
+    if (kind == -1 && PyErr_Occurred())
+        return NULL;
+    if (kind < 0 || kind > 2) {
+        PyErr_SetString(PyExc_ValueError, "a context kind is 0 (subset), 1 (union) or 2 (chain)");
+        return NULL;
+    }
+    void *ctx = PyLong_AsVoidPtr(args[1]);
+    if (ctx == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "no context at address 0");
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(ctx, CONTEXT_CAPSULE, context_capsule_free);
+    if (capsule != NULL && PyCapsule_SetContext(capsule, (void *)(intptr_t)kind) < 0) {
+        /* (never: the capsule is valid) — free the context once, not twice */
+        Py_DECREF(capsule);
+        return NULL;
+    }
+    return capsule;
+}
+
 /* joint_classes(parts): bytes(256), the coarsest byte partition refining every part's (each a
  * C-contiguous buffer of 256 class ids, uint8), classes numbered in order of their smallest
  * byte (dfa.py, `_number_rows` over the parts stacked, whose numpy path it replaces: a grammar's
@@ -2895,6 +2946,8 @@ static PyMethodDef methods[] = {
      "join_pieces(pieces, bases, size): an NFA pool's arrays (nfa.Pool.arrays)"},
     {"class_firsts", (PyCFunction)(void (*)(void))class_firsts, METH_FASTCALL,
      "class_firsts(classes): int64 bytes, the smallest byte of each class"},
+    {"context_capsule", (PyCFunction)(void (*)(void))context_capsule, METH_FASTCALL,
+     "context_capsule(kind, address): a capsule that frees the C context when collected"},
     {"joint_classes_masked", (PyCFunction)(void (*)(void))joint_classes_masked, METH_FASTCALL,
      "joint_classes_masked(parts, mask): joint_classes of the parts and of a byte mask's classes"},
     {"joint_classes", (PyCFunction)(void (*)(void))joint_classes, METH_FASTCALL,

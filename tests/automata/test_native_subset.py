@@ -294,3 +294,32 @@ def test_build_all_in_c_is_the_python_dfa(pattern: str) -> None:
         assert _assert_isomorphic(native, python) == n
     finally:
         dfa_module.NATIVE_SUBSET = old
+
+
+def test_a_context_is_freed_by_its_owner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A C context goes with the object that owns it: through a capsule whose destructor is C,
+    or (an extension built before it) a small owner whose `__del__` frees it via ctypes."""
+    import gc
+
+    capsule = _native_subset._CONTEXT_CAPSULE
+    if capsule is not None:
+        with pytest.raises(ValueError):
+            capsule(3, 1)
+        with pytest.raises(ValueError):
+            capsule(0, 0)
+    freed: list[int] = []
+    real_free = _native_subset._LIB.sg_subset_free
+
+    def free(ctx: int) -> None:
+        freed.append(ctx)
+        real_free(ctx)
+
+    monkeypatch.setattr(_native_subset, "_CONTEXT_CAPSULE", None)
+    monkeypatch.setattr(_native_subset._LIB, "sg_subset_free", free)
+    d = _compile(r"[a-z]{2,9}@x", True)
+    native = d._native
+    assert isinstance(native, _native_subset.NativeSubset)
+    ctx = native.ctx
+    del d, native
+    gc.collect()
+    assert freed == [ctx]
