@@ -407,7 +407,6 @@ UNION, SEQUENCE, COUNTED, PRODUCT, DIFFERENCE = range(5)
 _BETWEEN_UNITS = 0xFFFFFFFF  # a counted key's unit state -1, as C keeps it
 
 
-#: what the C side reads of a component (`sg_union_set_part`, `sg_union_set_parts`; 0: none)
 #: a C context's owner whose destructor frees it (`_subset.c`), or None (`_ContextOwner`)
 _CONTEXT_CAPSULE = extension_function("context_capsule", switchable=False)
 _SUBSET, _UNION, _CHAIN = 0, 1, 2  # (the kinds `context_capsule` frees)
@@ -429,6 +428,7 @@ class _ContextOwner:
             self.free(ctx)
 
 
+#: what the C side reads of a component (`sg_union_set_part`, `sg_union_set_parts`; 0: none)
 _PART_FIELDS = operator.attrgetter(
     "table_address", "accepting_address", "capacity", "native_builder", "native_context"
 )
