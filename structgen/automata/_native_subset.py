@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import operator
 import os
+import struct
 import threading
 import types
 import weakref
@@ -428,10 +428,10 @@ class _ContextOwner:
             self.free(ctx)
 
 
-#: what the C side reads of a component (`sg_union_set_part`, `sg_union_set_parts`; 0: none)
-_PART_FIELDS = operator.attrgetter(
-    "table_address", "accepting_address", "capacity", "native_builder", "native_context"
-)
+#: what the C side reads of a component (`sg_union_set_part`, `sg_union_set_parts`; 0: none):
+#: its table's and acceptance flags' addresses, capacity, C builder and context, as int64 in the
+#: machine's order (`ByteDFA.part_fields`, packed whenever its arrays change)
+PART_FIELDS = struct.Struct("=5q")
 
 
 class NativeChain(_NativeStates):
@@ -515,8 +515,8 @@ class NativeUnion(_NativeStates):
         self._need = np.zeros(2, dtype=np.int64)
         # every component's arrays and C builder in one call (a ctypes call per component,
         # seven arguments converted each, cost more than the rest of the set-up)
-        given = [_PART_FIELDS(p) for p in parts]
-        fields = np.fromiter(chain.from_iterable(given), np.int64, 5 * len(given))
+        given: list[bytes] = [p.part_fields for p in parts]
+        fields = np.frombuffer(b"".join(given), dtype=np.int64)
         # (the addresses in one call: `array.ctypes.data` costs ~1.5 us each)
         classes_at, self._need_address, fields_at = addresses(self._classes, self._need, fields)
         ctx = _LIB.sg_union_new(len(parts), classes_at, max_states)
@@ -533,9 +533,9 @@ class NativeUnion(_NativeStates):
     def refresh_part(self, i: int) -> None:
         """Point the C side at component ``i``'s current arrays and C builder (when they
         changed: a row built in place needs nothing, as C reads it there)."""
-        fields = _PART_FIELDS(self.parts[i])
+        fields = self.parts[i].part_fields
         if fields != self._given[i]:
-            _LIB.sg_union_set_part(self.ctx, i, *fields)
+            _LIB.sg_union_set_part(self.ctx, i, *PART_FIELDS.unpack(fields))
             self._given[i] = fields
 
     def build(self, state: int) -> int:
