@@ -256,3 +256,21 @@ def test_one_call_queries_of_a_wide_union() -> None:
     assert native is not None and after >= 0
     assert set(native.accepted(after) or ()) == set(range(70))
     assert len(native.key(d.start)) == 70
+
+
+def test_part_fields_follow_the_arrays() -> None:
+    """`ByteDFA.part_fields` (what a union's C context reads of a component) is repacked
+    whenever the arrays or the C builder change: growing, and moving to C."""
+    from structgen.automata import _native_subset, compile_regex
+
+    d = compile_regex(r"[a-z]{0,40}x")
+    for _ in range(2):
+        fields = _native_subset.PART_FIELDS.unpack(d.part_fields)
+        assert fields == (
+            d.table_address,
+            d.accepting_address,
+            d.capacity,
+            d.native_builder,
+            d.native_context,
+        )
+        d.build_all()  # (grows the table past its first 16 rows, in C where built)
