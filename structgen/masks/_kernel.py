@@ -590,7 +590,7 @@ class NativeWalk:
         if words is None:
             words = np.empty(self.words, dtype=np.uint32)
         bufs = self._buffers()
-        dfa.row(state)
+        # (no `dfa.row(state)` first: the C walk builds the start's row, in C where it can)
         if ranges is None:  # the whole vocabulary (`sg_walk_forest`), skipping `skip`'s groups
             roots = self._forest_roots_address if skip else self._plain_roots_address
             n_groups = self.n_groups if skip else 1
@@ -652,8 +652,7 @@ class NativeWalk:
                 _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
                 k = _EXT.take_words(p_words, self.words, p_idx, p_val)
             else:
-                bufs = self._buffers()
-                dfa.row(state)
+                bufs = self._buffers()  # (the walk builds the start's row when it reads it)
                 one_call = _CONTINUE_SPANS is not None  # (else an extension built before it)
                 walk_spans = _CONTINUE_SPANS if one_call else _EXT.walk_spans
                 bufs.busy = True

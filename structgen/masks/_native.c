@@ -616,10 +616,17 @@ static PyObject *py_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     python_call call;
     if (call_enter(&call, args[9], &view) < 0) return NULL;
     int64_t result;
-    if (roots != NULL)
-        result = sg_walk_forest(v, roots, n_groups, skip, start, &view, python_row, stack, &ws,
-                                words, &ev);
-    else
+    if (roots != NULL) {
+        /* the forest reads the start's row to skip dead first bytes: built here first, in C
+         * where the DFA has a builder (a lexer state's first visit; through Python's `row()`
+         * it cost ~5 µs more, the ctypes call and the Python around it) */
+        result = 0;
+        if (view.table[(int64_t)start * 256] == -2 && build_row(&view, python_row, start) < 0)
+            result = -1;
+        if (result == 0)
+            result = sg_walk_forest(v, roots, n_groups, skip, start, &view, python_row, stack,
+                                    &ws, words, &ev);
+    } else
         result = sg_walk_nodes(v, lo, hi, base, n_ranges, start, &view, python_row, stack, &ws,
                                words, &ev);
     if (call_leave(&call, result) < 0) return NULL;

@@ -136,3 +136,24 @@ def test_a_trie_past_the_packed_limits_takes_the_numpy_walk() -> None:
     matcher.fill_bitmask(bitmask, 0)
     allowed = {t for t in range(len(tokens)) if bitmask[0, t >> 5] >> (t & 31) & 1}
     assert allowed == {0, 1, 3}
+
+
+def test_a_whole_walk_builds_its_start_row() -> None:
+    """The whole-vocabulary walk reads its start's row to skip dead first bytes: C builds it
+    first — through Python for an automaton still in Python mode (its first row moves it to
+    C), in C for one there already — and the mask is exact either way."""
+    vocab = load_vocab("gpt2")
+    native = native_walk(vocab)
+    assert native is not None
+    dfa = compile_regex("(tr|te|t)[a-z]{0,3}|nil")
+    assert dfa._native is None and dfa.table[dfa.start, 0] == -2
+    words, _ = native.walk(dfa, dfa.start)
+    assert np.array_equal(words, brute_mask(vocab, dfa, dfa.start))
+    assert dfa._native is not None
+    dfa = compile_regex("(tr|te|t)[a-z]{0,3}|nil")
+    dfa.row(dfa.start)  # (in C from here on)
+    state = dfa.next_state(dfa.start, ord("t"))  # (created, its row not built yet)
+    assert dfa._native is not None and state >= 0 and dfa.table[state, 0] == -2
+    words, _ = native.walk(dfa, state)
+    assert dfa.table[state, 0] != -2
+    assert np.array_equal(words, brute_mask(vocab, dfa, state))
