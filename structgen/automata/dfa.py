@@ -44,7 +44,7 @@ __all__ = [
 IntArray = npt.NDArray[np.int32]
 _DEAD_ROW: IntArray = np.full(256, -1, dtype=np.int32)
 _DEAD_ROW.flags.writeable = False
-#: `build_all`'s range for the C builder: every state, no deadline (the limits bound it)
+#: `build_all`'s bounds for `build_first`: every state, no deadline (the limits bound it)
 _ALL_STATES = 2**31 - 1
 _NO_DEADLINE = 1e9
 _MATCH = -1  # the element standing for the NFA match state in a subset
@@ -479,22 +479,10 @@ class ByteDFA:
 
     def build_all(self) -> int:
         """Build every reachable state eagerly (bounded by ``max_dfa_states``); return the count.
-        Regex rows go through the C builder in one call per stop (a counted repetition's unit,
-        built whole at every compile that counts it: 44 rows one by one cost ~200 µs)."""
-        i = 0
-        if self.num_states:
-            self.row(0)  # (a regex DFA moves to its C builder here)
-            i = 1
-        native = self._native
-        if isinstance(native, _native_subset.NativeSubset):
-            with self._lock:
-                while i < self.num_states:
-                    code, i = native.build_range(i, _ALL_STATES, _NO_DEADLINE)
-                    if code != _native_subset.OK:
-                        self._native_stop(code)  # then go on from the row that stopped
-        while i < self.num_states:
-            self.row(i)
-            i += 1
+        `build_first` with no bound but the limits: regex rows in C, one call per stop (a
+        counted repetition's unit, built whole at every compile that counts it: 44 rows one by
+        one through `row()` cost ~200 µs)."""
+        self.build_first(_ALL_STATES, _NO_DEADLINE)
         return self.num_states
 
     def __repr__(self) -> str:
