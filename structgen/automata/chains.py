@@ -60,6 +60,7 @@ class LiteralSource(_Source):
     #: automata, and a bigger fresh table is more pages to fault in at a first visit
     growth = 2
     finite = True  # (a word's spellings: slice checks skip its states)
+    laid_out = True  # (`literal_dfa` builds the spine's rows with the automaton)
 
     def __init__(
         self,

@@ -185,6 +185,7 @@ class _Source(ABC):
     is_union = False  # a `UnionSource` (see `ByteDFA.parts_of`)
     counts = False  # keys hold a count (see `bounded_key`)
     deferred = False  # a `DeferredNFASource`: the real source comes with the first row
+    laid_out = False  # the automaton's first rows come built with it (a literal chain's spine)
     #: the language is finite (a chain of spellings): no state allows a token slice whole,
     #: every string of word or JSON-string characters up to 16 bytes (`masks/_kernel.py`)
     finite = False

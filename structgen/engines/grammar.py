@@ -221,10 +221,11 @@ class GrammarEngine:
     def _set_up_lexing(self) -> None:
         """Set-up the first masks would otherwise pay: each built terminal's first row (a regex
         DFA moves to its C builder there), the grammar's lexer and the initial parse state's. A
-        terminal whose NFA is deferred builds it when a lexer first reads it."""
+        terminal whose NFA is deferred builds it when a lexer first reads it; a chain's first
+        rows are laid out with it (`_Source.laid_out`)."""
         for dfa in self.terminal_dfas:
-            source = dfa._source  # (a chain's first rows are laid out already: nothing to do)
-            if source.classes_mask is None and not source.deferred:
+            source = dfa._source
+            if not (source.deferred or source.laid_out):
                 dfa.row(dfa.start)
         self.lexer(self._initial)
 
