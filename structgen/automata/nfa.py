@@ -208,6 +208,13 @@ def nfa_size(node: Node) -> int:
     raise TypeError(f"not a regex AST node: {node!r}")
 
 
+#: a string piece's move counts (all 1) and child ids (1, 2, ...), sliced by `_Piece.chain`
+_CHAIN_ONES = np.ones(256, dtype=np.int32)
+_CHAIN_CHILDREN = np.arange(1, 257, dtype=np.int32)
+_CHAIN_ONES.setflags(write=False)
+_CHAIN_CHILDREN.setflags(write=False)
+
+
 class _Piece:
     """A byte DAG (a code point set's, or a string's chain of bytes) with child ids relative to
     its first node, as tuples and as arrays: an NFA's pool is made of pieces, placed at
@@ -234,11 +241,18 @@ class _Piece:
         n = len(data)
         piece._nodes = None
         piece.size = n
-        piece.counts = np.ones(n, dtype=np.int32)
         piece.lo = lo = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
-        child = np.arange(1, n + 1, dtype=np.int32)
-        child[-1] = -1
-        piece.table = np.stack((lo, lo, child), axis=1)
+        if n > len(_CHAIN_CHILDREN):  # (a long string: its own arrays)
+            piece.counts = np.ones(n, dtype=np.int32)
+            child = np.arange(1, n + 1, dtype=np.int32)
+        else:  # (slices of shared read-only arrays: `np.stack` and two more calls cost 3 µs)
+            piece.counts = _CHAIN_ONES[:n]
+            child = _CHAIN_CHILDREN[:n]
+        table = piece.table = np.empty((n, 3), dtype=np.int32)
+        table[:, 0] = lo
+        table[:, 1] = lo
+        table[:, 2] = child
+        table[n - 1, 2] = -1
         return piece
 
     @property

@@ -51,25 +51,27 @@ MAX_REPEAT = 1000
 
 # The grammar language's tokens, as Lark's own lexer reads them (lark/load_grammar.py
 # TERMINALS): comments swallow the whitespace before them, newlines are significant except
-# before a `|`, and a backslash at a line's end continues it. (Names and strings, most of a
-# grammar, are tried first: no other token starts as they do.)
+# before a `|`, and a backslash at a line's end continues it. Each match takes the spaces and
+# tabs before its token too (half of a grammar's matches were those runs alone, and a match
+# costs more than what it reads); the kinds are tried most frequent first, where two can start
+# alike in the order Lark's lexer gives them.
 _TOKENS = re.compile(
-    r"""
-    (?P<rule>_?[a-z][_a-z0-9]*)
-  | (?P<term>_?[A-Z][_A-Z0-9]*)
+    r"""[ \t]*(?:
+    (?P<term>_?[A-Z][_A-Z0-9]*)
+  | (?P<rule>_?[a-z][_a-z0-9]*)
+  | (?P<dotdot>\.\.)
+  | (?P<punct>[()\[\]{}:,|~.])
   | (?P<string>"(?:\\"|\\\\|[^"\n])*?"i?)
-  | (?P<skip>\s*(?://|\#)[^\n]*|[ \t]+|\\[ ]*\n)
+  | (?P<skip>\s*(?://|\#)[^\n]*|\\[ ]*\n|\Z)
   | (?P<nl_or>(?:\r?\n)+\s*\|)
   | (?P<nl>(?:\r?\n)+\s*)
   | (?P<to>->)
-  | (?P<dotdot>\.\.)
   | (?P<op>[+*]|\?(?![a-z_]))
   | (?P<mod>(?:!|!\??|\?!?)(?=[_a-z]))
   | (?P<regexp>/(?!/)(?:\\/|\\\\|[^/])*?/[imslux]*)
   | (?P<directive>%[a-z]+)
   | (?P<number>[+-]?\d+)
-  | (?P<punct>[()\[\]{}:,|~.])
-    """,
+    )""",
     re.VERBOSE,
 )
 
@@ -90,15 +92,20 @@ def _tokens(text: str) -> list[_Tok]:
     out: list[_Tok] = []
     append = out.append
     pos = 0
+    end = len(text)
     for found in _TOKENS.finditer(text):
         if found.start() != pos:
             raise _Fallback
-        value = found.group()
-        pos += len(value)
         kind = found.lastgroup
+        pos = found.end()
+        if kind is None:
+            raise _Fallback  # (spaces alone, before text no token reads)
         if kind != "skip":
-            append(_Tok(value if kind == "punct" else kind or "", value))
-    if pos != len(text):
+            value = found.group(kind)
+            append(_Tok(value if kind == "punct" else kind, value))
+        if pos == end:
+            break
+    if pos != end:
         raise _Fallback
     out.append(_Tok("nl", ""))
     return out

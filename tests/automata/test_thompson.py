@@ -259,10 +259,11 @@ def test_program_facts_in_c_are_the_python_ones() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(min_size=1, max_size=12))
+@given(st.text(min_size=1, max_size=12) | st.text(min_size=250, max_size=300))
 def test_string_pieces_are_the_tuple_built_ones(text: str) -> None:
-    """A string's piece made from its bytes directly (`_Piece.chain`) has the arrays and the
-    nodes of the one built from node tuples."""
+    """A string's piece made from its bytes directly (`_Piece.chain`: shared slices up to 256
+    bytes, its own arrays past them) has the arrays and the nodes of the one built from node
+    tuples."""
     data = text.encode("utf-8", "surrogatepass")
     nodes = [((b, b, k),) for k, b in enumerate(data, 1)]
     nodes[-1] = ((data[-1], data[-1], -1),)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 
 import lark
 import pytest
@@ -29,7 +30,7 @@ from structgen.grammar.lark_frontend import (
     lark_to_ir_with_lark,
     load_builtin,
 )
-from structgen.grammar.lark_reader import _Fallback, _unescape, read_lark
+from structgen.grammar.lark_reader import _Fallback, _tokens, _unescape, read_lark
 from structgen.grammar.sampler import sample_sentences
 from tests.conftest import load_vocab
 
@@ -159,6 +160,82 @@ def test_the_rest_goes_to_lark(text: str) -> None:
     except GrammarError as exc:
         got = str(exc)
     assert got == expected  # (the same IR or the same error: both came from Lark)
+
+
+# The grammar language's tokens one match each (spaces and tabs their own `skip` match), as the
+# reader scanned them before its matches took the spaces before each token: the reference.
+_ONE_TOKEN_PER_MATCH = re.compile(
+    r"""
+    (?P<rule>_?[a-z][_a-z0-9]*)
+  | (?P<term>_?[A-Z][_A-Z0-9]*)
+  | (?P<string>"(?:\\"|\\\\|[^"\n])*?"i?)
+  | (?P<skip>\s*(?://|\#)[^\n]*|[ \t]+|\\[ ]*\n)
+  | (?P<nl_or>(?:\r?\n)+\s*\|)
+  | (?P<nl>(?:\r?\n)+\s*)
+  | (?P<to>->)
+  | (?P<dotdot>\.\.)
+  | (?P<op>[+*]|\?(?![a-z_]))
+  | (?P<mod>(?:!|!\??|\?!?)(?=[_a-z]))
+  | (?P<regexp>/(?!/)(?:\\/|\\\\|[^/])*?/[imslux]*)
+  | (?P<directive>%[a-z]+)
+  | (?P<number>[+-]?\d+)
+  | (?P<punct>[()\[\]{}:,|~.])
+    """,
+    re.VERBOSE,
+)
+
+
+def _reference_tokens(text: str) -> list[tuple[str, str]] | None:
+    out, pos = [], 0
+    for found in _ONE_TOKEN_PER_MATCH.finditer(text):
+        if found.start() != pos:
+            return None
+        value = found.group()
+        pos += len(value)
+        kind = found.lastgroup or ""
+        if kind != "skip":
+            out.append((value if kind == "punct" else kind, value))
+    return [*out, ("nl", "")] if pos == len(text) else None
+
+
+def _reader_tokens(text: str) -> list[tuple[str, str]] | None:
+    try:
+        return [(tok.kind, tok.text) for tok in _tokens(text)]
+    except _Fallback:
+        return None
+
+
+_TOKEN_TEXTS = [
+    *GRAMMARS.values(),
+    'a: b  \n  // a comment\n  | c  // another\n\n   B: /x/i \\\n  "q"i\n%ignore  B\n',
+    "start:\ta\t|\tb  ",  # tabs, spaces at the very end
+    "start: a\r\n  | b\r\n",
+    'start: a ~ 2..3 -> x\n?b: !c? "a".."z"\n',
+    "start: a @ b\n",  # a character no token reads: Lark decides
+    "   ",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", _TOKEN_TEXTS)
+def test_tokens_are_one_token_per_match_ones(text: str) -> None:
+    """The reader's matches take the spaces before their token: the tokens (or the fallback)
+    are those of one match per token and per run of spaces."""
+    assert _reader_tokens(text) == _reference_tokens(text)
+
+
+def test_shipped_grammar_tokens_are_one_token_per_match_ones() -> None:
+    texts = [load_builtin(name) for name in builtin_names()]
+    lark_dir = Path(lark.__file__).parent / "grammars"
+    texts += [path.read_text(encoding="utf-8") for path in sorted(lark_dir.glob("*.lark"))]
+    for text in texts:
+        assert _reader_tokens(text) == _reference_tokens(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=' \t\n\r|/#\\"aZ_09.:?!+*-~>()[]{}%i@', max_size=40))
+def test_random_text_tokens_are_one_token_per_match_ones(text: str) -> None:
+    assert _reader_tokens(text) == _reference_tokens(text)
 
 
 def test_start_rule_other_than_start() -> None:
