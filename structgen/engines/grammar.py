@@ -436,15 +436,25 @@ class GrammarEngine:
         inside_words = inside[0]  # (read-only, the walker's: copied before the first OR)
         words: npt.NDArray[np.uint32] | None = None
         pending = [(parse, inside[1])]
+        ignore, keep_recent = self.ignore, self._recent.append
         while pending:
             current, events = pending.pop()
+            accepted_in = self.lexer(current).accepted  # (one lookup for all its groups)
             # Events that end in the same lexer state lead to the same next parse state: walk
-            # all their subtrees with the next lexer in one call.
+            # all their subtrees with the next lexer in one call. (`end_lexeme` and `lexer`
+            # written out: a first visit has a few dozen groups, each paid two calls here.)
             for before, spans in events.groups():
-                after = self.end_lexeme(current, before)
+                accepted = accepted_in(before)
+                after = current.scan(accepted) if accepted else None
                 if after is None:
-                    continue
-                lexer = self.lexer(after)
+                    if not accepted & ignore:
+                        continue
+                    after = current  # (an ignored terminal ends: the parse stays)
+                else:
+                    keep_recent(after)
+                lexer = after.memo.get("lexer")
+                if lexer is None:
+                    lexer = self.lexer(after)
                 indices, values, more = lexer.walker.continue_walk(spans, lexer.start)
                 if len(indices):
                     if words is None:

@@ -525,8 +525,7 @@ class TokenMaskWalker:
         same terminals next (one shared lexer) walks those subtrees once.
         """
         key = (start, spans.key)
-        with self._lock:
-            hit = self._continued.get(key)
+        hit = self._continued.get(key)  # (no lock: one dict read is atomic; `_store` writes)
         if hit is None:
             native = native_walk(self.vocab)
             assert native is not None
