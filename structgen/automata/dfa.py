@@ -621,13 +621,17 @@ class ByteDFA:
         self._ids[key] = sid
         return sid
 
+    def _grown_rows(self, old: int, native: bool) -> int:
+        """A grown table's rows: doubled, or by the source's `growth` where C fills it."""
+        cap = old * (self._source.growth if native else 2)
+        return max(old * 2, min(cap, table_capacity(self.limits.max_dfa_states)))
+
     def _grow(self) -> None:
         """Grow the table (under the lock): doubled, or by the source's `growth` where C fills
         it (its spare rows are never written there)."""
         old = self._table.shape[0]
         native = self._native
-        cap = old * (self._source.growth if native is not None else 2)
-        cap = max(old * 2, min(cap, table_capacity(self.limits.max_dfa_states)))
+        cap = self._grown_rows(old, native is not None)
         accepting = np.zeros(cap, dtype=np.bool_)
         if native is None:
             table = _table_memory(cap)
@@ -680,14 +684,38 @@ class ByteDFA:
         native = self._source.make_native(self.limits.max_dfa_states)
         if native is None:
             return
-        self._give_table(native)
+        rows = self._table.shape[0]
+        if len(self._keys) >= rows:
+            # A full table (a chain's holds its laid-out states only) would stop C's first new
+            # state for GROW at once: grown as it changes hands (one copy and one refresh of
+            # the views, where the growth after the hand-over cost a second of each)
+            self._table_for_c(self._grown_rows(rows, True))
+            self._give_table(native, clean=rows)
+        else:
+            self._give_table(native)
         self._native = native
         native.take_keys(self._keys, self._native_stop)
         self._leave_python_mode()
 
-    def _give_table(self, native: _NativeStates) -> None:
-        """Install this DFA's arrays in a new C context (its rows so far kept)."""
-        native.set_table(self._table, self._accepting, self._table.shape[0])  # (-2 filled)
+    def _table_for_c(self, cap: int) -> None:
+        """Move the rows so far into a table of `cap` rows whose rows past them C fills when it
+        creates their states (the old arrays retired, as `_grow` does; the views are refreshed
+        by the caller)."""
+        old = self._table.shape[0]
+        table = _table_memory(cap)
+        table[:old] = self._table
+        accepting = np.zeros(cap, dtype=np.bool_)
+        accepting[:old] = self._accepting
+        self._retired.append(self._table)
+        self._retired.append(self._accepting)
+        self._table, self._accepting = table, accepting
+        self._untouched_from = old
+
+    def _give_table(self, native: _NativeStates, *, clean: int | None = None) -> None:
+        """Install this DFA's arrays in a new C context (its rows so far kept): rows up to
+        `clean` hold rows or -2 (all of them by default)."""
+        rows = self._table.shape[0] if clean is None else clean
+        native.set_table(self._table, self._accepting, rows)
         native.budget_checked()  # Python checked the budget for the states so far
 
     def _leave_python_mode(self) -> None:

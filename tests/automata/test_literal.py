@@ -489,6 +489,44 @@ def test_c_rows_are_the_python_rows(case: tuple[str, object], python_first: int)
 
 
 @pytest.mark.skipif(_native_subset._CHAIN_CONTEXT is None, reason="the C chain rows are not built")
+def test_a_full_chain_table_grows_as_it_goes_to_c() -> None:
+    """A chain's table holds its laid-out states only: handed to C when a deeper state's row
+    is first asked, it is grown in the same step (no GROW stop after it), the laid-out rows
+    and flags kept, the spare rows filled by C as their states come — the rows are still the
+    Python ones."""
+    from structgen.automata import concat
+    from structgen.schema._strings import literal_body
+
+    node = concat([String('"'), literal_body("name"), String('"')])
+    native, python = compile_ast(node, limits=LIMITS), _python_chain(node)
+    assert isinstance(native._source, LiteralSource) and native._native is None
+    rows = native._table.shape[0]
+    assert native.num_states == rows  # (full)
+    laid_out = native.table[:rows].copy()
+    grows: list[int] = []
+    grow = ByteDFA._grow
+
+    def counting(self: ByteDFA) -> None:
+        grows.append(1)
+        grow(self)
+
+    ByteDFA._grow = counting  # type: ignore[method-assign]
+    try:
+        state = native.start
+        for byte in b'"\\u006e':  # (an escape: states past the laid-out ones)
+            state = native.next_state(state, byte)
+            assert state >= 0
+    finally:
+        ByteDFA._grow = grow  # type: ignore[method-assign]
+    assert native._native is not None and not grows
+    assert native._table.shape[0] == 2 * rows > native.num_states > rows
+    assert np.array_equal(native.table[:rows][laid_out != -2], laid_out[laid_out != -2])
+    _build_all(native, True)
+    _build_all(python, False)
+    assert _assert_isomorphic(native, python) == native.num_states
+
+
+@pytest.mark.skipif(_native_subset._CHAIN_CONTEXT is None, reason="the C chain rows are not built")
 def test_a_union_of_keys_builds_their_escapes_without_python() -> None:
     """A grammar lexer over key chains: once a key's chain is in C, the union's C rows read
     its escape rows there (no row requested from Python for it)."""
