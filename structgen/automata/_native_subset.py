@@ -179,6 +179,8 @@ _CHAIN_CONTEXT = extension_function("chain_context") if _LIB is not None else No
 _STATES_KEY = extension_function("states_key") if _LIB is not None else None
 #: a union state's accepting components as a frozenset in one call (None: ctypes, below)
 _UNION_ACCEPTED = extension_function("union_accepted") if _LIB is not None else None
+#: a union state's (component, state) pairs of some components (`union_parts_in`), or None
+_UNION_PARTS_IN = extension_function("union_parts_in") if _LIB is not None else None
 
 
 def search_limit_error(budget: int) -> LimitExceededError:
@@ -285,6 +287,10 @@ class _NativeStates:
     def extra_bytes(self) -> int:
         """Bytes the context holds beyond the states (a product's liveness memo)."""
         return 0
+
+    def parts_in(self, state: int, wanted: bytes) -> tuple[tuple[int, int], ...] | None:
+        """A union state's wanted (component, state) pairs (`NativeUnion`); None: ask the key."""
+        return None
 
     def accepted(self, state: int) -> Collection[int] | None:
         """A union state's accepting components (`NativeUnion`); None: ask the key."""
@@ -548,6 +554,15 @@ class NativeUnion(_NativeStates):
         i, state = self._need.tolist()
         self.parts[i].row(state)
         self.refresh_part(i)
+
+    def parts_in(self, state: int, wanted: bytes) -> tuple[tuple[int, int], ...] | None:
+        """A union state's (component, its state) pairs of the components with a non-zero byte
+        in `wanted`; None where C cannot say (not a union, an unknown state, an extension
+        built before `union_parts_in`): ask the key."""
+        if self.mode != UNION or _UNION_PARTS_IN is None:
+            return None
+        found: tuple[tuple[int, int], ...] | None = _UNION_PARTS_IN(self.ctx, state, wanted)
+        return found
 
     def accepted(self, state: int) -> Collection[int] | None:
         """A union state's accepting components (C reads the components' flags; a frozenset,

@@ -2312,6 +2312,70 @@ static PyObject *states_key(PyObject *self, PyObject *const *args, Py_ssize_t na
     return result;
 }
 
+/* union_parts_in(ctx, state, wanted): a union context's state's (component, its state) pairs,
+ * as a tuple of 2-tuples, for the components i with wanted[i] != 0 only (a bytes-like object,
+ * one byte per component; those past its end are not wanted), or None when the state is
+ * unknown. The token-slice proofs of a new lexer state read its unbounded components (a
+ * string, a number): the key pairs of every other component (a hundred keys' spellings)
+ * were made in Python only to be skipped. */
+static PyObject *union_parts_in(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    void *ctx;
+    int32_t state;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "union_parts_in takes ctx, state and wanted");
+        return NULL;
+    }
+    if (ctx_and_state(args, 2, "union_parts_in", &ctx, &state) < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *wanted = (const uint8_t *)view.buf;
+    int64_t n_wanted = (int64_t)view.len;
+    sg_states *st = ctx;
+    int64_t small[32], *out = small;
+    int64_t n = sg_states_key(st, state, out, 32);
+    PyObject *result = NULL;
+    if (n > 32) {  /* (a bigger set: again with room) */
+        out = PyMem_Malloc((size_t)n * sizeof(int64_t));
+        if (out == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (sg_states_key(st, state, out, n) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "union_parts_in: the state's set changed");
+            goto done;
+        }
+    }
+    if (n < 0) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    Py_ssize_t k = 0;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t part = out[j] >> 32;
+        if (part >= 0 && part < n_wanted && wanted[part]) k++;
+    }
+    result = PyTuple_New(k);
+    if (result == NULL) goto done;
+    k = 0;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t part = out[j] >> 32;
+        if (!(part >= 0 && part < n_wanted && wanted[part])) continue;
+        PyObject *pair = Py_BuildValue("(LL)", (long long)part, (long long)(out[j] & 0xFFFFFFFF));
+        if (pair == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyTuple_SET_ITEM(result, k++, pair);
+    }
+done:
+    if (out != small) PyMem_Free(out);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* union_accepted(ctx, state): a union context's state's accepting components as a frozenset,
  * or None when C cannot tell (`sg_union_accepted`: not a union, a component's arrays stale).
  * `ctx` is the address `sg_union_new` gave (`NativeUnion.ctx`). Asked once per new lexer state
@@ -2960,6 +3024,9 @@ static PyMethodDef methods[] = {
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
     {"nfa_arrays", (PyCFunction)(void (*)(void))nfa_arrays, METH_FASTCALL,
      "nfa_arrays(typ, a, b, offsets, children, top, nonempty): a program's NFA as bytes"},
+    {"union_parts_in", (PyCFunction)(void (*)(void))union_parts_in, METH_FASTCALL,
+     "union_parts_in(ctx, state, wanted): a union state's (component, state) pairs of the "
+     "wanted components, or None"},
     {"states_key", (PyCFunction)(void (*)(void))states_key, METH_FASTCALL,
      "states_key(ctx, state): a state's element set as a tuple of ints, or None"},
     {"union_accepted", (PyCFunction)(void (*)(void))union_accepted, METH_FASTCALL,

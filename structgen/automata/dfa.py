@@ -410,8 +410,10 @@ class ByteDFA:
             out = self._alphabet = self._source.alphabet()
         return out
 
-    def parts_of(self, state: int) -> list[tuple[ByteDFA, int]] | None:
+    def parts_of(self, state: int, *, unbounded: bool = False) -> list[tuple[ByteDFA, int]] | None:
         """For a union's state, its live components as (component DFA, its state); else None.
+        `unbounded`: only the components whose language is not `finite` (a string, a number;
+        not a key in its spellings).
 
         A union state keeps every byte string alive that one of its components does, so what
         holds for a component (its token slices, see structgen/masks/_slices.py) holds for the
@@ -420,7 +422,15 @@ class ByteDFA:
         if not source.is_union:  # (an attribute read: isinstance on an ABC costs microseconds)
             return None
         parts = source.parts  # type: ignore[attr-defined]
-        return [(parts[i], s) for i, s in self.key_of(state)]  # type: ignore[attr-defined]
+        if not unbounded:
+            return [(parts[i], s) for i, s in self.key_of(state)]  # type: ignore[attr-defined]
+        native = self._native
+        if native is not None:  # (C picks them: a hundred keys' pairs are not made to be skipped)
+            found = native.parts_in(state, source.unbounded_parts)  # type: ignore[attr-defined]
+            if found is not None:
+                return [(parts[i], s) for i, s in found]
+        key = self.key_of(state)
+        return [(parts[i], s) for i, s in key if not parts[i]._source.finite]  # type: ignore[attr-defined]
 
     def state_of(self, key: Hashable) -> int:
         """The id of the state with the source's ``key``, created if new: another entry point
@@ -1416,6 +1426,16 @@ class UnionSource(_Source):
         # each class's smallest byte (classes are numbered by it, so these come in order)
         self.reps = class_representatives(self.byte_classes)
         self._start_key: tuple[tuple[int, int], ...] | None = None
+        self._unbounded: bytes | None = None
+
+    @property
+    def unbounded_parts(self) -> bytes:
+        """One byte per component: 1 where its language is not `finite` (`ByteDFA.parts_of`).
+        (A component's language never changes, nor does its finiteness.)"""
+        found = self._unbounded
+        if found is None:
+            found = self._unbounded = bytes([not p._source.finite for p in self.parts])
+        return found
 
     # Keys are sparse: ((component index, component state), ...) for the live components only,
     # so a lexer over 40 terminals of which 3 are still alive hashes 3 pairs, not 40 states.

@@ -703,15 +703,14 @@ class NativeWalk:
         """
         if self._slice_template is None:
             return 0
-        parts = dfa.parts_of(state) if hasattr(dfa, "parts_of") else None
+        # (a key's spellings never allow a slice: most parts of a key union are left out)
+        parts = dfa.parts_of(state, unbounded=True) if hasattr(dfa, "parts_of") else None
         if parts is None:
             return self._contained(dfa, state) & ~_GAVE_UP
         found = 0
         everything = (1 << (self.n_groups - 1)) - 1
         token = self._memo_token
         for part, s in parts:
-            if part._source.finite:
-                continue  # (a key's spellings never allow a slice: most parts of a key union)
             # Kept on the terminal DFA, per vocabulary layout (a weak-keyed table here cost a
             # weak reference per lookup, dozens per lexer state).
             memos: dict[int, dict[Hashable, int]] | None = getattr(part, "_slice_memos", None)

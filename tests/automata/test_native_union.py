@@ -274,3 +274,47 @@ def test_part_fields_follow_the_arrays() -> None:
             d.native_context,
         )
         d.build_all()  # (grows the table past its first 16 rows, in C where built)
+
+
+def test_unbounded_parts_are_the_keys_unbounded_pairs() -> None:
+    """`parts_of(state, unbounded=True)` (C picks the pairs of the components whose language
+    is not finite: `union_parts_in`) is `parts_of(state)` less the finite components (key
+    chains), in every state of a union of keys, a string and a number — and the same in
+    Python mode and past the small buffer of seventy components."""
+    from structgen.automata import String, _native_subset, compile_ast, concat
+    from structgen.automata.chains import LiteralSource
+    from structgen.schema._strings import literal_body
+
+    keys = [
+        compile_ast(concat([String('"'), literal_body(k), String('"')]), limits=LIMITS)
+        for k in [f"key{i}" for i in range(75)]
+    ]
+    assert all(isinstance(k._source, LiteralSource) for k in keys)
+    others = [compile_regex(r'"([^"\\]|\\.)*"'), compile_regex(r"-?[0-9]+")]
+    for native in (True, False):
+        d = _union(native, [*keys[:40], others[0], *keys[40:], others[1]])
+        rng = random.Random(7)
+        for _ in range(40):
+            state = d.start
+            for byte in rng.choice([b'"key1', b'"key7"', b'"ke', b'"x\\"', b"-12", b'"']):
+                state = d.next_state(state, byte)
+                if state < 0:
+                    break
+            if state < 0:
+                continue
+            everything = d.parts_of(state)
+            assert everything is not None
+            expected = [(p, s) for p, s in everything if not p._source.finite]
+            assert d.parts_of(state, unbounded=True) == expected
+        if native and _native_subset._UNION_PARTS_IN is not None:
+            states = d.native_states
+            assert states is not None and d._native is not None
+            wanted = d._source.unbounded_parts  # type: ignore[attr-defined]
+            assert wanted.count(1) == 2 and len(wanted) == 77
+            assert states.parts_in(d.start, wanted) == ((40, others[0].start), (76, 0))
+            assert states.parts_in(d.start, b"") == ()  # (none wanted)
+            assert states.parts_in(10**6, wanted) is None  # (an unknown state)
+            with pytest.raises(TypeError):
+                _native_subset._UNION_PARTS_IN(states.ctx, d.start)
+            with pytest.raises(ValueError):
+                _native_subset._UNION_PARTS_IN(0, d.start, wanted)
