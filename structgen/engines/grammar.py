@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from structgen._budget import forget_on_failure
 from structgen._gc import paused_gc
+from structgen._lru import LRU
 from structgen.automata import AutomataLimits, ByteDFA
 from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.automata.nfa import extension_function
@@ -127,6 +128,21 @@ def shared_union(
         else:
             _UNIONS[key] = union
     forget_on_failure(_UNIONS, _UNION_LOCK, key)
+    return union
+
+
+#: the lexers that read nothing (where nothing can follow: every JSON value's end), held for
+#: the last two vocabularies: a weakly cached one was made again by each grammar (~90 µs, once
+#: per MaskBench schema)
+_EMPTY_UNIONS: LRU[tuple[Any, ...], _SharedUnion] = LRU(2)
+
+
+def _empty_union(vocab: Vocabulary, limits: AutomataLimits, max_cached_masks: int) -> _SharedUnion:
+    key = (vocab.fingerprint, limits, max_cached_masks)
+    union = _EMPTY_UNIONS.get(key)
+    if union is None:
+        union = shared_union((), vocab, limits, max_cached_masks)
+        _EMPTY_UNIONS.put(key, union)
     return union
 
 
@@ -297,7 +313,7 @@ class GrammarEngine:
                         union = self._grammar_union()
                         lexer = _Lexer(union, union.start(wanted))
                     else:  # nothing can follow: a lexer that reads nothing
-                        union = shared_union((), self.vocab, self.limits, self.max_cached_masks)
+                        union = _empty_union(self.vocab, self.limits, self.max_cached_masks)
                         lexer = _Lexer(union, union.dfa.start)
                     self._lexers[wanted] = lexer
             parse.memo["lexer"] = lexer

@@ -73,3 +73,33 @@ def test_masks_agree_with_byte_level_advance() -> None:
         state = grammar_engine.advance(state, bytes([byte]))
         assert state is not None
     assert grammar_engine.is_accepting(state)
+
+
+def test_grammars_share_the_lexer_that_reads_nothing() -> None:
+    """Where nothing can follow (a value's end), the lexer reads nothing: one held for the
+    vocabulary serves every grammar, also after the grammar that made it is gone (a weakly
+    cached one was made again by each), and `clear_caches` lets it go."""
+    import gc
+    import weakref
+
+    import structgen
+
+    vocab = load_vocab("llama3_1")
+    structgen.clear_caches()
+    ends = []
+    for text in ('start: "a"', 'start: "b" "c"'):
+        grammar_engine = Compiler(vocab).grammar(text)._engine  # type: ignore[attr-defined]
+        state = grammar_engine.initial_state
+        for byte in text.split('"')[1].encode() + (b"c" if "c" in text else b""):
+            state = grammar_engine.advance(state, bytes([byte]))
+        grammar_engine.token_mask(state)  # (the end: only the lexer that reads nothing)
+        after = grammar_engine.end_lexeme(state[0], state[1])
+        assert after is not None and not after.expected
+        ends.append(weakref.ref(grammar_engine.lexer(after).dfa))
+        del grammar_engine, state, after
+        compiler._CACHE.clear()  # (the grammar goes: nothing else holds its lexers)
+        gc.collect()
+    assert ends[0]() is not None and ends[0]() is ends[1]()  # (held, not made again)
+    assert len(engine._EMPTY_UNIONS) == 1
+    structgen.clear_caches()
+    assert len(engine._EMPTY_UNIONS) == 0
