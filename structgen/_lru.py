@@ -35,7 +35,10 @@ class LRU(Generic[K, V]):
     that grow afterwards (automata build rows as they are read) are weighed again, each within
     `reweigh_every` insertions of the last time, not on every read: every insertion re-weighs a
     few of the stored entries in turn (all at once every `reweigh_every` insertions was a
-    pause of milliseconds inside about one MaskBench compile in seventy-five).
+    pause of milliseconds inside about one MaskBench compile in seventy-five). With
+    `max_entry_weight`, an entry found heavier than that when re-weighed leaves at once: one
+    value that grew large (a big automaton's rows built) would otherwise push out hundreds of
+    small ones, each freed inside the compile that stored the next value.
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class LRU(Generic[K, V]):
         max_weight: int | None = None,
         weigh: Callable[[V], int] | None = None,
         reweigh_every: int = 1024,
+        max_entry_weight: int | None = None,
     ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
@@ -54,6 +58,7 @@ class LRU(Generic[K, V]):
         self.max_weight = max_weight
         self._weigh = weigh
         self._reweigh_every = reweigh_every
+        self._max_entry_weight = max_entry_weight
         self._to_reweigh: list[K] = []  # this round's keys not re-weighed yet (popped from the end)
         self._reweigh_credit = 0.0  # re-weighs owed: len / reweigh_every per insertion
         self._weights: dict[int, int] = {}  # id(entry) -> its weight (weighed caches)
@@ -103,13 +108,17 @@ class LRU(Generic[K, V]):
             pending.extend(reversed(data))  # (the oldest, next to go, first)
             self._reweigh_credit = 0.0
         self._reweigh_credit += len(data) / self._reweigh_every
+        heaviest = self._max_entry_weight
         while self._reweigh_credit >= 1 and pending:
             self._reweigh_credit -= 1
-            stored = data.get(pending.pop())
+            key = pending.pop()
+            stored = data.get(key)
             if stored is not None and stored is not entry:
                 old = weights.get(id(stored), 0)
                 new = weights[id(stored)] = weigh(stored[1])
                 self.weight += new - old
+                if heaviest is not None and new > heaviest:
+                    self._forget(data.pop(key))  # (grown too heavy: it leaves, alone)
         while self.weight > self.max_weight and len(data) > 1:
             self._forget(data.popitem(last=False)[1])
 

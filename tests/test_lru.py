@@ -129,3 +129,24 @@ def test_re_weighing_is_spread_over_insertions() -> None:
         sizes[n] = 2
         cache.put(n, n)
     assert cache.weight == 2 * len(cache)  # (every growth seen within two rounds)
+
+
+def test_an_entry_grown_past_the_entry_bound_leaves_alone() -> None:
+    """With `max_entry_weight`, a value found too heavy when re-weighed leaves by itself; the
+    older, small entries it would have pushed out stay."""
+    sizes = {k: 10 for k in "abcdefgh"}
+    cache: LRU[str, str] = LRU(
+        10, max_weight=100, weigh=lambda v: sizes[v], reweigh_every=1, max_entry_weight=40
+    )
+    for key in "abcde":
+        cache.put(key, key)
+    assert cache.weight == 50
+    sizes["c"] = 60  # ("c" grew: 100 in all, over no bound but its own)
+    cache.put("f", "f")  # (every stored one re-weighed: "c" leaves, "a" and "b" stay)
+    assert cache.get("c") is None
+    assert [cache.get(k) for k in "abdef"] == list("abdef")
+    assert cache.weight == 50
+    sizes["g"] = 60  # the newest stays, whatever it weighs, until it is re-weighed
+    cache.put("g", "g")
+    assert cache.get("g") == "g" and cache.get("a") is None  # (110: the oldest went)
+    assert cache.weight == 100
