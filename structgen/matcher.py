@@ -159,6 +159,11 @@ class Matcher:
             if isinstance(bitmask, np.ndarray):
                 _put_row(bitmask, row, words)
                 return
+            if bitmask.is_cpu and not bitmask.requires_grad:
+                # (the tensor's memory as numpy: one assignment, where torch's indexing, views
+                # and copy cost ~7 µs a row — a serving engine fills one row per request)
+                _put_row(bitmask.numpy(), row, words)
+                return
             import torch
 
             if not words.flags.writeable:  # (torch shares writable arrays only)

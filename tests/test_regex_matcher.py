@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from structgen import Compiler, Matcher, RegexError, StructgenError, Vocabulary, allocate_bitmask
+from structgen.errors import ArgumentError
 from structgen.masks import unpack_bitmask
 from tests.conftest import load_tokenizer, load_vocab
 
@@ -251,6 +252,25 @@ class TestMatcherContract:
         assert bitmask[0].eq(0).all() and bitmask[1].eq(0).all()
         got = set(np.flatnonzero(unpack_bitmask(bitmask[2], VOCAB.size)).tolist())
         assert got == allowed_ids(m, VOCAB)
+
+    def test_torch_bitmask_rows_of_any_layout(self) -> None:
+        """A CPU tensor's row is written through its memory as numpy (views, wider rows, rows
+        of a transposed buffer), with the same words as a numpy bitmask gets."""
+        import torch
+
+        m = Matcher(self.compiled)
+        expected = allocate_bitmask(1, VOCAB.size, backend="numpy")
+        m.fill_bitmask(expected, 0)
+        words = expected.shape[1]
+        wide = torch.full((2, words + 3), -1, dtype=torch.int32)
+        m.fill_bitmask(wide, 1)
+        assert wide[1, :words].numpy().tolist() == expected[0].tolist()
+        assert wide[1, words:].eq(0).all() and wide[0].eq(-1).all()
+        strided = torch.full((words, 3), 7, dtype=torch.int32).t()  # (rows not contiguous)
+        m.fill_bitmask(strided, 2)
+        assert strided[2].numpy().tolist() == expected[0].tolist() and strided[0].eq(7).all()
+        with pytest.raises(ArgumentError):
+            m.fill_bitmask(torch.zeros((1, words), dtype=torch.int32), 1)
 
 
 def _id(piece: bytes) -> int:
