@@ -642,26 +642,41 @@ class ByteDFA:
         old = self._table.shape[0]
         native = self._native
         cap = self._grown_rows(old, native is not None)
-        accepting = np.zeros(cap, dtype=np.bool_)
         if native is None:
-            table = _table_memory(cap)
-            table[:old] = self._table  # (each cell written once: np.full and a copy cost more)
-            table[old:] = -2
-            accepting[:old] = self._accepting
-            self._untouched_from = cap
+            self._move_rows(cap, fill=True)
         else:
             # C copies its states' rows in under its lock and fills each later state's row
             # with -2 when it creates the state: the rest is never written (a grown table is
             # mostly unused capacity, and writing it was most of a first visit's growth)
             table = _table_memory(cap)
+            accepting = np.zeros(cap, dtype=np.bool_)
             native.set_table(table, accepting, 0)
-            self._untouched_from = old
-        # A C walk on another thread (the GIL released) may still read the old arrays through
-        # its raw pointers: keep them (together at most the size of the current ones).
+            self._install(table, accepting, old)
+        self._refresh_views()
+
+    def _move_rows(self, cap: int, *, fill: bool) -> None:
+        """Move the rows so far into a table of `cap` rows: the rows past them -2 (`fill`), or
+        left for C to fill as it creates their states. The views are refreshed by the caller."""
+        old = self._table.shape[0]
+        table = _table_memory(cap)
+        table[:old] = self._table  # (each cell written once: np.full and a copy cost more)
+        if fill:
+            table[old:] = -2
+        accepting = np.zeros(cap, dtype=np.bool_)
+        accepting[:old] = self._accepting
+        self._install(table, accepting, cap if fill else old)
+
+    def _install(
+        self, table: IntArray, accepting: npt.NDArray[np.bool_], untouched_from: int
+    ) -> None:
+        """Make `table` and `accepting` the automaton's arrays (rows from `untouched_from` on
+        never written). A C walk on another thread (the GIL released) may still read the old
+        arrays through its raw pointers: they are kept (together at most the size of the
+        current ones)."""
         self._retired.append(self._table)
         self._retired.append(self._accepting)
         self._table, self._accepting = table, accepting
-        self._refresh_views()
+        self._untouched_from = untouched_from
 
     def _limit_error(self) -> LimitExceededError:
         return LimitExceededError(
@@ -699,27 +714,13 @@ class ByteDFA:
             # A full table (a chain's holds its laid-out states only) would stop C's first new
             # state for GROW at once: grown as it changes hands (one copy and one refresh of
             # the views, where the growth after the hand-over cost a second of each)
-            self._table_for_c(self._grown_rows(rows, True))
+            self._move_rows(self._grown_rows(rows, True), fill=False)
             self._give_table(native, clean=rows)
         else:
             self._give_table(native)
         self._native = native
         native.take_keys(self._keys, self._native_stop)
         self._leave_python_mode()
-
-    def _table_for_c(self, cap: int) -> None:
-        """Move the rows so far into a table of `cap` rows whose rows past them C fills when it
-        creates their states (the old arrays retired, as `_grow` does; the views are refreshed
-        by the caller)."""
-        old = self._table.shape[0]
-        table = _table_memory(cap)
-        table[:old] = self._table
-        accepting = np.zeros(cap, dtype=np.bool_)
-        accepting[:old] = self._accepting
-        self._retired.append(self._table)
-        self._retired.append(self._accepting)
-        self._table, self._accepting = table, accepting
-        self._untouched_from = old
 
     def _give_table(self, native: _NativeStates, *, clean: int | None = None) -> None:
         """Install this DFA's arrays in a new C context (its rows so far kept): rows up to
