@@ -2271,6 +2271,29 @@ static int ctx_and_state(PyObject *const *args, Py_ssize_t nargs, const char *na
     return 0;
 }
 
+/* A state's elements (`sg_states_key`) into `small` (32 entries) or, for a bigger set, a new
+ * PyMem buffer set in *out (the caller frees it when *out != small): their count, -1 when there
+ * is no such state, -2 with an exception set. */
+static int64_t states_key_into(sg_states *st, int32_t state, int64_t *small, int64_t **out,
+                               const char *name)
+{
+    *out = small;
+    int64_t n = sg_states_key(st, state, small, 32);
+    if (n <= 32) return n;
+    int64_t *big = PyMem_Malloc((size_t)n * sizeof(int64_t));  /* (a bigger set: again with room) */
+    if (big == NULL) {
+        PyErr_NoMemory();
+        return -2;
+    }
+    if (sg_states_key(st, state, big, n) != n) { /* (a state's set never changes once interned) */
+        PyMem_Free(big);
+        PyErr_Format(PyExc_RuntimeError, "%s: the state's set changed", name);
+        return -2;
+    }
+    *out = big;
+    return n;
+}
+
 /* states_key(ctx, state): the element set of a context's state (`sg_states_key`) as a tuple of
  * ints, or None when there is no such state. `ctx` is any context's address (the states come
  * first in each). A union state's key is asked at each whole walk's slice proofs (its live
@@ -2281,19 +2304,9 @@ static PyObject *states_key(PyObject *self, PyObject *const *args, Py_ssize_t na
     void *ctx;
     int32_t state;
     if (ctx_and_state(args, nargs, "states_key", &ctx, &state) < 0) return NULL;
-    sg_states *st = ctx;
-    int64_t small[32], *out = small;
-    int64_t n = sg_states_key(st, state, out, 32);
-    if (n > 32) {  /* (a bigger set: again with room) */
-        out = PyMem_Malloc((size_t)n * sizeof(int64_t));
-        if (out == NULL) return PyErr_NoMemory();
-        int64_t again = sg_states_key(st, state, out, n);
-        if (again != n) { /* (a state's set never changes once interned) */
-            PyMem_Free(out);
-            PyErr_SetString(PyExc_RuntimeError, "states_key: the state's set changed");
-            return NULL;
-        }
-    }
+    int64_t small[32], *out;
+    int64_t n = states_key_into((sg_states *)ctx, state, small, &out, "states_key");
+    if (n == -2) return NULL;
     PyObject *result;
     if (n < 0) {
         result = Py_None;
@@ -2332,21 +2345,10 @@ static PyObject *union_parts_in(PyObject *self, PyObject *const *args, Py_ssize_
     if (PyObject_GetBuffer(args[2], &view, PyBUF_SIMPLE) < 0) return NULL;
     const uint8_t *wanted = (const uint8_t *)view.buf;
     int64_t n_wanted = (int64_t)view.len;
-    sg_states *st = ctx;
-    int64_t small[32], *out = small;
-    int64_t n = sg_states_key(st, state, out, 32);
+    int64_t small[32], *out;
+    int64_t n = states_key_into((sg_states *)ctx, state, small, &out, "union_parts_in");
     PyObject *result = NULL;
-    if (n > 32) {  /* (a bigger set: again with room) */
-        out = PyMem_Malloc((size_t)n * sizeof(int64_t));
-        if (out == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        if (sg_states_key(st, state, out, n) != n) {
-            PyErr_SetString(PyExc_RuntimeError, "union_parts_in: the state's set changed");
-            goto done;
-        }
-    }
+    if (n == -2) goto done;
     if (n < 0) {
         result = Py_None;
         Py_INCREF(result);
