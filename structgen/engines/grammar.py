@@ -347,7 +347,11 @@ class GrammarEngine:
 
     def end_lexeme(self, parse: EarleySet, lexer_state: int) -> EarleySet | None:
         """The parse after the current lexeme ends in `lexer_state` (None: it cannot end)."""
-        accepted = self.lexer(parse).accepted(lexer_state)  # (memoised per lexer state)
+        # (the accepted terminals are memoised per lexer state)
+        return self._after_lexeme(parse, self.lexer(parse).accepted(lexer_state))
+
+    def _after_lexeme(self, parse: EarleySet, accepted: frozenset[int]) -> EarleySet | None:
+        """The parse after a lexeme of one of `accepted` (None: none fits here)."""
         # scan() memoises children weakly: states stay alive only while a matcher holds them.
         result = parse.scan(accepted) if accepted else None
         if result is None and accepted & self.ignore:
@@ -452,22 +456,17 @@ class GrammarEngine:
         inside_words = inside[0]  # (read-only, the walker's: copied before the first OR)
         words: npt.NDArray[np.uint32] | None = None
         pending = [(parse, inside[1])]
-        ignore, keep_recent = self.ignore, self._recent.append
+        after_lexeme = self._after_lexeme
         while pending:
             current, events = pending.pop()
             accepted_in = self.lexer(current).accepted  # (one lookup for all its groups)
             # Events that end in the same lexer state lead to the same next parse state: walk
-            # all their subtrees with the next lexer in one call. (`end_lexeme` and `lexer`
-            # written out: a first visit has a few dozen groups, each paid two calls here.)
+            # all their subtrees with the next lexer in one call. (The lexers looked up once
+            # per parse state: a first visit has a few dozen groups.)
             for before, spans in events.groups():
-                accepted = accepted_in(before)
-                after = current.scan(accepted) if accepted else None
+                after = after_lexeme(current, accepted_in(before))
                 if after is None:
-                    if not accepted & ignore:
-                        continue
-                    after = current  # (an ignored terminal ends: the parse stays)
-                else:
-                    keep_recent(after)
+                    continue
                 lexer = after.memo.get("lexer")
                 if lexer is None:
                     lexer = self.lexer(after)

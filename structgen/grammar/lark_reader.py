@@ -97,9 +97,8 @@ def _tokens(text: str) -> list[_Tok]:
         if found.start() != pos:
             raise _Fallback
         kind = found.lastgroup
+        assert kind is not None  # (every match is one of the named kinds)
         pos = found.end()
-        if kind is None:
-            raise _Fallback  # (spaces alone, before text no token reads)
         if kind != "skip":
             value = found.group(kind)
             append(_Tok(value if kind == "punct" else kind, value))
