@@ -181,6 +181,8 @@ _STATES_KEY = extension_function("states_key") if _LIB is not None else None
 _UNION_ACCEPTED = extension_function("union_accepted") if _LIB is not None else None
 #: a union state's (component, state) pairs of some components (`union_parts_in`), or None
 _UNION_PARTS_IN = extension_function("union_parts_in") if _LIB is not None else None
+#: a subset construction's context made, given its table and started in one call, or None
+_SUBSET_STARTED = extension_function("subset_started") if _LIB is not None else None
 
 
 def search_limit_error(budget: int) -> LimitExceededError:
@@ -324,6 +326,49 @@ class _NativeStates:
         return buf[:n].tolist()  # type: ignore[no-any-return]
 
 
+def _subset_arrays(nfa: ByteNFA, byte_classes: npt.NDArray[np.uint8]) -> tuple[Any, ...]:
+    """The arrays a subset construction's C context reads (kept alive by its owner): the
+    NFA's (kind, live, node, next, eps offsets, eps), the pool's moves (offsets, lo, hi,
+    child), the byte classes."""
+    n = len(nfa)
+    pool = nfa.pool
+    if isinstance(pool, Pool):  # (its pieces' arrays, joined)
+        moves, lo, hi, child = pool.arrays()
+    else:
+        moves = np.zeros(max(len(pool), 1) + 1, dtype=np.int32)
+        if pool:
+            np.cumsum(np.fromiter(map(len, pool), np.int32, count=len(pool)), out=moves[1:])
+        count = int(moves[-1])
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(pool)), np.int32, 3 * count)
+        lo, hi, child = (np.ascontiguousarray(flat[k::3]) for k in range(3))
+    total = int(moves[-1])
+    if nfa.arrays is not None:  # built in C: the arrays are there already
+        kind, live, node, nxt, eps_off, eps = nfa.arrays
+    else:
+        eps_off = np.zeros(n + 1, dtype=np.int32)
+        if n:
+            np.cumsum(np.fromiter(map(len, nfa.eps), np.int32, count=n), out=eps_off[1:])
+        eps = np.fromiter(chain.from_iterable(nfa.eps), np.int32, int(eps_off[-1]))
+        kind = np.array(nfa.kind, dtype=np.int8)
+        live = np.array(nfa.live, dtype=np.uint8)
+        node = np.array(nfa.node, dtype=np.int32)
+        nxt = np.array(nfa.next, dtype=np.int32)
+    no_moves = np.zeros(1, dtype=np.int32)
+    return (
+        kind,
+        live,
+        node,
+        nxt,
+        eps_off,
+        eps if len(eps) else no_moves,
+        moves,
+        lo if total else no_moves,
+        hi if total else no_moves,
+        child if total else no_moves,
+        np.ascontiguousarray(byte_classes, dtype=np.uint8),
+    )
+
+
 class NativeSubset(_NativeStates):
     """One regex DFA's C context: the NFA's arrays, the interned element sets, the builder."""
 
@@ -334,45 +379,37 @@ class NativeSubset(_NativeStates):
     ) -> None:
         assert _LIB is not None
         self.max_states = max_states
-        n = len(nfa)
-        pool = nfa.pool
-        if isinstance(pool, Pool):  # (its pieces' arrays, joined)
-            moves, lo, hi, child = pool.arrays()
-        else:
-            moves = np.zeros(max(len(pool), 1) + 1, dtype=np.int32)
-            if pool:
-                np.cumsum(np.fromiter(map(len, pool), np.int32, count=len(pool)), out=moves[1:])
-            count = int(moves[-1])
-            flat = np.fromiter(chain.from_iterable(chain.from_iterable(pool)), np.int32, 3 * count)
-            lo, hi, child = (np.ascontiguousarray(flat[k::3]) for k in range(3))
-        total = int(moves[-1])
-        if nfa.arrays is not None:  # built in C: the arrays are there already
-            kind, live, node, nxt, eps_off, eps = nfa.arrays
-        else:
-            eps_off = np.zeros(n + 1, dtype=np.int32)
-            if n:
-                np.cumsum(np.fromiter(map(len, nfa.eps), np.int32, count=n), out=eps_off[1:])
-            eps = np.fromiter(chain.from_iterable(nfa.eps), np.int32, int(eps_off[-1]))
-            kind = np.array(nfa.kind, dtype=np.int8)
-            live = np.array(nfa.live, dtype=np.uint8)
-            node = np.array(nfa.node, dtype=np.int32)
-            nxt = np.array(nfa.next, dtype=np.int32)
-        self._arrays: tuple[npt.NDArray[Any], ...] = (
-            kind,
-            live,
-            node,
-            nxt,
-            eps_off,
-            eps if len(eps) else np.zeros(1, dtype=np.int32),
-            moves,
-            lo if total else np.zeros(1, dtype=np.int32),
-            hi if total else np.zeros(1, dtype=np.int32),
-            child if total else np.zeros(1, dtype=np.int32),
-            np.ascontiguousarray(byte_classes, dtype=np.uint8),
-        )
+        self._arrays = _subset_arrays(nfa, byte_classes)
         a = addresses(*self._arrays)
-        ctx = _LIB.sg_subset_new(n, *a[:6], p, *a[6:], max_states)
+        ctx = _LIB.sg_subset_new(len(nfa), *a[:6], p, *a[6:], max_states)
         self._adopt(ctx, _LIB.sg_subset_free, "subset construction", _SUBSET)
+
+    @classmethod
+    def started(
+        cls,
+        nfa: ByteNFA,
+        p: int,
+        byte_classes: npt.NDArray[np.uint8],
+        max_states: int,
+        table: npt.NDArray[np.int32],
+        accepting: npt.NDArray[np.bool_],
+    ) -> tuple[NativeSubset, int] | None:
+        """A context with `table` and `accepting` installed (every row clean, the budget
+        checked) and the start made from the NFA's: (context, what `start` returns), in one
+        call (`subset_started`); None without that call (then `__init__`, `set_table`,
+        `budget_checked` and `start`)."""
+        if _SUBSET_STARTED is None:
+            return None
+        native = cls.__new__(cls)
+        native.max_states = max_states
+        native._arrays = _subset_arrays(nfa, byte_classes)
+        owner, ctx, start = _SUBSET_STARTED(
+            native._arrays, p, max_states, table, accepting.view(np.uint8), nfa.start
+        )
+        native._owner = owner
+        native.ctx = ctx
+        native._header = _Header.from_address(ctx)
+        return native, start
 
     def start(self, nfa_state: int) -> int:
         """Create the start state: its id, -1 for an empty language, or ``-1 - code``."""

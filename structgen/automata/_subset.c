@@ -2995,6 +2995,79 @@ done:
     return result;
 }
 
+/* subset_started(arrays, p, max_states, table, accepting, nfa_start): a new `sg_subset` over a
+ * materialised NFA's arrays (`arrays`: kind, live, node, next, eps offsets, eps, moves offsets,
+ * lo, hi, child, classes, as `NativeSubset` keeps them alive), with the DFA's table and
+ * accepting arrays installed (every row clean), the budget checked for the states so far and
+ * the start made from NFA state `nfa_start`: (capsule that frees the context, its address, the
+ * start as sg_subset_start returns it). One call where ctypes took four and `addresses` one: a
+ * deferred terminal's automaton moves to C inside the first mask that reads it. */
+static PyObject *subset_started(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "subset_started(arrays, p, max_states, table, accepting, nfa_start)");
+        return NULL;
+    }
+    long long p = PyLong_AsLongLong(args[1]);
+    long long max_states = PyLong_AsLongLong(args[2]);
+    long nfa_start = PyLong_AsLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "subset_started: arrays must be a sequence");
+    if (!seq) return NULL;
+    PyObject *result = NULL;
+    Py_buffer v[13];
+    int taken = 0;
+    if (PySequence_Fast_GET_SIZE(seq) != 11) {
+        PyErr_SetString(PyExc_ValueError, "subset_started: eleven NFA arrays");
+        goto done;
+    }
+    for (; taken < 11; taken++)
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, taken), &v[taken],
+                               PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+    if (PyObject_GetBuffer(args[3], &v[11], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    taken++;
+    if (PyObject_GetBuffer(args[4], &v[12], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    taken++;
+    {
+        Py_ssize_t n = v[0].len, rows = v[11].len / (256 * 4);
+        if (v[1].len != n || v[2].len != n * 4 || v[3].len != n * 4 || v[4].len != (n + 1) * 4
+            || p < 1 || v[6].len != (p + 1) * 4 || v[10].len != 256 || v[11].len % (256 * 4)
+            || v[12].len != rows || rows < 1 || nfa_start < 0 || nfa_start >= n
+            || n > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "subset_started: inconsistent arrays");
+            goto done;
+        }
+        sg_subset *s = sg_subset_new(
+            (int32_t)n, (const int8_t *)v[0].buf, (const uint8_t *)v[1].buf,
+            (const int32_t *)v[2].buf, (const int32_t *)v[3].buf, (const int32_t *)v[4].buf,
+            (const int32_t *)v[5].buf, (int64_t)p, (const int32_t *)v[6].buf,
+            (const int32_t *)v[7].buf, (const int32_t *)v[8].buf, (const int32_t *)v[9].buf,
+            (const uint8_t *)v[10].buf, (int64_t)max_states);
+        if (!s) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        PyObject *capsule = PyCapsule_New(s, CONTEXT_CAPSULE, context_capsule_free);
+        if (!capsule) {
+            sg_subset_free(s);
+            goto done;
+        }
+        /* (kind 0: the capsule's context is a subset construction, as `context_capsule` says;
+         * the context pointer is NULL, which is kind 0 already) */
+        sg_states_set_table(&s->st, (int32_t *)v[11].buf, (uint8_t *)v[12].buf, rows, rows);
+        sg_states_budget_checked(&s->st);
+        int64_t start = sg_subset_start(s, (int32_t)nfa_start);
+        result = Py_BuildValue("(NNL)", capsule, PyLong_FromVoidPtr(s), (long long)start);
+    }
+done:
+    while (taken--) PyBuffer_Release(&v[taken]);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
@@ -3024,6 +3097,9 @@ static PyMethodDef methods[] = {
      "chain_context(blocks, max_states): a new C chain context's address (sg_chain_free)"},
     {"chain_arrays", (PyCFunction)(void (*)(void))chain_arrays, METH_FASTCALL,
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
+    {"subset_started", (PyCFunction)(void (*)(void))subset_started, METH_FASTCALL,
+     "subset_started(arrays, p, max_states, table, accepting, nfa_start): a started subset "
+     "construction context (capsule, address, start)"},
     {"nfa_arrays", (PyCFunction)(void (*)(void))nfa_arrays, METH_FASTCALL,
      "nfa_arrays(typ, a, b, offsets, children, top, nonempty): a program's NFA as bytes"},
     {"union_parts_in", (PyCFunction)(void (*)(void))union_parts_in, METH_FASTCALL,

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -601,6 +602,11 @@ class ByteDFA:
         self.table_address: int = addresses[0]
         self.accepting_address: int = addresses[1]
         self.capacity: int = int(self._table.shape[0])  # rows at table_address
+        self._refresh_native_fields()
+
+    def _refresh_native_fields(self) -> None:
+        """The C context's fields the walk reads (after a hand-over to C: the table and its
+        views are the same, only the builder is new)."""
         # The C row builder the walk may call directly (0: none, rows come from `row`).
         native = self._native
         self.native_context: int = 0 if native is None else native.ctx
@@ -710,7 +716,8 @@ class ByteDFA:
         if native is None:
             return
         rows = self._table.shape[0]
-        if len(self._keys) >= rows:
+        grown = len(self._keys) >= rows
+        if grown:
             # A full table (a chain's holds its laid-out states only) would stop C's first new
             # state for GROW at once: grown as it changes hands (one copy and one refresh of
             # the views, where the growth after the hand-over cost a second of each)
@@ -720,7 +727,7 @@ class ByteDFA:
             self._give_table(native)
         self._native = native
         native.take_keys(self._keys, self._native_stop)
-        self._leave_python_mode()
+        self._leave_python_mode(table_replaced=grown)
 
     def _give_table(self, native: _NativeStates, *, clean: int | None = None) -> None:
         """Install this DFA's arrays in a new C context (its rows so far kept): rows up to
@@ -729,12 +736,16 @@ class ByteDFA:
         native.set_table(self._table, self._accepting, rows)
         native.budget_checked()  # Python checked the budget for the states so far
 
-    def _leave_python_mode(self) -> None:
-        """After the C context holds every state: Python's keys and flags go."""
+    def _leave_python_mode(self, *, table_replaced: bool = False) -> None:
+        """After the C context holds every state: Python's keys and flags go. The views are
+        refreshed where the table was replaced on the way, else only the C fields."""
         self._keys = []
         self._ids = {}
         self._built = bytearray()
-        self._refresh_views()
+        if table_replaced:
+            self._refresh_views()
+        else:
+            self._refresh_native_fields()
 
     @property
     def is_deferred(self) -> bool:
@@ -761,11 +772,18 @@ class ByteDFA:
         is no C context (then Python takes the start, as before)."""
         if source.nfa.arrays is None:
             return False
-        native = source.make_native(self.limits.max_dfa_states)
-        if not isinstance(native, _native_subset.NativeSubset):
-            return False
-        self._give_table(native)
-        sid = native.start(source.nfa.start)
+        started = source.make_native_started(
+            self.limits.max_dfa_states, self._table, self._accepting
+        )
+        if started is not None:  # (one C call: the context, its table and its start)
+            native, sid = started
+        else:
+            made = source.make_native(self.limits.max_dfa_states)
+            if not isinstance(made, _native_subset.NativeSubset):
+                return False
+            native = made
+            self._give_table(native)
+            sid = native.start(source.nfa.start)
         if sid == -1:  # (an empty start: not what a deferred source promised; Python decides)
             return False
         if sid != self.start:
@@ -938,15 +956,24 @@ class NFASource(_Source):
             byte_classes = _classes_of_ranges(nfa.byte_ranges())
         self.byte_classes = byte_classes
         self.classes_of: dict[tuple[int, int], tuple[int, ...]] = {}
-        # per pool node: ((class ids, child), ...), computed on first use
-        self.moves: list[tuple[tuple[tuple[int, ...], int], ...] | None] = [None] * len(nfa.pool)
-        self.num_classes = int(self.byte_classes.max()) + 1
+
+    # (the Python construction's tables, made when it first runs: a source whose rows C builds
+    # never reads them, and a deferred terminal makes its source inside a first mask)
+
+    @cached_property
+    def moves(self) -> list[tuple[tuple[tuple[int, ...], int], ...] | None]:
+        """Per pool node: ((class ids, child), ...), each computed on first use."""
+        return [None] * len(self.nfa.pool)
+
+    @cached_property
+    def num_classes(self) -> int:
+        return int(self.byte_classes.max()) + 1
 
     def alphabet(self) -> int:
         return _alphabet_of_ranges(self.nfa.byte_ranges())
 
     def memory_bytes(self) -> int:
-        return len(self.nfa.pool) * 120 + len(self.moves) * 8  # DAG nodes and their moves
+        return len(self.nfa.pool) * 128  # DAG nodes and their moves
 
     def node_moves(self, node: int) -> tuple[tuple[tuple[int, ...], int], ...]:
         """DAG node ``node``'s transitions with byte ranges turned into class ids."""
@@ -997,6 +1024,18 @@ class NFASource(_Source):
         if not (NATIVE_SUBSET and _native_subset.native_subset_available()):
             return None
         return _native_subset.NativeSubset(self.nfa, self.p, self.byte_classes, max_states)
+
+    def make_native_started(
+        self, max_states: int, table: npt.NDArray[np.int32], accepting: npt.NDArray[np.bool_]
+    ) -> tuple[_native_subset.NativeSubset, int] | None:
+        """A C context holding `table` and `accepting` with its start made (the id, or what
+        `NativeSubset.start` returns), in one call; None where there is no such call (or no
+        C context: `make_native` says which)."""
+        if not (NATIVE_SUBSET and _native_subset.native_subset_available()):
+            return None
+        return _native_subset.NativeSubset.started(
+            self.nfa, self.p, self.byte_classes, max_states, table, accepting
+        )
 
     def expand(self, key: frozenset[int], intern: Callable[[Hashable], int]) -> list[int]:
         p = self.p

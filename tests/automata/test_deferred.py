@@ -164,3 +164,58 @@ def test_grammar_masks_are_the_same_with_and_without_deferral(
         return out
 
     assert masks(True) == masks(False)
+
+
+def test_the_start_made_in_one_call_is_the_start_made_in_four(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`subset_started` (context, table, budget and start in one C call) against the calls it
+    replaces: the same states, rows and acceptance, state by state."""
+    from structgen.automata import _native_subset
+
+    if _native_subset._SUBSET_STARTED is None:
+        pytest.skip("the extension has no subset_started")
+    node = parse_regex(PATTERNS[0])
+    one = compile_ast(node, defer=True)
+    one.row(one.start)
+    monkeypatch.setattr(_native_subset, "_SUBSET_STARTED", None)
+    four = compile_ast(node, defer=True)
+    four.row(four.start)
+    assert isinstance(one._native, _native_subset.NativeSubset)  # type: ignore[attr-defined]
+    assert isinstance(four._native, _native_subset.NativeSubset)  # type: ignore[attr-defined]
+    assert one.build_all() == four.build_all()
+    n = one.num_states
+    assert np.array_equal(one.table[:n], four.table[:n])
+    assert np.array_equal(one.accepting[:n], four.accepting[:n])
+    assert [one.key_of(s) for s in range(n)] == [four.key_of(s) for s in range(n)]
+
+
+def test_subset_started_checks_its_arguments() -> None:
+    started = nfa.extension_function("subset_started")
+    if started is None:
+        pytest.skip("the extension has no subset_started")
+    table = np.full((16, 256), -2, dtype=np.int32)
+    accepting = np.zeros(16, dtype=np.uint8)
+    kind = np.zeros(1, dtype=np.int8)
+    live = np.ones(1, dtype=np.uint8)
+    one = np.zeros(1, dtype=np.int32)
+    two = np.zeros(2, dtype=np.int32)
+    classes = np.zeros(256, dtype=np.uint8)
+    arrays = (kind, live, one, one, two, one, two, one, one, one, classes)
+    with pytest.raises(TypeError, match="subset_started"):
+        started(arrays, 1, 10)
+    with pytest.raises(ValueError, match="eleven"):
+        started(arrays[:5], 1, 10, table, accepting, 0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        started(arrays, 1, 10, table, accepting, 1)  # (no NFA state 1)
+    with pytest.raises(ValueError, match="inconsistent"):
+        started(arrays, 1, 10, table, accepting[:8], 0)  # (one flag per row)
+    with pytest.raises(ValueError, match="inconsistent"):
+        started((*arrays[:10], classes[:100]), 1, 10, table, accepting, 0)
+    with pytest.raises(BufferError):
+        started(arrays, 1, 10, table.tobytes(), accepting, 0)  # (read-only)
+    # a one-state NFA whose only state matches: its start is state 0, accepting
+    kind[0] = nfa.MATCH
+    owner, address, start = started(arrays, 1, 10, table, accepting, 0)
+    assert start == 0 and address and accepting[0] == 1
+    del owner  # (frees the context)
