@@ -183,6 +183,8 @@ _UNION_ACCEPTED = extension_function("union_accepted") if _LIB is not None else 
 _UNION_PARTS_IN = extension_function("union_parts_in") if _LIB is not None else None
 #: a subset construction's context made, given its table and started in one call, or None
 _SUBSET_STARTED = extension_function("subset_started") if _LIB is not None else None
+#: a context takes a DFA's arrays (and a chain lays out its states) in one call, or None
+_ADOPT_TABLE = extension_function("adopt_table") if _LIB is not None else None
 
 
 def search_limit_error(budget: int) -> LimitExceededError:
@@ -245,6 +247,24 @@ class _NativeStates:
 
     def budget_checked(self) -> None:
         _LIB.sg_states_budget_checked(self.ctx)
+
+    def take_over(
+        self,
+        table: npt.NDArray[np.int32],
+        accepting: npt.NDArray[np.bool_],
+        clean: int,
+        keys: Sequence[Any],
+        stop: Callable[[int], None],
+    ) -> None:
+        """The hand-over from Python: install the DFA's arrays (`set_table`, rows from `clean`
+        on filled by C), mark the budget checked, and create the states Python made
+        (`take_keys`); the first two in one call where the extension has `adopt_table`."""
+        if _ADOPT_TABLE is not None:
+            _ADOPT_TABLE(self.ctx, table, accepting.view(np.uint8), clean, -1)
+        else:
+            self.set_table(table, accepting, clean)
+            self.budget_checked()
+        self.take_keys(keys, stop)
 
     def build(self, state: int) -> int:
         """Build ``state``'s row: OK or a stop code (see `_subset.c`)."""
@@ -505,6 +525,27 @@ class NativeChain(_NativeStates):
             return key if key < found else -1 - BAD_STATE
         block, local = key
         return int(_LIB.sg_chain_intern(self.ctx, (block + 1) << 32 | local))
+
+    def take_over(
+        self,
+        table: npt.NDArray[np.int32],
+        accepting: npt.NDArray[np.bool_],
+        clean: int,
+        keys: Sequence[Any],
+        stop: Callable[[int], None],
+    ) -> None:
+        """`_NativeStates.take_over`, the laid-out states made in the same call."""
+        if _ADOPT_TABLE is None:
+            super().take_over(table, accepting, clean, keys, stop)
+            return
+        n = min(self._laid_out, len(keys))
+        assert not n or keys[n - 1] == n - 1
+        found = _ADOPT_TABLE(self.ctx, table, accepting.view(np.uint8), clean, n)
+        while found < 0:
+            stop(-found)
+            found = int(_LIB.sg_chain_lay_out(self.ctx, n))
+        assert found == n
+        self._intern_each(keys, stop, n)
 
     def take_keys(self, keys: Sequence[Any], stop: Callable[[int], None]) -> None:
         """The laid-out states in one call (ids 0.., their keys themselves), then the deeper

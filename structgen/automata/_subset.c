@@ -2995,6 +2995,58 @@ done:
     return result;
 }
 
+/* adopt_table(address, table, accepting, clean, laid_out): a C context (any kind: each begins
+ * with its `sg_states`) takes the DFA's table and accepting arrays (its states so far copied in;
+ * rows from `clean` on filled as their states are created), the budget checked for its states
+ * so far, and — `laid_out` >= 0, a chain's context only — its first `laid_out` states laid out:
+ * returns sg_chain_lay_out's result (the count, or a negative stop), else 0. One call where
+ * ctypes took three and `addresses` one: a key's automaton goes to C inside many first masks. */
+static PyObject *adopt_table(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "adopt_table(address, table, accepting, clean, laid_out)");
+        return NULL;
+    }
+    void *ctx = PyLong_AsVoidPtr(args[0]);
+    long long clean = PyLong_AsLongLong(args[3]);
+    long long laid_out = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (ctx == NULL) {
+        PyErr_SetString(PyExc_ValueError, "adopt_table: no context at address 0");
+        return NULL;
+    }
+    Py_buffer t, a;
+    if (PyObject_GetBuffer(args[1], &t, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[2], &a, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&t);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t rows = t.len / (256 * 4);
+    if (t.len % (256 * 4) || a.len != rows || clean < 0 || clean > rows) {
+        PyErr_SetString(PyExc_ValueError, "adopt_table: inconsistent arrays");
+        goto done;
+    }
+    sg_states *st = (sg_states *)ctx;
+    pthread_mutex_lock(&st->lock);
+    int64_t n_states = st->n_states;
+    pthread_mutex_unlock(&st->lock);
+    if (n_states > rows) {
+        PyErr_SetString(PyExc_ValueError, "adopt_table: the table is smaller than the states");
+        goto done;
+    }
+    sg_states_set_table(st, (int32_t *)t.buf, (uint8_t *)a.buf, rows, clean);
+    sg_states_budget_checked(st);
+    result = PyLong_FromLongLong(laid_out >= 0 ? (long long)sg_chain_lay_out((sg_chain *)ctx, laid_out)
+                                               : 0);
+done:
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&a);
+    return result;
+}
+
 /* subset_started(arrays, p, max_states, table, accepting, nfa_start): a new `sg_subset` over a
  * materialised NFA's arrays (`arrays`: kind, live, node, next, eps offsets, eps, moves offsets,
  * lo, hi, child, classes, as `NativeSubset` keeps them alive), with the DFA's table and
@@ -3097,6 +3149,9 @@ static PyMethodDef methods[] = {
      "chain_context(blocks, max_states): a new C chain context's address (sg_chain_free)"},
     {"chain_arrays", (PyCFunction)(void (*)(void))chain_arrays, METH_FASTCALL,
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
+    {"adopt_table", (PyCFunction)(void (*)(void))adopt_table, METH_FASTCALL,
+     "adopt_table(address, table, accepting, clean, laid_out): a context takes a DFA's "
+     "arrays (and a chain lays out its first states)"},
     {"subset_started", (PyCFunction)(void (*)(void))subset_started, METH_FASTCALL,
      "subset_started(arrays, p, max_states, table, accepting, nfa_start): a started subset "
      "construction context (capsule, address, start)"},

@@ -720,13 +720,12 @@ class ByteDFA:
         if grown:
             # A full table (a chain's holds its laid-out states only) would stop C's first new
             # state for GROW at once: grown as it changes hands (one copy and one refresh of
-            # the views, where the growth after the hand-over cost a second of each)
+            # the views, where the growth after the hand-over cost a second of each); C fills
+            # the rows past the old ones as it creates their states
             self._move_rows(self._grown_rows(rows, True), fill=False)
-            self._give_table(native, clean=rows)
-        else:
-            self._give_table(native)
         self._native = native
-        native.take_keys(self._keys, self._native_stop)
+        # (the table, the budget checked for the states so far, Python's states made in C)
+        native.take_over(self._table, self._accepting, rows, self._keys, self._native_stop)
         self._leave_python_mode(table_replaced=grown)
 
     def _give_table(self, native: _NativeStates, *, clean: int | None = None) -> None:

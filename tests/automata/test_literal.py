@@ -489,13 +489,20 @@ def test_c_rows_are_the_python_rows(case: tuple[str, object], python_first: int)
 
 
 @pytest.mark.skipif(_native_subset._CHAIN_CONTEXT is None, reason="the C chain rows are not built")
-def test_a_full_chain_table_grows_as_it_goes_to_c() -> None:
+@pytest.mark.parametrize("one_call", [True, False])
+def test_a_full_chain_table_grows_as_it_goes_to_c(
+    one_call: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A chain's table holds its laid-out states only: handed to C when a deeper state's row
     is first asked, it is grown in the same step (no GROW stop after it), the laid-out rows
     and flags kept, the spare rows filled by C as their states come — the rows are still the
-    Python ones."""
+    Python ones. The same whether the context takes the table and lays out its states in one
+    call (`adopt_table`) or in three."""
     from structgen.automata import concat
     from structgen.schema._strings import literal_body
+
+    if not one_call:
+        monkeypatch.setattr(_native_subset, "_ADOPT_TABLE", None)
 
     node = concat([String('"'), literal_body("name"), String('"')])
     native, python = compile_ast(node, limits=LIMITS), _python_chain(node)
@@ -573,6 +580,38 @@ def test_chain_context_refuses_malformed_blocks() -> None:
     for bad in [[], [object()], [replace(block, c_data=np.zeros(2, dtype=np.int32))], 3]:
         with pytest.raises((ValueError, TypeError, AttributeError)):
             _native_subset._CHAIN_CONTEXT(bad, 100)
+
+
+def test_adopt_table_checks_its_arguments() -> None:
+    adopt = _native_subset._ADOPT_TABLE
+    if adopt is None:
+        pytest.skip("the extension has no adopt_table")
+    from structgen.automata import concat
+    from structgen.schema._strings import literal_body
+
+    node = concat([String('"'), literal_body("id"), String('"')])
+    chain = compile_ast(node, limits=LIMITS)
+    native = chain._source.make_native(LIMITS.max_dfa_states)
+    assert isinstance(native, _native_subset.NativeChain)
+    table = np.empty((16, 256), dtype=np.int32)
+    accepting = np.zeros(16, dtype=np.uint8)
+    with pytest.raises(TypeError, match="adopt_table"):
+        adopt(native.ctx, table, accepting)
+    with pytest.raises(ValueError, match="address 0"):
+        adopt(0, table, accepting, 16, -1)
+    with pytest.raises(ValueError, match="inconsistent"):
+        adopt(native.ctx, table, accepting[:8], 16, -1)
+    with pytest.raises(ValueError, match="inconsistent"):
+        adopt(native.ctx, table, accepting, 17, -1)
+    with pytest.raises(BufferError):
+        adopt(native.ctx, table.tobytes(), accepting, 16, -1)  # (read-only)
+    # a chain lays out what it is asked for, in the table it took
+    laid_out = min(chain.num_states, 16)
+    assert adopt(native.ctx, table, accepting, 16, laid_out) == laid_out
+    assert native.num_states == laid_out
+    assert list(accepting[:laid_out].astype(bool)) == [
+        chain.is_accepting(q) for q in range(laid_out)
+    ]
 
 
 _REGEXES = st.text(alphabet="ab(|)[]{}2é\u4e00-", max_size=14)
