@@ -183,6 +183,8 @@ _UNION_ACCEPTED = extension_function("union_accepted") if _LIB is not None else 
 _UNION_PARTS_IN = extension_function("union_parts_in") if _LIB is not None else None
 #: a subset construction's context made, given its table and started in one call, or None
 _SUBSET_STARTED = extension_function("subset_started") if _LIB is not None else None
+#: a union context made, its mode set and its components told, in one call, or None
+_UNION_CONTEXT = extension_function("union_context") if _LIB is not None else None
 #: a context takes a DFA's arrays (and a chain lays out its states) in one call, or None
 _ADOPT_TABLE = extension_function("adopt_table") if _LIB is not None else None
 
@@ -600,6 +602,17 @@ class NativeUnion(_NativeStates):
         # every component's arrays and C builder in one call (a ctypes call per component,
         # seven arguments converted each, cost more than the rest of the set-up)
         given: list[bytes] = [p.part_fields for p in parts]
+        self._given = given  # what C was told of each component (see `refresh_part`)
+        if _UNION_CONTEXT is not None:  # (context, mode and components in one call)
+            starts = None if mode == UNION else [p.start for p in parts]
+            bound = -1 if hi is None else hi
+            self._owner, ctx = _UNION_CONTEXT(
+                given, self._classes, max_states, mode, starts, lo, bound
+            )
+            self.ctx = ctx
+            self._header = _Header.from_address(ctx)
+            self._need_address = 0  # (taken when C first asks for a row)
+            return
         fields = np.frombuffer(b"".join(given), dtype=np.int64)
         # (the addresses in one call: `array.ctypes.data` costs ~1.5 us each)
         classes_at, self._need_address, fields_at = addresses(self._classes, self._need, fields)
@@ -612,7 +625,6 @@ class NativeUnion(_NativeStates):
             if _LIB.sg_union_set_mode(self.ctx, mode, starts_at, lo, bound) != 0:
                 raise ValueError(f"bad composed DFA mode {mode} over {len(parts)} parts")
         _LIB.sg_union_set_parts(self.ctx, len(parts), fields_at)
-        self._given = given  # what C was told of each component (see `refresh_part`)
 
     def refresh_part(self, i: int) -> None:
         """Point the C side at component ``i``'s current arrays and C builder (when they
@@ -628,6 +640,8 @@ class NativeUnion(_NativeStates):
 
     def provide_row(self) -> None:
         """After NEED_ROW: build the component row the C side asked for (in Python)."""
+        if not self._need_address:
+            (self._need_address,) = addresses(self._need)
         _LIB.sg_union_need(self.ctx, self._need_address)
         i, state = self._need.tolist()
         self.parts[i].row(state)

@@ -909,18 +909,23 @@ void sg_union_set_part(sg_union *u, int32_t i, const int32_t *table, const uint8
 /* sg_union_set_part for components 0..n-1 at once (a new context: one call, not one per
  * terminal): `parts` holds five int64 per component, the table's and accepting array's
  * addresses, the capacity, the C builder and its context (0: none). */
+/* Component `i`'s arrays and builder from its five fields (table, accepting, capacity,
+ * builder, context), the caller holding the lock or the only reference. */
+static void sg_union_set_parts_from(sg_union *u, int32_t i, const int64_t *f)
+{
+    sg_part *p = &u->parts[i];
+    p->table = (const int32_t *)(intptr_t)f[0];
+    p->accepting = (const uint8_t *)(intptr_t)f[1];
+    p->capacity = f[2];
+    p->build = (part_builder)(intptr_t)f[3];
+    p->ctx = (void *)(intptr_t)f[4];
+}
+
 void sg_union_set_parts(sg_union *u, int32_t n, const int64_t *parts)
 {
     pthread_mutex_lock(&u->st.lock);
-    for (int32_t i = 0; i < n && i < u->n_parts; i++) {
-        const int64_t *f = parts + (size_t)i * 5;
-        sg_part *p = &u->parts[i];
-        p->table = (const int32_t *)(intptr_t)f[0];
-        p->accepting = (const uint8_t *)(intptr_t)f[1];
-        p->capacity = f[2];
-        p->build = (part_builder)(intptr_t)f[3];
-        p->ctx = (void *)(intptr_t)f[4];
-    }
+    for (int32_t i = 0; i < n && i < u->n_parts; i++)
+        sg_union_set_parts_from(u, i, parts + (size_t)i * 5);
     pthread_mutex_unlock(&u->st.lock);
 }
 
@@ -2995,6 +3000,95 @@ done:
     return result;
 }
 
+/* union_context(fields, classes, max_states, mode, starts, lo, hi): a new `sg_union` of
+ * len(fields) components, each told its arrays and C builder by its `part_fields` (bytes of five
+ * int64: table, accepting, capacity, builder, context), over `classes` (256 uint8), in `mode`
+ * (starts: each component's start, for the modes other than a union; None for a union): (a
+ * capsule that frees it, its address). One call where ctypes took three and `addresses` one:
+ * every grammar's lexer and every object's "other keys" go to C inside a first mask. */
+static PyObject *union_context(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "union_context(fields, classes, max_states, mode, starts, lo, hi)");
+        return NULL;
+    }
+    long long max_states = PyLong_AsLongLong(args[2]);
+    long mode = PyLong_AsLong(args[3]);
+    long long lo = PyLong_AsLongLong(args[5]);
+    long long hi = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "union_context: fields must be a sequence");
+    if (!seq) return NULL;
+    PyObject *result = NULL;
+    sg_union *u = NULL;
+    int32_t *starts = NULL;
+    Py_buffer classes;
+    int have_classes = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "union_context: one component at least");
+        goto done;
+    }
+    if (class_buffer(args[1], &classes) < 0) goto done;
+    have_classes = 1;
+    u = sg_union_new((int32_t)n, (const uint8_t *)classes.buf, (int64_t)max_states);
+    if (!u) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *f = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(f) || PyBytes_GET_SIZE(f) != 5 * 8) {
+            PyErr_SetString(PyExc_ValueError, "union_context: a component's fields are 40 bytes");
+            goto done;
+        }
+        sg_union_set_parts_from(u, (int32_t)i, (const int64_t *)PyBytes_AS_STRING(f));
+    }
+    if (mode != U_UNION) {
+        PyObject *sseq = PySequence_Fast(args[4], "union_context: starts must be a sequence");
+        if (!sseq) goto done;
+        int bad = PySequence_Fast_GET_SIZE(sseq) != n;
+        starts = bad ? NULL : (int32_t *)malloc((size_t)n * sizeof(int32_t));
+        for (Py_ssize_t i = 0; !bad && starts && i < n; i++) {
+            long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(sseq, i));
+            if (v == -1 && PyErr_Occurred()) bad = 1;
+            starts[i] = (int32_t)v;
+        }
+        Py_DECREF(sseq);
+        if (bad || !starts) {
+            if (!PyErr_Occurred()) {
+                if (bad) PyErr_SetString(PyExc_ValueError, "union_context: one start per component");
+                else PyErr_NoMemory();
+            }
+            goto done;
+        }
+        if (sg_union_set_mode(u, (int32_t)mode, starts, lo, hi) != 0) {
+            PyErr_Format(PyExc_ValueError, "bad composed DFA mode %ld over %zd parts", mode, n);
+            goto done;
+        }
+    }
+    {
+        /* (the destructor set last: a capsule that fails half-made frees nothing) */
+        PyObject *capsule = PyCapsule_New(u, CONTEXT_CAPSULE, NULL);
+        if (!capsule) goto done;
+        if (PyCapsule_SetContext(capsule, (void *)(intptr_t)1) < 0
+            || PyCapsule_SetDestructor(capsule, context_capsule_free) < 0) {
+            Py_DECREF(capsule);
+            goto done;
+        }
+        result = Py_BuildValue("(NN)", capsule, PyLong_FromVoidPtr(u));
+        u = NULL;  /* (the capsule owns it) */
+    }
+done:
+    if (u) sg_union_free(u);
+    free(starts);
+    if (have_classes) PyBuffer_Release(&classes);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* adopt_table(address, table, accepting, clean, laid_out): a C context (any kind: each begins
  * with its `sg_states`) takes the DFA's table and accepting arrays (its states so far copied in;
  * rows from `clean` on filled as their states are created), the budget checked for its states
@@ -3149,6 +3243,9 @@ static PyMethodDef methods[] = {
      "chain_context(blocks, max_states): a new C chain context's address (sg_chain_free)"},
     {"chain_arrays", (PyCFunction)(void (*)(void))chain_arrays, METH_FASTCALL,
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
+    {"union_context", (PyCFunction)(void (*)(void))union_context, METH_FASTCALL,
+     "union_context(fields, classes, max_states, mode, starts, lo, hi): a new union context "
+     "(capsule, address)"},
     {"adopt_table", (PyCFunction)(void (*)(void))adopt_table, METH_FASTCALL,
      "adopt_table(address, table, accepting, clean, laid_out): a context takes a DFA's "
      "arrays (and a chain lays out its first states)"},

@@ -64,7 +64,15 @@ def _which(d: ByteDFA, data: bytes) -> tuple[int, ...] | None:
     return source.accepted(d.key_of(state))  # type: ignore[arg-type]
 
 
-def test_same_dfa_as_python() -> None:
+@pytest.mark.parametrize("one_call", [True, False])
+def test_same_dfa_as_python(one_call: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with the context made, its components told and the table taken through ctypes
+    (`union_context` and `adopt_table` are the one-call ways)."""
+    from structgen.automata import _native_subset
+
+    if not one_call:
+        monkeypatch.setattr(_native_subset, "_UNION_CONTEXT", None)
+        monkeypatch.setattr(_native_subset, "_ADOPT_TABLE", None)
     native = _union(True)
     python = _union(False)
     assert native._native is not None and python._native is None
@@ -318,3 +326,33 @@ def test_unbounded_parts_are_the_keys_unbounded_pairs() -> None:
                 _native_subset._UNION_PARTS_IN(states.ctx, d.start)
             with pytest.raises(ValueError):
                 _native_subset._UNION_PARTS_IN(0, d.start, wanted)
+
+
+def test_union_context_checks_its_arguments() -> None:
+    from structgen.automata import _native_subset
+
+    make = _native_subset._UNION_CONTEXT
+    if make is None:
+        pytest.skip("the extension has no union_context")
+    parts = [PARTS[0](), PARTS[4]()]
+    fields = [p.part_fields for p in parts]
+    classes = bytes(256)
+    with pytest.raises(TypeError, match="union_context"):
+        make(fields, classes, 100)
+    with pytest.raises(ValueError, match="one component"):
+        make([], classes, 100, 0, None, 0, -1)
+    with pytest.raises(ValueError, match="40 bytes"):
+        make([b"x" * 39], classes, 100, 0, None, 0, -1)
+    with pytest.raises(ValueError, match="256"):
+        make(fields, bytes(255), 100, 0, None, 0, -1)
+    with pytest.raises(ValueError, match="one start per component"):
+        make(fields, classes, 100, _native_subset.SEQUENCE, [0], 0, -1)
+    with pytest.raises(TypeError):
+        make(fields, classes, 100, _native_subset.SEQUENCE, None, 0, -1)
+    with pytest.raises(ValueError, match="bad composed DFA mode"):
+        make(fields, classes, 100, 9, [0, 0], 0, -1)
+    with pytest.raises(ValueError, match="bad composed DFA mode"):
+        make(fields, classes, 100, _native_subset.COUNTED, [0, 0], 0, -1)  # (one unit only)
+    owner, address = make(fields, classes, 100, _native_subset.UNION, None, 0, -1)
+    assert address
+    del owner  # (frees the context)
