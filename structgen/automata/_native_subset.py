@@ -604,10 +604,10 @@ class NativeUnion(_NativeStates):
         given: list[bytes] = [p.part_fields for p in parts]
         self._given = given  # what C was told of each component (see `refresh_part`)
         if _UNION_CONTEXT is not None:  # (context, mode and components in one call)
-            starts = None if mode == UNION else [p.start for p in parts]
+            given_starts = None if mode == UNION else [p.start for p in parts]
             bound = -1 if hi is None else hi
             self._owner, ctx = _UNION_CONTEXT(
-                given, self._classes, max_states, mode, starts, lo, bound
+                given, self._classes, max_states, mode, given_starts, lo, bound
             )
             self.ctx = ctx
             self._header = _Header.from_address(ctx)
