@@ -540,22 +540,30 @@ class NativeChain(_NativeStates):
         if _ADOPT_TABLE is None:
             super().take_over(table, accepting, clean, keys, stop)
             return
-        n = min(self._laid_out, len(keys))
-        assert not n or keys[n - 1] == n - 1
+        n = self._laid_out_of(keys)
         found = _ADOPT_TABLE(self.ctx, table, accepting.view(np.uint8), clean, n)
-        while found < 0:
-            stop(-found)
-            found = int(_LIB.sg_chain_lay_out(self.ctx, n))
-        assert found == n
-        self._intern_each(keys, stop, n)
+        self._take_the_rest(keys, stop, n, found)
 
     def take_keys(self, keys: Sequence[Any], stop: Callable[[int], None]) -> None:
         """The laid-out states in one call (ids 0.., their keys themselves), then the deeper
         ones Python met (keyed (block, local), after them)."""
+        n = self._laid_out_of(keys)
+        self._take_the_rest(keys, stop, n, int(_LIB.sg_chain_lay_out(self.ctx, n)))
+
+    def _laid_out_of(self, keys: Sequence[Any]) -> int:
+        """How many of `keys` are laid-out states (their own keys, first)."""
         n = min(self._laid_out, len(keys))
         assert not n or keys[n - 1] == n - 1
-        while (found := int(_LIB.sg_chain_lay_out(self.ctx, n))) < 0:
+        return n
+
+    def _take_the_rest(
+        self, keys: Sequence[Any], stop: Callable[[int], None], n: int, found: int
+    ) -> None:
+        """After laying out `n` states answered `found` (their count, or a stop): the stops
+        acted on and the lay-out retried, then the deeper states interned."""
+        while found < 0:
             stop(-found)
+            found = int(_LIB.sg_chain_lay_out(self.ctx, n))
         assert found == n
         self._intern_each(keys, stop, n)
 
