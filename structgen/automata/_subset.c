@@ -906,9 +906,6 @@ void sg_union_set_part(sg_union *u, int32_t i, const int32_t *table, const uint8
     pthread_mutex_unlock(&u->st.lock);
 }
 
-/* sg_union_set_part for components 0..n-1 at once (a new context: one call, not one per
- * terminal): `parts` holds five int64 per component, the table's and accepting array's
- * addresses, the capacity, the C builder and its context (0: none). */
 /* Component `i`'s arrays and builder from its five fields (table, accepting, capacity,
  * builder, context), the caller holding the lock or the only reference. */
 static void sg_union_set_parts_from(sg_union *u, int32_t i, const int64_t *f)
@@ -921,6 +918,9 @@ static void sg_union_set_parts_from(sg_union *u, int32_t i, const int64_t *f)
     p->ctx = (void *)(intptr_t)f[4];
 }
 
+/* sg_union_set_part for components 0..n-1 at once (a new context: one call, not one per
+ * terminal): `parts` holds five int64 per component, the table's and accepting array's
+ * addresses, the capacity, the C builder and its context (0: none). */
 void sg_union_set_parts(sg_union *u, int32_t n, const int64_t *parts)
 {
     pthread_mutex_lock(&u->st.lock);
