@@ -2533,6 +2533,21 @@ static void context_capsule_free(PyObject *capsule)
         sg_chain_free((sg_chain *)ctx);
 }
 
+/* A capsule that owns the C context `ctx` of `kind` (0 subset, 1 union, 2 chain) and frees it
+ * when collected; NULL with an exception set, the context then still the caller's (the
+ * destructor is set last: a half-made capsule frees nothing). */
+static PyObject *owning_capsule(void *ctx, intptr_t kind)
+{
+    PyObject *capsule = PyCapsule_New(ctx, CONTEXT_CAPSULE, NULL);
+    if (capsule == NULL) return NULL;
+    if (PyCapsule_SetContext(capsule, (void *)kind) < 0
+        || PyCapsule_SetDestructor(capsule, context_capsule_free) < 0) {
+        Py_DECREF(capsule);
+        return NULL;
+    }
+    return capsule;
+}
+
 static PyObject *context_capsule(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -2553,13 +2568,7 @@ static PyObject *context_capsule(PyObject *self, PyObject *const *args, Py_ssize
             PyErr_SetString(PyExc_ValueError, "no context at address 0");
         return NULL;
     }
-    PyObject *capsule = PyCapsule_New(ctx, CONTEXT_CAPSULE, context_capsule_free);
-    if (capsule != NULL && PyCapsule_SetContext(capsule, (void *)(intptr_t)kind) < 0) {
-        /* (never: the capsule is valid) — free the context once, not twice */
-        Py_DECREF(capsule);
-        return NULL;
-    }
-    return capsule;
+    return owning_capsule(ctx, (intptr_t)kind);
 }
 
 /* joint_classes(parts): bytes(256), the coarsest byte partition refining every part's (each a
@@ -3070,14 +3079,8 @@ static PyObject *union_context(PyObject *self, PyObject *const *args, Py_ssize_t
         }
     }
     {
-        /* (the destructor set last: a capsule that fails half-made frees nothing) */
-        PyObject *capsule = PyCapsule_New(u, CONTEXT_CAPSULE, NULL);
+        PyObject *capsule = owning_capsule(u, 1);
         if (!capsule) goto done;
-        if (PyCapsule_SetContext(capsule, (void *)(intptr_t)1) < 0
-            || PyCapsule_SetDestructor(capsule, context_capsule_free) < 0) {
-            Py_DECREF(capsule);
-            goto done;
-        }
         result = Py_BuildValue("(NN)", capsule, PyLong_FromVoidPtr(u));
         u = NULL;  /* (the capsule owns it) */
     }
@@ -3087,6 +3090,26 @@ done:
     if (have_classes) PyBuffer_Release(&classes);
     Py_DECREF(seq);
     return result;
+}
+
+/* The writable buffers of a DFA's table (int32 [rows, 256]) and accepting flags (uint8
+ * [rows]) a context is to take: 0 and their rows, or -1 with an exception set (none held). */
+static int table_buffers(PyObject *table, PyObject *accepting, Py_buffer *t, Py_buffer *a,
+                         Py_ssize_t *rows, const char *name)
+{
+    if (PyObject_GetBuffer(table, t, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return -1;
+    if (PyObject_GetBuffer(accepting, a, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(t);
+        return -1;
+    }
+    *rows = t->len / (256 * 4);
+    if (t->len % (256 * 4) || a->len != *rows) {
+        PyBuffer_Release(t);
+        PyBuffer_Release(a);
+        PyErr_Format(PyExc_ValueError, "%s: inconsistent arrays", name);
+        return -1;
+    }
+    return 0;
 }
 
 /* adopt_table(address, table, accepting, clean, laid_out): a C context (any kind: each begins
@@ -3112,14 +3135,10 @@ static PyObject *adopt_table(PyObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     Py_buffer t, a;
-    if (PyObject_GetBuffer(args[1], &t, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[2], &a, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&t);
-        return NULL;
-    }
+    Py_ssize_t rows;
+    if (table_buffers(args[1], args[2], &t, &a, &rows, "adopt_table") < 0) return NULL;
     PyObject *result = NULL;
-    Py_ssize_t rows = t.len / (256 * 4);
-    if (t.len % (256 * 4) || a.len != rows || clean < 0 || clean > rows) {
+    if (clean < 0 || clean > rows) {
         PyErr_SetString(PyExc_ValueError, "adopt_table: inconsistent arrays");
         goto done;
     }
@@ -3163,8 +3182,9 @@ static PyObject *subset_started(PyObject *self, PyObject *const *args, Py_ssize_
     PyObject *seq = PySequence_Fast(args[0], "subset_started: arrays must be a sequence");
     if (!seq) return NULL;
     PyObject *result = NULL;
-    Py_buffer v[13];
-    int taken = 0;
+    Py_buffer v[11], t, a;
+    Py_ssize_t rows;
+    int taken = 0, have_table = 0;
     if (PySequence_Fast_GET_SIZE(seq) != 11) {
         PyErr_SetString(PyExc_ValueError, "subset_started: eleven NFA arrays");
         goto done;
@@ -3173,16 +3193,13 @@ static PyObject *subset_started(PyObject *self, PyObject *const *args, Py_ssize_
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, taken), &v[taken],
                                PyBUF_C_CONTIGUOUS) < 0)
             goto done;
-    if (PyObject_GetBuffer(args[3], &v[11], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
-    taken++;
-    if (PyObject_GetBuffer(args[4], &v[12], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
-    taken++;
+    if (table_buffers(args[3], args[4], &t, &a, &rows, "subset_started") < 0) goto done;
+    have_table = 1;
     {
-        Py_ssize_t n = v[0].len, rows = v[11].len / (256 * 4);
+        Py_ssize_t n = v[0].len;
         if (v[1].len != n || v[2].len != n * 4 || v[3].len != n * 4 || v[4].len != (n + 1) * 4
-            || p < 1 || v[6].len != (p + 1) * 4 || v[10].len != 256 || v[11].len % (256 * 4)
-            || v[12].len != rows || rows < 1 || nfa_start < 0 || nfa_start >= n
-            || n > INT32_MAX) {
+            || p < 1 || v[6].len != (p + 1) * 4 || v[10].len != 256 || rows < 1
+            || nfa_start < 0 || nfa_start >= n || n > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "subset_started: inconsistent arrays");
             goto done;
         }
@@ -3196,20 +3213,22 @@ static PyObject *subset_started(PyObject *self, PyObject *const *args, Py_ssize_
             PyErr_NoMemory();
             goto done;
         }
-        PyObject *capsule = PyCapsule_New(s, CONTEXT_CAPSULE, context_capsule_free);
+        PyObject *capsule = owning_capsule(s, 0);
         if (!capsule) {
             sg_subset_free(s);
             goto done;
         }
-        /* (kind 0: the capsule's context is a subset construction, as `context_capsule` says;
-         * the context pointer is NULL, which is kind 0 already) */
-        sg_states_set_table(&s->st, (int32_t *)v[11].buf, (uint8_t *)v[12].buf, rows, rows);
+        sg_states_set_table(&s->st, (int32_t *)t.buf, (uint8_t *)a.buf, rows, rows);
         sg_states_budget_checked(&s->st);
         int64_t start = sg_subset_start(s, (int32_t)nfa_start);
         result = Py_BuildValue("(NNL)", capsule, PyLong_FromVoidPtr(s), (long long)start);
     }
 done:
     while (taken--) PyBuffer_Release(&v[taken]);
+    if (have_table) {
+        PyBuffer_Release(&t);
+        PyBuffer_Release(&a);
+    }
     Py_DECREF(seq);
     return result;
 }

@@ -728,13 +728,6 @@ class ByteDFA:
         native.take_over(self._table, self._accepting, rows, self._keys, self._native_stop)
         self._leave_python_mode(table_replaced=grown)
 
-    def _give_table(self, native: _NativeStates, *, clean: int | None = None) -> None:
-        """Install this DFA's arrays in a new C context (its rows so far kept): rows up to
-        `clean` hold rows or -2 (all of them by default)."""
-        rows = self._table.shape[0] if clean is None else clean
-        native.set_table(self._table, self._accepting, rows)
-        native.budget_checked()  # Python checked the budget for the states so far
-
     def _leave_python_mode(self, *, table_replaced: bool = False) -> None:
         """After the C context holds every state: Python's keys and flags go. The views are
         refreshed where the table was replaced on the way, else only the C fields."""
@@ -781,7 +774,10 @@ class ByteDFA:
             if not isinstance(made, _native_subset.NativeSubset):
                 return False
             native = made
-            self._give_table(native)
+            # (the table, every row clean; no state to hand over: C makes the start)
+            native.take_over(
+                self._table, self._accepting, self._table.shape[0], [], self._native_stop
+            )
             sid = native.start(source.nfa.start)
         if sid == -1:  # (an empty start: not what a deferred source promised; Python decides)
             return False
