@@ -555,6 +555,9 @@ class NativeWalk:
             template.max_pairs = MAX_EQUAL_PAIRS
             template.n_slots = _EQUAL_SLOTS
             self._slice_template = template
+            # (this thread's copy now, with the vocabulary's tables: made on a grammar's first
+            # mask it cost ~25 µs there, where every other per-vocabulary table is ready)
+            self._slice_checks()
 
     def _buffers(self) -> _Scratch:
         """This thread's scratch: the stack and event buffers (a fresh set for a walk nested in
@@ -758,18 +761,24 @@ class NativeWalk:
     def _contained(self, dfa: Any, state: int) -> int:
         if not self._possible(dfa):
             return 0
-        checks = getattr(self._scratch, "checks", None)
-        if checks is None:  # this thread's copy of the template, with its own buffers
-            assert self._slice_template is not None
-            checks = _SliceChecks.from_buffer_copy(self._slice_template)
-            _, checks.slots, checks.pa, checks.pb, checks.pd, checks.ps = self._equal_buffers()
-            checks = self._scratch.checks = (checks, ctypes.addressof(checks))
+        checks = self._slice_checks()
         checks[0].max_builds = MAX_SLICE_BUILDS
         checks[0].max_build_ns = int(MAX_SLICE_BUILD_SECONDS * 1e9)
         dfa.row(state)
         assert _EXT is not None
         result = _EXT.contained(dfa, state, checks[1])
         return int(result)
+
+    def _slice_checks(self) -> tuple[_SliceChecks, int]:
+        """This thread's copy of the slice checks' template, with its own buffers (and its
+        address)."""
+        checks: tuple[_SliceChecks, int] | None = getattr(self._scratch, "checks", None)
+        if checks is None:
+            assert self._slice_template is not None
+            made = _SliceChecks.from_buffer_copy(self._slice_template)
+            _, made.slots, made.pa, made.pb, made.pd, made.ps = self._equal_buffers()
+            checks = self._scratch.checks = (made, ctypes.addressof(made))
+        return checks
 
     def last_build_seconds(self) -> float:
         """Seconds this thread's last `walk` spent building DFA rows (in Python)."""
