@@ -235,7 +235,7 @@ def _deferred_source(
     build = partial(
         build_nfa, node, max_states=limits.max_nfa_states, pattern=pattern, program=program
     )
-    return DeferredNFASource(build, leaves.ranges, program.nullable)
+    return DeferredNFASource(build, leaves.ranges, program.nullable, program)
 
 
 def literal(data: bytes, *, limits: AutomataLimits | None = None) -> ByteDFA:

@@ -422,16 +422,25 @@ class NativeSubset(_NativeStates):
         `budget_checked` and `start`)."""
         if _SUBSET_STARTED is None:
             return None
+        arrays = _subset_arrays(nfa, byte_classes)
+        owner, ctx, start = _SUBSET_STARTED(
+            arrays, p, max_states, table, accepting.view(np.uint8), nfa.start
+        )
+        return cls.adopted(max_states, arrays, owner, ctx), start
+
+    @classmethod
+    def adopted(
+        cls, max_states: int, arrays: tuple[Any, ...], owner: Any, ctx: int
+    ) -> NativeSubset:
+        """The context a C call made (`subset_started`, `nfa_started`): `owner` frees it,
+        `arrays` (what it reads) are kept alive with it."""
         native = cls.__new__(cls)
         native.max_states = max_states
-        native._arrays = _subset_arrays(nfa, byte_classes)
-        owner, ctx, start = _SUBSET_STARTED(
-            native._arrays, p, max_states, table, accepting.view(np.uint8), nfa.start
-        )
+        native._arrays = arrays
         native._owner = owner
         native.ctx = ctx
         native._header = _Header.from_address(ctx)
-        return native, start
+        return native
 
     def start(self, nfa_state: int) -> int:
         """Create the start state: its id, -1 for an empty language, or ``-1 - code``."""

@@ -3233,6 +3233,125 @@ done:
     return result;
 }
 
+/* nfa_started(typ, a, b, offsets, children, top, leaf_at, pieces, classes, max_states, table,
+ * accepting): a deferred terminal's NFA and its C subset context in one call, where Python
+ * placed the leaves' pieces in a fresh pool (`Pool.extend`), joined them (`join_pieces`),
+ * built the NFA (`nfa_arrays`) and started the context (`subset_started`) — about thirty
+ * Python-level steps around 3 µs of C, inside the first mask that reads the terminal. The
+ * program's tables are int64 buffers (`nfa.Program`), `leaf_at` the entries of its leaves (in
+ * `pieces`' order), `classes` the 256 byte classes. Returns (bases, joined, nfa_start, arrays,
+ * capsule, address, start): the pieces' first nodes (list), the pool's (offsets, lo, hi, child,
+ * nonempty) as bytes, the NFA's start, the eleven arrays the context reads (`_subset_arrays`'
+ * order, as bytes), and what `subset_started` returns. */
+static PyObject *nfa_started(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError,
+                        "nfa_started(typ, a, b, offsets, children, top, leaf_at, pieces, classes, "
+                        "max_states, table, accepting)");
+        return NULL;
+    }
+    static PyObject *str_size = NULL;
+    if (!str_size && !(str_size = PyUnicode_InternFromString("size"))) return NULL;
+    PyObject *pieces = PySequence_Fast(args[7], "nfa_started: pieces must be a sequence");
+    if (!pieces) return NULL;
+    PyObject *leaf_at = PySequence_Fast(args[6], "nfa_started: leaf_at must be a sequence");
+    PyObject *bases = NULL, *joined = NULL, *arg_a = NULL, *built = NULL, *arrays = NULL;
+    PyObject *started = NULL, *result = NULL, *size_obj = NULL;
+    Py_buffer a_view;
+    int have_a = 0;
+    if (!leaf_at) goto done;
+    Py_ssize_t n_pieces = PySequence_Fast_GET_SIZE(pieces);
+    if (PySequence_Fast_GET_SIZE(leaf_at) != n_pieces) {
+        PyErr_SetString(PyExc_ValueError, "nfa_started: one leaf entry per piece");
+        goto done;
+    }
+    /* the pieces placed one after another in a fresh pool: their first nodes */
+    bases = PyList_New(n_pieces);
+    if (!bases) goto done;
+    Py_ssize_t size = 0;
+    for (Py_ssize_t k = 0; k < n_pieces; k++) {
+        PyObject *base = PyLong_FromSsize_t(size);
+        if (!base) goto done;
+        PyList_SET_ITEM(bases, k, base);
+        PyObject *piece_size = PyObject_GetAttr(PySequence_Fast_GET_ITEM(pieces, k), str_size);
+        if (!piece_size) goto done;
+        Py_ssize_t n = PyLong_AsSsize_t(piece_size);
+        Py_DECREF(piece_size);
+        if (n < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative piece size");
+            goto done;
+        }
+        size += n;
+    }
+    size_obj = PyLong_FromSsize_t(size);
+    if (!size_obj) goto done;
+    {
+        PyObject *join_args[3] = {pieces, bases, size_obj};
+        joined = join_pieces(self, join_args, 3);
+        if (!joined) goto done;
+    }
+    /* the program's `a` column with each leaf's entry set to its piece's first node */
+    if (PyObject_GetBuffer(args[1], &a_view, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    have_a = 1;
+    if (a_view.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "nfa_started: a must be int64");
+        goto done;
+    }
+    arg_a = PyBytes_FromStringAndSize((const char *)a_view.buf, a_view.len);
+    if (!arg_a) goto done;
+    {
+        int64_t *a64 = (int64_t *)PyBytes_AS_STRING(arg_a);
+        Py_ssize_t n_entries = a_view.len / 8;
+        for (Py_ssize_t k = 0; k < n_pieces; k++) {
+            Py_ssize_t at = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(leaf_at, k));
+            if (at < 0 || at >= n_entries) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "nfa_started: a leaf entry out of range");
+                goto done;
+            }
+            a64[at] = (int64_t)PyLong_AsSsize_t(PyList_GET_ITEM(bases, k));
+        }
+    }
+    {
+        PyObject *nfa_args[7] = {args[0], arg_a, args[2], args[3], args[4], args[5],
+                                 PyTuple_GET_ITEM(joined, 4)};
+        built = nfa_arrays(self, nfa_args, 7);
+        if (!built) goto done;
+    }
+    /* (kind, live, node, next, eps offsets, eps, moves, lo, hi, child, classes) */
+    arrays = PyTuple_Pack(11, PyTuple_GET_ITEM(built, 1), PyTuple_GET_ITEM(built, 4),
+                          PyTuple_GET_ITEM(built, 2), PyTuple_GET_ITEM(built, 3),
+                          PyTuple_GET_ITEM(built, 5), PyTuple_GET_ITEM(built, 6),
+                          PyTuple_GET_ITEM(joined, 0), PyTuple_GET_ITEM(joined, 1),
+                          PyTuple_GET_ITEM(joined, 2), PyTuple_GET_ITEM(joined, 3), args[8]);
+    if (!arrays) goto done;
+    {
+        PyObject *p = PyLong_FromSsize_t(size > 0 ? size : 1);
+        if (!p) goto done;
+        PyObject *start_args[6] = {arrays, p, args[9], args[10], args[11],
+                                   PyTuple_GET_ITEM(built, 0)};
+        started = subset_started(self, start_args, 6);
+        Py_DECREF(p);
+        if (!started) goto done;
+    }
+    result = Py_BuildValue("(OOOOOOO)", bases, joined, PyTuple_GET_ITEM(built, 0), arrays,
+                           PyTuple_GET_ITEM(started, 0), PyTuple_GET_ITEM(started, 1),
+                           PyTuple_GET_ITEM(started, 2));
+done:
+    if (have_a) PyBuffer_Release(&a_view);
+    Py_XDECREF(started);
+    Py_XDECREF(arrays);
+    Py_XDECREF(built);
+    Py_XDECREF(arg_a);
+    Py_XDECREF(joined);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(bases);
+    Py_XDECREF(leaf_at);
+    Py_DECREF(pieces);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"addresses", (PyCFunction)(void (*)(void))addresses, METH_FASTCALL,
      "addresses(*arrays): each C-contiguous buffer's data address"},
@@ -3271,6 +3390,9 @@ static PyMethodDef methods[] = {
     {"subset_started", (PyCFunction)(void (*)(void))subset_started, METH_FASTCALL,
      "subset_started(arrays, p, max_states, table, accepting, nfa_start): a started subset "
      "construction context (capsule, address, start)"},
+    {"nfa_started", (PyCFunction)(void (*)(void))nfa_started, METH_FASTCALL,
+     "nfa_started(typ, a, b, offsets, children, top, leaf_at, pieces, classes, max_states, "
+     "table, accepting): a deferred terminal's NFA and its started subset context"},
     {"nfa_arrays", (PyCFunction)(void (*)(void))nfa_arrays, METH_FASTCALL,
      "nfa_arrays(typ, a, b, offsets, children, top, nonempty): a program's NFA as bytes"},
     {"union_parts_in", (PyCFunction)(void (*)(void))union_parts_in, METH_FASTCALL,

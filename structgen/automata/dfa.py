@@ -31,7 +31,15 @@ from structgen._budget import check_budget
 from structgen._lru import LRU
 from structgen.automata import _native_subset
 from structgen.automata._native_subset import _NativeStates
-from structgen.automata.nfa import CONSUME, SPLIT, AutomataLimits, ByteNFA, extension_function
+from structgen.automata.nfa import (
+    CONSUME,
+    SPLIT,
+    AutomataLimits,
+    ByteNFA,
+    Program,
+    build_nfa_started,
+    extension_function,
+)
 from structgen.errors import LimitExceededError
 
 __all__ = [
@@ -750,9 +758,18 @@ class ByteDFA:
         the start is then the only state, and takes the real source's key)."""
         deferred = self._source
         assert isinstance(deferred, DeferredNFASource) and len(self._keys) == 1
-        source = deferred.materialize()
-        if self._native_start(source):
-            return
+        started = deferred.materialize_started(
+            self.limits.max_dfa_states, self._table, self._accepting
+        )
+        if started is not None:  # (one C call: the NFA, the context, its table and its start)
+            source, native, sid = started
+            if sid != -1:  # (-1, an empty start, is not what a deferred source promised)
+                self._adopt_started(source, native, sid)
+                return
+        else:
+            source = deferred.materialize()
+            if self._native_start(source):
+                return
         key = source.start_key()
         self._keys[self.start] = key
         self._ids = {key: self.start}
@@ -781,12 +798,16 @@ class ByteDFA:
             sid = native.start(source.nfa.start)
         if sid == -1:  # (an empty start: not what a deferred source promised; Python decides)
             return False
+        self._adopt_started(source, native, sid)
+        return True
+
+    def _adopt_started(self, source: NFASource, native: _NativeStates, sid: int) -> None:
+        """Take the materialized source and the C context that made its start `sid`."""
         if sid != self.start:
             raise MemoryError("the C subset construction could not make the start state")
         self._source = source
         self._native = native
         self._leave_python_mode()
-        return True
 
     def _build_row(self, state: int) -> None:
         with self._lock:
@@ -838,11 +859,14 @@ class DeferredNFASource(_Source):
         build: Callable[[], ByteNFA],
         ranges: frozenset[tuple[int, int]],
         nullable: bool,
+        program: Program | None = None,
     ) -> None:
+        """`program`: the regex program `build` builds from (the one-call path reads it)."""
         self._build = build
         self.ranges = ranges
         self.byte_classes = _classes_of_ranges(ranges)
         self._nullable = nullable
+        self.program = program
 
     def start_key(self) -> Hashable:
         return _DEFERRED_START
@@ -863,6 +887,23 @@ class DeferredNFASource(_Source):
         """The real source (its NFA built now, reading the byte ranges these classes came
         from: `leaf_pieces`)."""
         return NFASource(self._build(), byte_classes=self.byte_classes)
+
+    def materialize_started(
+        self, max_states: int, table: npt.NDArray[np.int32], accepting: npt.NDArray[np.bool_]
+    ) -> tuple[NFASource, _native_subset.NativeSubset, int] | None:
+        """`materialize`, then `NFASource.make_native_started`, in one C call: (the real
+        source, its C context holding `table` and `accepting`, its start as
+        `NativeSubset.start` returns it); None where there is no such call."""
+        program = self.program
+        if program is None or not (NATIVE_SUBSET and _native_subset.native_subset_available()):
+            return None
+        classes = np.ascontiguousarray(self.byte_classes, dtype=np.uint8)
+        made = build_nfa_started(program, classes, max_states, table, accepting.view(np.uint8))
+        if made is None:
+            return None
+        nfa, arrays, owner, ctx, sid = made
+        native = _native_subset.NativeSubset.adopted(max_states, arrays, owner, ctx)
+        return NFASource(nfa, byte_classes=classes), native, sid
 
 
 _DEFERRED_START = "deferred-start"

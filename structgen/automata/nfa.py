@@ -76,7 +76,8 @@ class ByteNFA:
     """
 
     __slots__ = (
-        "_eps", "_kind", "_live", "_next", "_node", "arrays", "match", "pool", "ranges", "start",
+        "_arrays", "_eps", "_kind", "_live", "_next", "_node", "_raw", "match", "pool", "ranges",
+        "start",
     )  # fmt: skip
 
     def __init__(
@@ -92,10 +93,12 @@ class ByteNFA:
         *,
         live: list[bool] | None = None,
         arrays: tuple[Any, ...] | None = None,
+        raw: tuple[bytes, ...] | None = None,
     ) -> None:
         """With `arrays` (built in C) the lists may be None: they are read from the arrays
         when first asked for (the C subset construction reads the arrays, and a deferred
-        terminal's start comes from C: most NFAs built in C never need them)."""
+        terminal's start comes from C: most NFAs built in C never need them). `raw`: the
+        arrays as C wrote them (bytes, in `arrays`' order), made arrays only if asked for."""
         self.ranges = ranges
         self._kind = kind
         self._eps: Any = eps
@@ -104,11 +107,22 @@ class ByteNFA:
         self.pool = pool
         self.start = start
         self.match = match
-        #: (kind, live, node, next, eps offsets, eps) as numpy arrays when built in C
-        self.arrays = arrays
-        if live is None and arrays is None:
+        self._arrays = arrays
+        self._raw = raw
+        if live is None and arrays is None and raw is None:
             live = self._trim()
         self._live = live
+
+    @property
+    def arrays(self) -> tuple[Any, ...] | None:
+        """(kind, live, node, next, eps offsets, eps) as numpy arrays when built in C."""
+        found = self._arrays
+        if found is None and self._raw is not None:
+            found = self._arrays = tuple(
+                np.frombuffer(data, dtype=t)
+                for data, t in zip(self._raw, _ARRAY_TYPES, strict=True)
+            )
+        return found
 
     # (lists for the Python subset construction and the closure of a start in Python)
 
@@ -150,6 +164,8 @@ class ByteNFA:
         return found
 
     def __len__(self) -> int:
+        if self._raw is not None:
+            return len(self._raw[0])  # (kind: one byte a state)
         return len(self.kind) if self.arrays is None else len(self.arrays[0])
 
     def _trim(self) -> list[bool]:
@@ -800,6 +816,52 @@ _PROGRAMS: LRU[Node, Program] = LRU(256)
 #: `_build_native` in one C call (`nfa_arrays` in `_subset.c`), or None (ctypes, as before)
 _NFA_ARRAYS = extension_function("nfa_arrays")
 _NFA_TYPES = (np.int8, np.int32, np.int32, np.uint8, np.int32, np.int32)
+#: `build_nfa_started`'s one C call (`nfa_started` in `_subset.c`), or None
+_NFA_STARTED = extension_function("nfa_started")
+#: the dtypes of the NFA's arrays as `ByteNFA.arrays` holds them (kind, live, node, next, eps
+#: offsets, eps)
+_ARRAY_TYPES = (np.int8, np.uint8, np.int32, np.int32, np.int32, np.int32)
+
+
+def build_nfa_started(
+    program: Program,
+    byte_classes: npt.NDArray[np.uint8],
+    max_states: int,
+    table: npt.NDArray[np.int32],
+    accepting: npt.NDArray[np.uint8],
+) -> tuple[ByteNFA, tuple[Any, ...], Any, int, int] | None:
+    """A deferred terminal's NFA (as `build_nfa` makes it) and a C subset context over it,
+    its table installed and its start made, in one C call: (NFA, the eleven arrays the context
+    reads, the capsule that owns it, its address, the start as `NativeSubset.start` returns
+    it). None without that call, or for a program whose tables Python made.
+
+    The program is within the limits (a deferred source is made only then), so the checks
+    `build_nfa` makes cannot fail here; the budget is checked as there."""
+    if _NFA_STARTED is None or not isinstance(program.typ, np.ndarray):
+        return None
+    check_budget()
+    leaves = leaf_pieces(program)
+    bases, _joined, start, arrays, owner, ctx, sid = _NFA_STARTED(
+        program.typ,
+        program.arg_a,
+        program.arg_b,
+        program.offsets,
+        program.children,
+        program.top,
+        program.leaf_at,
+        leaves.pieces,
+        byte_classes,
+        max_states,
+        table,
+        accepting,
+    )
+    # (the pool's joined arrays are joined again if Python ever asks: C has its own copy)
+    pool = Pool()
+    pool.pieces = list(leaves.pieces)
+    pool.bases = bases
+    pool.size = bases[-1] + leaves.pieces[-1].size if bases else 0
+    nfa = ByteNFA(None, None, None, None, pool, start, 0, leaves.ranges, raw=arrays[:6])
+    return nfa, arrays, owner, ctx, sid
 
 
 def _int64(values: Any) -> npt.NDArray[np.int64]:

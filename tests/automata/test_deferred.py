@@ -179,6 +179,7 @@ def test_the_start_made_in_one_call_is_the_start_made_in_four(
     one = compile_ast(node, defer=True)
     one.row(one.start)
     monkeypatch.setattr(_native_subset, "_SUBSET_STARTED", None)
+    monkeypatch.setattr(nfa, "_NFA_STARTED", None)  # (else the NFA's one call makes it)
     four = compile_ast(node, defer=True)
     four.row(four.start)
     assert isinstance(one._native, _native_subset.NativeSubset)  # type: ignore[attr-defined]
@@ -188,6 +189,72 @@ def test_the_start_made_in_one_call_is_the_start_made_in_four(
     assert np.array_equal(one.table[:n], four.table[:n])
     assert np.array_equal(one.accepting[:n], four.accepting[:n])
     assert [one.key_of(s) for s in range(n)] == [four.key_of(s) for s in range(n)]
+
+
+@pytest.mark.parametrize("node", [parse_regex(p) for p in PATTERNS] + _schema_terminals())
+def test_the_nfa_and_start_made_in_one_call_are_those_made_step_by_step(
+    node: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`nfa_started` (pool, NFA, context and start in one C call, `build_nfa_started`) against
+    `build_nfa` and `subset_started`: the same NFA arrays and pool, and state by state the same
+    automaton."""
+    from structgen.automata import _native_subset
+
+    if nfa._NFA_STARTED is None:
+        pytest.skip("the extension has no nfa_started")
+    one = compile_ast(node, defer=True)  # type: ignore[arg-type]
+    if not one.is_deferred:
+        return  # (a chain, a small NFA: built at once)
+    one.row(one.start)
+    with monkeypatch.context() as patched:
+        patched.setattr(nfa, "_NFA_STARTED", None)
+        steps = compile_ast(node, defer=True)  # type: ignore[arg-type]
+        steps.row(steps.start)
+    a, b = one._source.nfa, steps._source.nfa  # type: ignore[attr-defined]
+    assert a._kind is None and a._arrays is None  # (nothing read from C's bytes yet)
+    assert isinstance(one._native, _native_subset.NativeSubset)  # type: ignore[attr-defined]
+    assert len(a) == len(b) and a.start == b.start and a.ranges == b.ranges
+    for x, y in zip(a.arrays, b.arrays, strict=True):  # type: ignore[arg-type]
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert len(a.pool) == len(b.pool) and a.pool.bases == b.pool.bases
+    assert [a.pool[i] for i in range(len(a.pool))] == [b.pool[i] for i in range(len(b.pool))]
+    for x, y in zip(a.pool.arrays(), b.pool.arrays(), strict=True):
+        assert np.array_equal(x, y)
+    assert one.build_all() == steps.build_all()
+    n = one.num_states
+    assert np.array_equal(one.table[:n], steps.table[:n])
+    assert np.array_equal(one.accepting[:n], steps.accepting[:n])
+    assert [one.key_of(s) for s in range(n)] == [steps.key_of(s) for s in range(n)]
+    assert a.kind == b.kind and a.live == b.live and list(a.eps) == list(b.eps)
+
+
+def test_nfa_started_checks_its_arguments() -> None:
+    started = nfa.extension_function("nfa_started")
+    if started is None:
+        pytest.skip("the extension has no nfa_started")
+    program = nfa.node_program(parse_regex(PATTERNS[1]))
+    leaves = nfa.leaf_pieces(program)
+    table = np.full((16, 256), -2, dtype=np.int32)
+    accepting = np.zeros(16, dtype=np.uint8)
+    classes = np.zeros(256, dtype=np.uint8)
+    tables = (program.typ, program.arg_a, program.arg_b, program.offsets, program.children)
+    top, at = program.top, program.leaf_at
+    with pytest.raises(TypeError, match="nfa_started"):
+        started(*tables, top, at, leaves.pieces)
+    with pytest.raises(ValueError, match="one leaf entry per piece"):
+        started(*tables, top, at[:-1], leaves.pieces, classes, 10, table, accepting)
+    with pytest.raises(ValueError, match="out of range"):
+        started(*tables, top, [10**6] * len(at), leaves.pieces, classes, 10, table, accepting)
+    with pytest.raises(ValueError, match="inconsistent"):
+        started(*tables, top, at, leaves.pieces, classes[:100], 10, table, accepting)
+    with pytest.raises(ValueError, match="inconsistent program tables"):
+        started(*tables[:4], tables[4], len(program.typ), at, leaves.pieces, classes, 10, table,
+                accepting)  # fmt: skip
+    bases, _, start, arrays, owner, address, sid = started(
+        *tables, top, at, leaves.pieces, classes, 10, table, accepting
+    )
+    assert bases[0] == 0 and len(arrays) == 11 and address and sid == 0 and start >= 0
+    del owner  # (frees the context)
 
 
 def test_subset_started_checks_its_arguments() -> None:
