@@ -116,6 +116,12 @@ setup(
             optional=True,  # without it Earley sets are built in Python
         ),
         Extension(
+            "structgen.grammar._lark_lexer",
+            sources=["structgen/grammar/_lark_lexer.c"],
+            extra_compile_args=["-O3"],
+            optional=True,  # without it a Lark grammar's tokens are read by a regex
+        ),
+        Extension(
             "structgen._json_native",
             sources=["structgen/_json_native.c"],
             extra_compile_args=["-O3"],

@@ -26,6 +26,12 @@ def test_c_extensions_are_built() -> None:
     assert snapshot._CHECK_SNAPSHOTS is not None
     assert earley._NATIVE is not None, "structgen.grammar._earley did not build"
     assert hasattr(earley._NATIVE, "known_closure") and hasattr(earley._NATIVE, "number_rules")
+    from structgen.grammar import lark_reader
+
+    assert lark_reader._LEXER is not None, "structgen.grammar._lark_lexer did not build"
+    from structgen.automata import nfa
+
+    assert nfa._NFA_STARTED is not None
     from structgen import schema
 
     assert schema._PLAIN_JSON is not None, "structgen._json_native did not build"

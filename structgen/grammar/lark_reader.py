@@ -18,6 +18,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lark.load_grammar
 
@@ -28,6 +29,7 @@ from structgen.automata import (
     concat,
     repeat,
 )
+from structgen.automata.nfa import extension_module
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 from structgen.grammar.lark_frontend import (
     UnsupportedPattern,
@@ -87,10 +89,29 @@ class _Tok:
 
 
 def _tokens(text: str) -> list[_Tok]:
+    """The tokens of `text` as objects (what the tests compare)."""
+    kinds, texts = _token_lists(text)
+    return [_Tok(kind, value) for kind, value in zip(kinds, texts, strict=True)]
+
+
+def _token_lists(text: str) -> tuple[list[str], list[str]]:
+    """The tokens' kinds and texts (the punctuation is its own kind), the last ("nl", "");
+    `_Fallback` where some text is no token. Scanned in C (`_lark_lexer.c`) where it can tell,
+    else by the regex."""
+    if _LEXER is not None:
+        found = _LEXER.tokens(text)
+        if found is not None:
+            kinds: list[str] = found[0]
+            texts: list[str] = found[1]
+            return kinds, texts
+    return _regex_tokens(text)
+
+
+def _regex_tokens(text: str) -> tuple[list[str], list[str]]:
     # One scan (`finditer`: no Python call per position tried); every token kind is
     # non-empty, so a gap between two matches is text no token reads: Lark decides.
-    out: list[_Tok] = []
-    append = out.append
+    kinds: list[str] = []
+    texts: list[str] = []
     pos = 0
     end = len(text)
     for found in _TOKENS.finditer(text):
@@ -101,13 +122,19 @@ def _tokens(text: str) -> list[_Tok]:
         pos = found.end()
         if kind != "skip":
             value = found.group(kind)
-            append(_Tok(value if kind == "punct" else kind, value))
+            kinds.append(value if kind == "punct" else kind)
+            texts.append(value)
         if pos == end:
             break
     if pos != end:
         raise _Fallback
-    out.append(_Tok("nl", ""))
-    return out
+    kinds.append("nl")
+    texts.append("")
+    return kinds, texts
+
+
+#: the C scan of the tokens (`_lark_lexer.c`), or None
+_LEXER: Any = extension_module("structgen.grammar._lark_lexer")
 
 
 # --------------------------------------------------------------------------- syntax tree
@@ -197,16 +224,16 @@ def _unescape(body: str, regex: bool) -> str:
     return text if regex else text.replace("\\\\", "\\")
 
 
-def _literal(tok: _Tok) -> _Literal:
-    if tok.kind == "string":
-        flags = "i" if tok.text.endswith("i") else ""
-        body = tok.text[1 : -1 - len(flags)]
+def _literal(kind: str, text: str) -> _Literal:
+    if kind == "string":
+        flags = "i" if text.endswith("i") else ""
+        body = text[1 : -1 - len(flags)]
         value = _unescape(body, regex=False)
         regex = False
     else:
-        end = tok.text.rfind("/")
-        flags = tok.text[end + 1 :]
-        body = tok.text[1:end]
+        end = text.rfind("/")
+        flags = text[end + 1 :]
+        body = text[1:end]
         if "\n" in body:
             raise _Fallback  # (only with the verbose flag, and rare: Lark decides)
         value = _unescape(body, regex=True)
@@ -219,8 +246,8 @@ def _literal(tok: _Tok) -> _Literal:
 class _Parser:
     """Recursive descent over the tokens (Lark's grammar-of-grammars, `lark.lark`)."""
 
-    def __init__(self, tokens: list[_Tok]) -> None:
-        self.toks = tokens
+    def __init__(self, tokens: tuple[list[str], list[str]]) -> None:
+        self.kinds, self.texts = tokens
         self.i = 0
         self.rules: dict[str, _Alt] = {}
         self.terminals: dict[str, _Alt] = {}
@@ -228,17 +255,18 @@ class _Parser:
         self.imports: dict[str, str] = {}  # local name -> name in common.lark
 
     def peek(self) -> str:
-        return self.toks[self.i].kind
+        return self.kinds[self.i]
 
-    def take(self, kind: str) -> _Tok:
-        tok = self.toks[self.i]
-        if tok.kind != kind:
+    def take(self, kind: str) -> str:
+        """The next token's text, which must be of `kind`."""
+        i = self.i
+        if self.kinds[i] != kind:
             raise _Fallback
-        self.i += 1
-        return tok
+        self.i = i + 1
+        return self.texts[i]
 
     def file(self) -> None:
-        while self.i < len(self.toks):
+        while self.i < len(self.kinds):
             kind = self.peek()
             if kind == "nl":
                 self.i += 1
@@ -254,8 +282,8 @@ class _Parser:
     def definition(self, into: dict[str, _Alt], *, rule: bool) -> None:
         modifiers = ""
         if rule and self.peek() == "mod":
-            modifiers = self.take("mod").text  # ?, ! (and _) change Lark's trees, not the language
-        name = self.take("rule" if rule else "term").text
+            modifiers = self.take("mod")  # ?, ! (and _) change Lark's trees, not the language
+        name = self.take("rule" if rule else "term")
         if "?" in modifiers and name.startswith("_"):
             raise _Fallback  # (Lark's error)
         if self.peek() == ".":  # a priority (ignored, as by lark_frontend)
@@ -272,7 +300,7 @@ class _Parser:
         into[name] = body
 
     def directive(self) -> None:
-        word = self.take("directive").text
+        word = self.take("directive")
         if word == "%ignore":
             self.ignore.append(self.expansions())
         elif word == "%import":
@@ -282,24 +310,24 @@ class _Parser:
         self.take("nl")
 
     def import_(self) -> None:
-        if self.take("rule").text != "common":
+        if self.take("rule") != "common":
             raise _Fallback
         if self.peek() == "(":
             self.i += 1
-            names = [self.take("term").text]
+            names = [self.take("term")]
             while self.peek() == ",":
                 self.i += 1
-                names.append(self.take("term").text)
+                names.append(self.take("term"))
             self.take(")")
             for name in names:
                 self._import(name, name)
             return
         self.take(".")
-        name = self.take("term").text
+        name = self.take("term")
         alias = name
         if self.peek() == "to":
             self.i += 1
-            alias = self.take("term").text
+            alias = self.take("term")
         self._import(alias, name)
 
     def _import(self, alias: str, name: str) -> None:
@@ -329,15 +357,15 @@ class _Parser:
         atom = self.atom()
         kind = self.peek()
         if kind == "op":
-            op = self.take("op").text
+            op = self.take("op")
             return _Rep(atom, 0 if op != "+" else 1, 1 if op == "?" else None)
         if kind == "~":
             self.i += 1
-            lo = int(self.take("number").text)
+            lo = int(self.take("number"))
             hi = lo
             if self.peek() == "dotdot":
                 self.i += 1
-                hi = int(self.take("number").text)
+                hi = int(self.take("number"))
             if not 0 <= lo <= hi <= MAX_REPEAT:
                 raise _Fallback
             return _Rep(atom, lo, hi)
@@ -355,16 +383,16 @@ class _Parser:
             inner = self.expansions()
             self.take("]")
             return _Rep(inner, 0, 1)
-        tok = self.toks[self.i]
+        text = self.texts[self.i]
         self.i += 1
         if kind in ("rule", "term"):
             if self.peek() == "{":
                 raise _Fallback  # a template
-            return _Name(tok.text)
-        literal = _literal(tok)
+            return _Name(text)
+        literal = _literal(kind, text)
         if kind == "string" and self.peek() == "dotdot":
             self.i += 1
-            end = _literal(self.take("string"))
+            end = _literal("string", self.take("string"))
             if literal.flags or end.flags or len(literal.value) != 1 or len(end.value) != 1:
                 raise _Fallback
             if literal.value > end.value:
@@ -377,7 +405,7 @@ class _Parser:
 def _common_terminals() -> dict[str, _Alt]:
     """The terminal definitions of Lark's ``common.lark`` (read with this reader)."""
     path = Path(lark.__file__).resolve().parent / "grammars" / "common.lark"
-    parser = _Parser(_tokens(path.read_text(encoding="utf-8")))
+    parser = _Parser(_token_lists(path.read_text(encoding="utf-8")))
     parser.file()
     if parser.rules or parser.ignore or parser.imports:
         raise _Fallback
@@ -639,7 +667,7 @@ def read_lark(text: str, start: str = "start") -> Grammar | None:
 
 
 def _read(text: str, start: str) -> Grammar:
-    parser = _Parser(_tokens(text))
+    parser = _Parser(_token_lists(text))
     parser.file()
     if start not in parser.rules:
         raise _Fallback

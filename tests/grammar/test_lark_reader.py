@@ -30,7 +30,14 @@ from structgen.grammar.lark_frontend import (
     lark_to_ir_with_lark,
     load_builtin,
 )
-from structgen.grammar.lark_reader import _Fallback, _tokens, _unescape, read_lark
+from structgen.grammar.lark_reader import (
+    _LEXER,
+    _Fallback,
+    _regex_tokens,
+    _tokens,
+    _unescape,
+    read_lark,
+)
 from structgen.grammar.sampler import sample_sentences
 from tests.conftest import load_vocab
 
@@ -236,6 +243,46 @@ def test_shipped_grammar_tokens_are_one_token_per_match_ones() -> None:
 @given(st.text(alphabet=' \t\n\r|/#\\"aZ_09.:?!+*-~>()[]{}%i@', max_size=40))
 def test_random_text_tokens_are_one_token_per_match_ones(text: str) -> None:
     assert _reader_tokens(text) == _reference_tokens(text)
+
+
+def _scanned_in_c(text: str) -> list[tuple[str, str]] | None:
+    found = _LEXER.tokens(text)
+    return None if found is None else list(zip(*found, strict=True))
+
+
+def _scanned_by_regex(text: str) -> list[tuple[str, str]] | None:
+    try:
+        return list(zip(*_regex_tokens(text), strict=True))
+    except _Fallback:
+        return None
+
+
+_C_SCAN = pytest.mark.skipif(_LEXER is None, reason="the C token scan is not built")
+
+
+@_C_SCAN
+def test_the_c_scan_reads_the_shipped_grammars_as_the_regex_does() -> None:
+    texts = [load_builtin(name) for name in builtin_names()] + _TOKEN_TEXTS
+    lark_dir = Path(lark.__file__).parent / "grammars"
+    texts += [path.read_text(encoding="utf-8") for path in sorted(lark_dir.glob("*.lark"))]
+    for text in texts:
+        found = _scanned_in_c(text)
+        if text.isascii() and "@" not in text:  # (it answers for plain grammars)
+            assert found is not None, text
+        assert found is None or found == _scanned_by_regex(text), text
+
+
+@_C_SCAN
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=' \t\n\r\x0b\x1c|/#\\"aZ_09.:?!+*-~>()[]{}%ilx@\x00é', max_size=40))
+def test_the_c_scan_reads_random_text_as_the_regex_does(text: str) -> None:
+    """Where the C scan answers, its tokens are the regex's; where it cannot tell (a literal
+    that does not close, text no token reads, a character outside ASCII) it leaves it to the
+    regex."""
+    found = _scanned_in_c(text)
+    assert found is None or found == _scanned_by_regex(text)
+    if not text.isascii():
+        assert found is None
 
 
 def test_start_rule_other_than_start() -> None:
