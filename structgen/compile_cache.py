@@ -86,7 +86,11 @@ def _stable(value: Any) -> str:
         items = sorted((_stable(k), _stable(v)) for k, v in value.items())
         return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = (f"{f.name}={_stable(getattr(value, f.name))}" for f in dataclasses.fields(value))
+        fields = (  # (what equality compares: not a cached hash)
+            f"{f.name}={_stable(getattr(value, f.name))}"
+            for f in dataclasses.fields(value)
+            if f.compare
+        )
         return f"{type(value).__name__}(" + ",".join(fields) + ")"
     raise TypeError(f"no stable text for a {type(value).__name__}")
 

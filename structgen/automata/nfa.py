@@ -21,7 +21,7 @@ import hashlib
 import sys
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -60,10 +60,17 @@ class AutomataLimits:
 
     max_nfa_states: int = 200_000
     max_dfa_states: int = 50_000
+    #: the hash, computed once: the limits are part of every shared automaton's cache keys,
+    #: hashed a few hundred times per schema compile (the generated hash is Python code)
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_nfa_states < 1 or self.max_dfa_states < 1:
             raise ValueError("AutomataLimits values must be positive")
+        object.__setattr__(self, "_hash", hash((self.max_nfa_states, self.max_dfa_states)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 class ByteNFA:

@@ -665,3 +665,22 @@ def test_the_c_batch_check_agrees_with_numpy(
     assert (native is None) == (oracle is None), (native, oracle)
     if not edits:
         assert native is None
+
+
+def test_limits_hash_once_and_key_files_by_their_values_only() -> None:
+    """`AutomataLimits` keeps its hash (it is part of every shared automaton's keys); copies,
+    pickles and equal limits hash alike, and a cache file's key text names the two limits
+    only, as before the hash was kept."""
+    import dataclasses
+    import pickle
+
+    limits = AutomataLimits(max_nfa_states=900, max_dfa_states=70)
+    same = AutomataLimits(max_nfa_states=900, max_dfa_states=70)
+    assert limits == same and hash(limits) == hash(same) == hash((900, 70))
+    assert {limits: 1}[same] == 1 and limits != AutomataLimits(900, 71)
+    changed = dataclasses.replace(limits, max_dfa_states=71)
+    assert changed == AutomataLimits(900, 71) and hash(changed) == hash(AutomataLimits(900, 71))
+    assert hash(pickle.loads(pickle.dumps(limits))) == hash(limits)
+    assert repr(limits) == "AutomataLimits(max_nfa_states=900, max_dfa_states=70)"
+    text = structgen.compile_cache._stable(limits)
+    assert text == "AutomataLimits(max_nfa_states=900,max_dfa_states=70)"
