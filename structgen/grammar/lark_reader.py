@@ -78,22 +78,6 @@ _TOKENS = re.compile(
 )
 
 
-class _Tok:
-    """A token: its kind (the punctuation itself for punctuation) and its text."""
-
-    __slots__ = ("kind", "text")
-
-    def __init__(self, kind: str, text: str) -> None:
-        self.kind = kind
-        self.text = text
-
-
-def _tokens(text: str) -> list[_Tok]:
-    """The tokens of `text` as objects (what the tests compare)."""
-    kinds, texts = _token_lists(text)
-    return [_Tok(kind, value) for kind, value in zip(kinds, texts, strict=True)]
-
-
 def _token_lists(text: str) -> tuple[list[str], list[str]]:
     """The tokens' kinds and texts (the punctuation is its own kind), the last ("nl", "");
     `_Fallback` where some text is no token. Scanned in C (`_lark_lexer.c`) where it can tell,

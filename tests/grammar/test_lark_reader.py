@@ -34,7 +34,7 @@ from structgen.grammar.lark_reader import (
     _LEXER,
     _Fallback,
     _regex_tokens,
-    _tokens,
+    _token_lists,
     _unescape,
     read_lark,
 )
@@ -207,7 +207,7 @@ def _reference_tokens(text: str) -> list[tuple[str, str]] | None:
 
 def _reader_tokens(text: str) -> list[tuple[str, str]] | None:
     try:
-        return [(tok.kind, tok.text) for tok in _tokens(text)]
+        return list(zip(*_token_lists(text), strict=True))
     except _Fallback:
         return None
 
