@@ -3239,10 +3239,10 @@ done:
  * built the NFA (`nfa_arrays`) and started the context (`subset_started`) — about thirty
  * Python-level steps around 3 µs of C, inside the first mask that reads the terminal. The
  * program's tables are int64 buffers (`nfa.Program`), `leaf_at` the entries of its leaves (in
- * `pieces`' order), `classes` the 256 byte classes. Returns (bases, joined, nfa_start, arrays,
- * capsule, address, start): the pieces' first nodes (list), the pool's (offsets, lo, hi, child,
- * nonempty) as bytes, the NFA's start, the eleven arrays the context reads (`_subset_arrays`'
- * order, as bytes), and what `subset_started` returns. */
+ * `pieces`' order), `classes` the 256 byte classes. Returns (bases, nfa_start, arrays, capsule,
+ * address, start): the pieces' first nodes (list), the NFA's start, the eleven arrays the
+ * context reads (`_subset_arrays`' order, as bytes: the pool's joined moves among them), and
+ * what `subset_started` returns. */
 static PyObject *nfa_started(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 12) {
@@ -3335,7 +3335,7 @@ static PyObject *nfa_started(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_DECREF(p);
         if (!started) goto done;
     }
-    result = Py_BuildValue("(OOOOOOO)", bases, joined, PyTuple_GET_ITEM(built, 0), arrays,
+    result = Py_BuildValue("(OOOOOO)", bases, PyTuple_GET_ITEM(built, 0), arrays,
                            PyTuple_GET_ITEM(started, 0), PyTuple_GET_ITEM(started, 1),
                            PyTuple_GET_ITEM(started, 2));
 done:

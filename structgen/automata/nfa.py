@@ -848,7 +848,7 @@ def build_nfa_started(
         return None
     check_budget()
     leaves = leaf_pieces(program)
-    bases, _joined, start, arrays, owner, ctx, sid = _NFA_STARTED(
+    bases, start, arrays, owner, ctx, sid = _NFA_STARTED(
         program.typ,
         program.arg_a,
         program.arg_b,

@@ -250,7 +250,7 @@ def test_nfa_started_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="inconsistent program tables"):
         started(*tables[:4], tables[4], len(program.typ), at, leaves.pieces, classes, 10, table,
                 accepting)  # fmt: skip
-    bases, _, start, arrays, owner, address, sid = started(
+    bases, start, arrays, owner, address, sid = started(
         *tables, top, at, leaves.pieces, classes, 10, table, accepting
     )
     assert bases[0] == 0 and len(arrays) == 11 and address and sid == 0 and start >= 0
