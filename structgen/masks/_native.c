@@ -262,13 +262,36 @@ static inline int budget_take(build_budget *b)
  * (a later visit could only go less deep). Returns 1 contained, 0 not, 2 gave up (after
  * max_pairs pairs, or when a row to build is over the budget — a counter's states, each with its
  * UTF-8 continuations, can cost more rows than the walk it would save; a later check, with more
- * rows built, may get further), -1 when building a row failed. Same buffers as
- * sg_bounded_equal. */
+ * rows built, may get further), -1 when building a row failed. Checks deeper than probe_above
+ * bytes try one path first (below). Same buffers as sg_bounded_equal. */
 static int64_t slice_contained(
     dfa_view *dfa, row_builder build, const slice_view *sl, int32_t u0, int32_t q0,
-    int32_t max_len, int64_t max_pairs, build_budget *budget, int64_t n_slots,
-    int64_t *slots, int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
+    int32_t max_len, int32_t probe_above, int64_t max_pairs, build_budget *budget,
+    int64_t n_slots, int64_t *slots, int32_t *pa, int32_t *pb, int32_t *pd, int64_t *ps)
 {
+    /* A probe first: one path of the slice's first bytes (ASCII where the class has it), as
+     * deep as the check goes. A counted string (`maxLength: 40`) fails the long slices only at
+     * its bound, where the search would get there with every UTF-8 continuation state of every
+     * count built (~10 rows a character); the path builds one row a character. It stops where
+     * it repeats a pair (an unbounded string: one step); a failure found is the search's answer. */
+    if (max_len > probe_above) {
+        int32_t q = q0, u = u0;
+        for (int32_t d = 0; d < max_len; d++) {
+            int64_t j0 = sl->start[u];
+            if (j0 >= sl->start[u + 1]) break;
+            const int32_t *row = dfa->table + (int64_t)q * 256;
+            if (row[sl->byte[j0]] == -2) {
+                if (!budget_take(budget)) return 2;
+                if (build_row(dfa, build, q) < 0) return -1;
+                row = dfa->table + (int64_t)q * 256;
+            }
+            int32_t t = row[sl->byte[j0]], v = sl->next[j0];
+            if (t < 0) return 0;
+            if (t == q && v == u) break;
+            q = t;
+            u = v;
+        }
+    }
     pair_queue queue = queue_new(n_slots, max_pairs, slots, pa, pb, pd, ps);
     int64_t result = 1;
     queue_push(&queue, q0, u0, 0);
@@ -307,6 +330,7 @@ typedef struct {        /* the slice checks of a vocabulary, and one thread's se
     int64_t *slots;         /* the search buffers, as for sg_bounded_equal */
     int32_t *pa, *pb, *pd;
     int64_t *ps;
+    int32_t probe_above;    /* checks deeper than this start with a probe (slice_contained) */
 } slice_checks;
 
 /* The token groups whose every token is provably allowed in q, as a bitmask, with bit 62 set
@@ -322,9 +346,9 @@ int64_t sg_contained_groups(dfa_view *dfa, row_builder build, int32_t q, const s
     build_budget budget = {c->max_builds, c->max_build_ns ? now_ns() + c->max_build_ns : 0};
     for (int32_t i = 0; i < c->n_checks; i++) {
         if ((found >> c->group[i]) & 1) continue;
-        int64_t ok = slice_contained(dfa, build, &c->sl, c->u0[i], q, c->len[i], c->max_pairs,
-                                     &budget, c->n_slots, c->slots, c->pa, c->pb, c->pd,
-                                     c->ps);
+        int64_t ok = slice_contained(dfa, build, &c->sl, c->u0[i], q, c->len[i],
+                                     c->probe_above, c->max_pairs, &budget, c->n_slots,
+                                     c->slots, c->pa, c->pb, c->pd, c->ps);
         if (ok < 0) return -1;
         if (ok == 1) found |= c->implies[i];
         else {

@@ -317,6 +317,48 @@ def test_property_sliced_masks_equal_plain_masks(
             break
 
 
+PROBED = [
+    # (pattern, text, whether the first state's proof builds fewer states with the probe):
+    # counted strings around the longest tokens' lengths (the long slices fail at the bound,
+    # where the probe gets first), unbounded ones (the probe stops at once), and classes that
+    # miss a character the probe's path does not read
+    (r'[^"\\\x00-\x1f]{0,40}', "Ada Lovelace wrote the first program", False),
+    (r'"[^"\\\x00-\x1f]{3,24}"', '"a string of twenty"', True),
+    (r".{0,300}", "The quick brown fox — jumps over the lazy dog. " * 2, True),
+    (r"[ -~]{0,60}", "printable ASCII only, no UTF-8 at all: ~!@#", False),
+    (r"[^é]{0,90}", "everything but one letter, " * 2, False),
+    (r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"', '"unbounded"', False),
+]
+
+
+@pytest.mark.parametrize(("pattern", "text", "saves"), PROBED)
+@pytest.mark.parametrize("tokenizer", ["llama3_1", "gpt2"])
+def test_the_probe_answers_as_the_search(
+    pattern: str, text: str, saves: bool, tokenizer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long slice's check first follows one path (`SLICE_PROBE_ABOVE`): along a match, every
+    state's proved groups are those of the breadth-first search alone (each on its own fresh
+    automaton), and the probe builds no more states than the search."""
+    vocab = load_vocab(tokenizer)
+    walk = NativeWalk(vocab.trie, vocab.size)
+    answers = []
+    for probe_above in (_kernel.SLICE_PROBE_ABOVE, 1 << 30):
+        monkeypatch.setattr(_kernel, "SLICE_PROBE_ABOVE", probe_above)
+        dfa = Compiler(vocab).regex(pattern)._engine._dfa  # type: ignore[attr-defined]
+        state, found, rows = dfa.start, [], []
+        for byte in text.encode():
+            found.append(walk._contained(dfa, state))
+            rows.append(dfa.num_states)
+            state = dfa.next_state(state, byte)
+            assert state >= 0
+        answers.append((found, rows))
+    (probed, probed_rows), (searched, searched_rows) = answers
+    assert not any((a | b) & _kernel._GAVE_UP for a, b in zip(probed, searched))
+    assert probed == searched
+    assert all(a <= b for a, b in zip(probed_rows, searched_rows))
+    assert (probed_rows[0] < searched_rows[0]) == saves
+
+
 def test_counted_strings_share_proofs_far_from_their_bounds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
