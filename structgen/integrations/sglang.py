@@ -29,6 +29,7 @@ from structgen.compiler import CompiledGrammar, Compiler
 from structgen.errors import StructgenError
 from structgen.grammar.ebnf import looks_like_ebnf
 from structgen.masks import apply_bitmask
+from structgen.masks._bitmask import warm_numpy_bridge
 from structgen.matcher import Matcher
 from structgen.schema import SchemaOptions
 from structgen.vocab import Vocabulary
@@ -204,6 +205,7 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
     # the mask functions at backend level too, as SGLang's ReasonerGrammarBackend takes them
     @staticmethod
     def allocate_vocab_mask(vocab_size: int, batch_size: int, device: Any) -> torch.Tensor:
+        warm_numpy_bridge()  # (at start-up, not in the first batch step: see its docstring)
         return torch.full((batch_size, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
     move_vocab_mask = staticmethod(StructgenGrammar.move_vocab_mask)

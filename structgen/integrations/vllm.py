@@ -34,6 +34,7 @@ from vllm.v1.structured_output.backend_types import (
 from structgen.compiler import CompiledGrammar, Compiler
 from structgen.errors import StructgenError
 from structgen.grammar.ebnf import looks_like_ebnf
+from structgen.masks._bitmask import warm_numpy_bridge
 from structgen.matcher import Matcher
 from structgen.vocab import Vocabulary
 
@@ -149,6 +150,7 @@ class StructgenBackend(StructuredOutputBackend):  # type: ignore[misc]
         return StructgenGrammar(matcher=matcher)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
+        warm_numpy_bridge()  # (at start-up, not in the first batch step: see its docstring)
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
 
     def destroy(self) -> None:

@@ -36,6 +36,18 @@ def test_allocate_shapes() -> None:
         allocate_bitmask(1, 10, backend="jax")
 
 
+def test_a_torch_bitmask_warms_the_numpy_bridge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Allocating a torch bitmask crosses torch's numpy bridge once (its first use costs a
+    fraction of a millisecond, which a matcher's first fill would pay in a batch step)."""
+    from structgen.masks import _bitmask
+
+    monkeypatch.setattr(_bitmask, "_BRIDGE_WARM", False)
+    allocate_bitmask(1, 10, backend="numpy")
+    assert not _bitmask._BRIDGE_WARM
+    allocate_bitmask(1, 10)
+    assert _bitmask._BRIDGE_WARM
+
+
 @settings(max_examples=60)
 @given(
     st.integers(min_value=1, max_value=4),
