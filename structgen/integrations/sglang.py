@@ -196,6 +196,7 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
         eos = sorted(int(e) for e in eos_token_ids) if eos_token_ids else None
         self.vocab = Vocabulary.from_hf(tokenizer, size, eos_token_ids=eos)
         self.compiler = Compiler(self.vocab)
+        warm_numpy_bridge()  # (at start-up, not in the first batch step: see its docstring)
         # generate mode's layout (json.dumps' separators), or none with compact_json
         options: dict[str, Any] = {"whitespace": "compact" if compact_json else "auto"}
         if max_whitespace is not None:
@@ -205,7 +206,6 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
     # the mask functions at backend level too, as SGLang's ReasonerGrammarBackend takes them
     @staticmethod
     def allocate_vocab_mask(vocab_size: int, batch_size: int, device: Any) -> torch.Tensor:
-        warm_numpy_bridge()  # (at start-up, not in the first batch step: see its docstring)
         return torch.full((batch_size, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
     move_vocab_mask = staticmethod(StructgenGrammar.move_vocab_mask)

@@ -130,6 +130,9 @@ class StructgenBackend(StructuredOutputBackend):  # type: ignore[misc]
         size = max(int(self.vocab_size), len(tokenizer))
         self.vocab = Vocabulary.from_hf(tokenizer, size)
         self.compiler = Compiler(self.vocab)
+        # (vLLM allocates its bitmask inside the first batch step: the bridge is crossed here,
+        # at the backend's start, where that step would otherwise pay for it: see its docstring)
+        warm_numpy_bridge()
 
     def compile(self, request_type: StructuredOutputOptions, grammar_spec: str) -> CompiledGrammar:
         """The compiled constraint of one request (errors are structgen's, with positions)."""
@@ -150,7 +153,6 @@ class StructgenBackend(StructuredOutputBackend):  # type: ignore[misc]
         return StructgenGrammar(matcher=matcher)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
-        warm_numpy_bridge()  # (at start-up, not in the first batch step: see its docstring)
         return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
 
     def destroy(self) -> None:
