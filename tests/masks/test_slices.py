@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from structgen import Compiler, SchemaOptions, compiler
+from structgen import Compiler, SchemaOptions, automata, clear_caches, compiler
 from structgen.engines import grammar as engine
 from structgen.errors import StructgenError
 from structgen.grammar import terminals
@@ -318,45 +318,49 @@ def test_property_sliced_masks_equal_plain_masks(
 
 
 PROBED = [
-    # (pattern, text, whether the first state's proof builds fewer states with the probe):
-    # counted strings around the longest tokens' lengths (the long slices fail at the bound,
-    # where the probe gets first), unbounded ones (the probe stops at once), and classes that
-    # miss a character the probe's path does not read
-    (r'[^"\\\x00-\x1f]{0,40}', "Ada Lovelace wrote the first program", False),
-    (r'"[^"\\\x00-\x1f]{3,24}"', '"a string of twenty"', True),
-    (r".{0,300}", "The quick brown fox — jumps over the lazy dog. " * 2, True),
-    (r"[ -~]{0,60}", "printable ASCII only, no UTF-8 at all: ~!@#", False),
-    (r"[^é]{0,90}", "everything but one letter, " * 2, False),
-    (r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"', '"unbounded"', False),
+    # (pattern, text, rows the first state's proofs build with the probe against the search
+    # alone): counted strings shorter than the longest tokens (the long slice fails at the
+    # bound, where the probe gets first: fewer), unbounded ones and long counts (nothing
+    # fails: the same), and classes that fail a few bytes in, off the probe's path (the probe
+    # goes its whole depth first: more, within the same row budget)
+    (r'[^"\\\x00-\x1f]{0,40}', "Ada Lovelace wrote the first program", "fewer"),
+    (r'[^"\\\x00-\x1f]{0,100}', "Ada Lovelace wrote the first program", "fewer"),
+    (r".{0,300}", "The quick brown fox — jumps over the lazy dog. " * 2, "same"),
+    (r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"', '"unbounded"', "same"),
+    (r"[ -~]{0,60}", "printable ASCII only, no UTF-8 at all: ~!@#", "more"),
+    (r"[^é]{0,90}", "everything but one letter, " * 2, "more"),
 ]
 
 
-@pytest.mark.parametrize(("pattern", "text", "saves"), PROBED)
-@pytest.mark.parametrize("tokenizer", ["llama3_1", "gpt2"])
+@pytest.mark.parametrize(("pattern", "text", "rows"), PROBED)
 def test_the_probe_answers_as_the_search(
-    pattern: str, text: str, saves: bool, tokenizer: str, monkeypatch: pytest.MonkeyPatch
+    pattern: str, text: str, rows: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A long slice's check first follows one path (`SLICE_PROBE_ABOVE`): along a match, every
-    state's proved groups are those of the breadth-first search alone (each on its own fresh
-    automaton), and the probe builds no more states than the search."""
-    vocab = load_vocab(tokenizer)
+    state's proved groups are those of the breadth-first search alone (each on its own fresh,
+    lazily built automaton); the rows the first state's proofs build are as documented."""
+    vocab = load_vocab("llama3_1")
     walk = NativeWalk(vocab.trie, vocab.size)
     answers = []
     for probe_above in (_kernel.SLICE_PROBE_ABOVE, 1 << 30):
         monkeypatch.setattr(_kernel, "SLICE_PROBE_ABOVE", probe_above)
-        dfa = Compiler(vocab).regex(pattern)._engine._dfa  # type: ignore[attr-defined]
-        state, found, rows = dfa.start, [], []
+        clear_caches()
+        dfa = automata.compile_regex(pattern)
+        state, found, built = dfa.start, [], 0
         for byte in text.encode():
             found.append(walk._contained(dfa, state))
-            rows.append(dfa.num_states)
+            if not built:
+                built = int((dfa.table[: dfa.num_states] != -2).any(axis=1).sum())
             state = dfa.next_state(state, byte)
             assert state >= 0
-        answers.append((found, rows))
+        answers.append((found, built))
     (probed, probed_rows), (searched, searched_rows) = answers
     assert not any((a | b) & _kernel._GAVE_UP for a, b in zip(probed, searched))
     assert probed == searched
-    assert all(a <= b for a, b in zip(probed_rows, searched_rows))
-    assert (probed_rows[0] < searched_rows[0]) == saves
+    relation = {-1: "fewer", 0: "same", 1: "more"}[
+        (probed_rows > searched_rows) - (probed_rows < searched_rows)
+    ]
+    assert relation == rows, (probed_rows, searched_rows)
 
 
 def test_counted_strings_share_proofs_far_from_their_bounds(
