@@ -206,6 +206,27 @@ class CompiledGrammar:
         forced: bytes = self._engine.forced_bytes(state, limit)
         return forced
 
+    def prefetch_masks(self, limit: int = 64) -> int:
+        """Compute now, and cache, the token masks of the states along the text every output
+        starts with (the forced prefix, up to `limit` bytes), at every byte of it: a model's
+        tokens may split it anywhere. A serving engine calls it on its compile thread, so the
+        first decode steps of the request find their masks cached instead of building them
+        inside a batch step that every running request waits for (structgen's vLLM and SGLang
+        backends do). Returns how many states' masks it computed (1: the first only)."""
+        expect_int(limit, "limit", minimum=0)
+        state = self.initial_state
+        self.token_mask(state)
+        self.is_accepting(state)
+        count = 1
+        for byte in self.forced_bytes(state, limit):
+            state = self.advance(state, bytes((byte,)))
+            if state is None:  # (never, for forced bytes: defensive)
+                break
+            self.token_mask(state)
+            self.is_accepting(state)
+            count += 1
+        return count
+
     def memory_parts(self) -> dict[int, int]:
         """Estimated bytes held, by object id: automata shared with other grammars (terminal
         automata, lexers) appear under the same id in each (see `structgen.cache_usage`)."""
@@ -404,6 +425,21 @@ class Compiler:
         elif not isinstance(cache_dir, (str, os.PathLike)):
             raise ArgumentError(f"cache_dir must be a path, got {describe(cache_dir)}")
         self.disk_cache: CompileCache | None = None if cache_dir is None else _disk(cache_dir)
+
+    def warm_up(self) -> None:
+        """Build now what this vocabulary's first masks would otherwise build inside the first
+        requests: the token trie, the C walk's token tables, the tokens by first byte, and the
+        lexer of the parse states after which nothing may follow (every JSON value's end). A
+        serving engine calls it at start-up (structgen's vLLM and SGLang backends do); built
+        once per vocabulary, so later calls cost nothing."""
+        from structgen.engines.grammar import empty_lexer
+        from structgen.masks._walker import first_byte_masks, native_walk
+
+        vocab = self.vocab
+        vocab.trie  # noqa: B018  (built on first use)
+        native_walk(vocab)
+        first_byte_masks(vocab)
+        empty_lexer(vocab, self.limits.automata(), self.limits.max_cached_masks)
 
     def regex(
         self,

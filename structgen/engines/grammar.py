@@ -39,7 +39,7 @@ from structgen.grammar.tokens import grammar_tokens
 from structgen.masks import Events, TokenMaskWalker, pack_bool_mask
 from structgen.vocab import Vocabulary
 
-__all__ = ["GrammarEngine", "ParseState", "RestoredParts"]
+__all__ = ["GrammarEngine", "ParseState", "RestoredParts", "empty_lexer"]
 
 ParseState = tuple[EarleySet, int, bool]
 
@@ -135,6 +135,12 @@ def shared_union(
 #: the last two vocabularies: a weakly cached one was made again by each grammar (~90 µs, once
 #: per MaskBench schema)
 _EMPTY_UNIONS: LRU[tuple[Any, ...], _SharedUnion] = LRU(2)
+
+
+def empty_lexer(vocab: Vocabulary, limits: AutomataLimits, max_cached_masks: int) -> None:
+    """Make the lexer that reads nothing for `vocab` now (`Compiler.warm_up`): the first
+    grammar whose parse can end would make it inside a mask (~90 µs, once per vocabulary)."""
+    _empty_union(vocab, limits, max_cached_masks)
 
 
 def _empty_union(vocab: Vocabulary, limits: AutomataLimits, max_cached_masks: int) -> _SharedUnion:

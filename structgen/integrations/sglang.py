@@ -13,6 +13,7 @@ the shared packed-int32 bitmask layout, so SGLang's buffers, speculative tree wa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import Any
@@ -196,7 +197,9 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
         eos = sorted(int(e) for e in eos_token_ids) if eos_token_ids else None
         self.vocab = Vocabulary.from_hf(tokenizer, size, eos_token_ids=eos)
         self.compiler = Compiler(self.vocab)
-        warm_numpy_bridge()  # (at start-up, not in the first batch step: see its docstring)
+        # what the first requests' masks would build inside batch steps, built at the start
+        self.compiler.warm_up()
+        warm_numpy_bridge()
         # generate mode's layout (json.dumps' separators), or none with compact_json
         options: dict[str, Any] = {"whitespace": "compact" if compact_json else "auto"}
         if max_whitespace is not None:
@@ -218,8 +221,11 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
             logger.info("structgen refused a %s grammar: %s", kind, exc)
             return InvalidGrammarObject(f"{type(exc).__name__}: {exc}")
         matcher = Matcher(compiled)
-        # the first mask now, on SGLang's grammar thread (as vLLM's backend does)
+        # the first masks now, on SGLang's grammar thread (as vLLM's backend does): the first
+        # state's, and those along the text every output starts with
         matcher.allowed_mask()
+        with contextlib.suppress(StructgenError):  # (a limit met: the request's steps report it)
+            compiled.prefetch_masks()
         return StructgenGrammar(matcher)
 
     def dispatch_json(self, key_string: str) -> Any:

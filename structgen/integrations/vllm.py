@@ -17,6 +17,7 @@ See docs/guide/vllm.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -130,8 +131,10 @@ class StructgenBackend(StructuredOutputBackend):  # type: ignore[misc]
         size = max(int(self.vocab_size), len(tokenizer))
         self.vocab = Vocabulary.from_hf(tokenizer, size)
         self.compiler = Compiler(self.vocab)
-        # (vLLM allocates its bitmask inside the first batch step: the bridge is crossed here,
-        # at the backend's start, where that step would otherwise pay for it: see its docstring)
+        # What the first requests' masks would build inside batch steps, built at the start:
+        # the vocabulary's tables, and torch's numpy bridge (vLLM allocates its bitmask inside
+        # the first batch step; see `warm_numpy_bridge`)
+        self.compiler.warm_up()
         warm_numpy_bridge()
 
     def compile(self, request_type: StructuredOutputOptions, grammar_spec: str) -> CompiledGrammar:
@@ -147,9 +150,12 @@ class StructgenBackend(StructuredOutputBackend):  # type: ignore[misc]
         compiled = self.compile(request_type, grammar_spec)
         stops = sorted(stop_token_ids) if stop_token_ids else None
         matcher = Matcher(compiled, stop_token_ids=stops)
-        # The first mask now, on vLLM's compile thread (the request waits for it anyway), not
-        # in the first batch step that every running request shares; a cached grammar has it.
+        # The first masks now, on vLLM's compile thread (the request waits for it anyway), not
+        # in the first batch steps that every running request shares: the first state's, and
+        # those along the text every output starts with; a cached grammar has them.
         matcher.allowed_mask()
+        with contextlib.suppress(StructgenError):  # (a limit met: the request's steps report it)
+            compiled.prefetch_masks()
         return StructgenGrammar(matcher=matcher)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:

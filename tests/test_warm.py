@@ -1,0 +1,86 @@
+"""Warming up for serving: `Compiler.warm_up` builds a vocabulary's tables before the first
+request, `CompiledGrammar.prefetch_masks` computes the masks along the forced prefix on the
+compile thread. Both only move work earlier: the masks a matcher then meets are the ones a
+cold compile computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import structgen
+from structgen import ArgumentError, Compiler, Matcher
+from structgen.engines import grammar as grammar_engine
+from structgen.masks import _walker
+from tests.conftest import load_tokenizer, load_vocab
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def _masks_along(compiled: structgen.CompiledGrammar, ids: list[int]) -> list[np.ndarray]:
+    matcher = Matcher(compiled)
+    out = []
+    for token in ids:
+        out.append(matcher.allowed_mask().copy())
+        assert matcher.accept_token(token)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("build", "text", "forced"),
+    [
+        (lambda c: c.json_schema(PERSON), '{"name": "Ada", "age": 36}', b'{"name": "'),
+        (lambda c: c.regex(r"\(\d{3}\) \d{3}-\d{4}"), "(555) 123-4567", b"("),
+        (lambda c: c.grammar('start: "SELECT " NAME\nNAME: /[a-z_]+/\n'), "SELECT name", None),
+    ],
+)
+def test_prefetched_masks_are_cached_and_exact(build: object, text: str, forced: bytes) -> None:
+    """Every state along the forced prefix has its mask cached after `prefetch_masks`, and the
+    masks a matcher meets along a valid text are a cold compile's."""
+    vocab = load_vocab("llama3_1")
+    ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
+    structgen.clear_caches()
+    cold = _masks_along(build(Compiler(vocab)), ids)  # type: ignore[operator]
+    structgen.clear_caches()
+    compiled = build(Compiler(vocab))  # type: ignore[operator]
+    prefix = compiled.forced_bytes(compiled.initial_state)
+    if forced is not None:
+        assert prefix == forced
+    assert compiled.prefetch_masks() == len(prefix) + 1
+    state = compiled.initial_state
+    for byte in prefix:
+        assert compiled.cached_token_mask(state) is not None
+        state = compiled.advance(state, bytes((byte,)))
+    assert compiled.cached_token_mask(state) is not None
+    warm = _masks_along(compiled, ids)
+    assert all(np.array_equal(a, b) for a, b in zip(cold, warm, strict=True))
+
+
+def test_prefetch_limit() -> None:
+    compiled = Compiler(load_vocab("llama3_1")).json_schema(PERSON)
+    assert compiled.prefetch_masks(limit=0) == 1
+    assert compiled.prefetch_masks(limit=3) == 4
+    with pytest.raises(ArgumentError):
+        compiled.prefetch_masks(limit=-1)
+
+
+def test_warm_up_builds_the_vocabulary_tables() -> None:
+    vocab = load_vocab("gpt2")
+    structgen.clear_caches()
+    _walker._NATIVE.pop(vocab.fingerprint, None)
+    compiler = Compiler(vocab)
+    compiler.warm_up()
+    assert vocab.fingerprint in _walker._NATIVE or not _walker.native_available()
+    assert vocab.fingerprint in _walker._FIRST_BYTE
+    limits = compiler.limits
+    key = (vocab.fingerprint, limits.automata(), limits.max_cached_masks)
+    assert grammar_engine._EMPTY_UNIONS.get(key) is not None
+    compiler.warm_up()  # (again: nothing to do)
