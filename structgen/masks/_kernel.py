@@ -96,6 +96,29 @@ class _SliceChecks(ctypes.Structure):
     ]
 
 
+def _needed_bytes(plan: SlicePlan) -> tuple[int, ...]:
+    """For each check that runs first or where the floor failed (the floor, and those that do
+    not imply it): the bytes its slice's strings read in their first two places (bitsets). An
+    automaton whose transitions read none of these sets whole allows no slice in any state."""
+    floor = int(plan.check_group[0]) if plan.floor else -1
+    out: list[int] = []
+    for i, u0 in enumerate(plan.check_u0.tolist()):
+        if i and floor >= 0 and int(plan.check_implies[i]) >> floor & 1:
+            continue
+        mask, states = 0, [u0]
+        for _ in range(2):
+            following = []
+            for u in states:
+                lo, hi = int(plan.u_start[u]), int(plan.u_start[u + 1])
+                for b in plan.u_byte[lo:hi].tolist():
+                    mask |= 1 << b
+                following.extend(plan.u_next[lo:hi].tolist())
+            states = sorted(set(following))
+        if mask not in out:
+            out.append(mask)
+    return tuple(out) or (0,)
+
+
 _EXT, _ENDS = _load()
 #: a continued walk, its words and packed events as new bytes in one C call (None: an extension
 #: built before it, then `walk_spans` and `pack_events`)
@@ -535,13 +558,11 @@ class NativeWalk:
         self._slice_template: _SliceChecks | None = None
         # names this layout in the terminal DFAs' memos of contained groups (never reused)
         self._memo_token = next(_LAYOUT_TOKENS)
-        self._floor_mask = 0  # the bytes the floor slice's strings may start with (bitset)
+        # the bytes an automaton's transitions must read for some check to hold (`_possible`)
+        self._needed: tuple[int, ...] = (0,)
         plan = self.plan
         if plan is not None:
-            if plan.floor:
-                u0 = int(plan.check_u0[0])
-                first = plan.u_byte[plan.u_start[u0] : plan.u_start[u0 + 1]]
-                self._floor_mask = sum(1 << int(b) for b in first)
+            self._needed = _needed_bytes(plan)
             arrays = (
                 plan.u_start,
                 plan.u_byte,
@@ -750,16 +771,16 @@ class NativeWalk:
         slice's strings start with has no transition anywhere in the automaton (a UUID or a
         number regex never allows a whole word slice). Saves the check on every new state.
         Kept on the DFA (an attribute read is cheaper than a weak-keyed lookup)."""
-        memo: dict[int, bool] | None = getattr(dfa, "_slices_possible", None)
-        hit = None if memo is None else memo.get(self._floor_mask)
+        memo: dict[tuple[int, ...], bool] | None = getattr(dfa, "_slices_possible", None)
+        needed = self._needed
+        hit = None if memo is None else memo.get(needed)
         if hit is None:
             alphabet = getattr(dfa, "alphabet", None)
-            floor = self._floor_mask
-            hit = alphabet is None or alphabet & floor == floor
+            hit = alphabet is None or any(alphabet & m == m for m in needed)
             try:
                 if memo is None:
                     memo = dfa._slices_possible = {}
-                memo[self._floor_mask] = hit
+                memo[needed] = hit
             except AttributeError:  # (an automaton without a __dict__: ask again next time)
                 pass
         return hit

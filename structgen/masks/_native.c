@@ -337,15 +337,18 @@ typedef struct {        /* the slice checks of a vocabulary, and one thread's se
  * when a check gave up (its answer may change once more rows are built); -1: building a row
  * failed. All checks together build at most max_builds DFA rows, and start none after
  * max_build_ns (checks that were cut short may be asked again). Checks run in order; one whose
- * group is already proved is skipped; when `floor` is set, check 0 is implied by every other, so
- * its failure ends the search (the common case: a state that allows few bytes costs one short
- * check). The fixed arguments come in one struct: a call costs a few arguments, not twenty. */
+ * group is already proved is skipped; when `floor` is set, check 0 is the check most others
+ * imply, and its failure skips every check that implies it (those would fail too: a state that
+ * allows few bytes costs one short check, plus those of the slices that do not imply the floor,
+ * the space-led ones, each failing at its first byte unless a space is allowed). The fixed
+ * arguments come in one struct: a call costs a few arguments, not twenty. */
 int64_t sg_contained_groups(dfa_view *dfa, row_builder build, int32_t q, const slice_checks *c)
 {
-    int64_t found = 0, gave_up = 0;
+    int64_t found = 0, gave_up = 0, floor_failed = 0;
     build_budget budget = {c->max_builds, c->max_build_ns ? now_ns() + c->max_build_ns : 0};
     for (int32_t i = 0; i < c->n_checks; i++) {
         if ((found >> c->group[i]) & 1) continue;
+        if (floor_failed && ((c->implies[i] >> c->group[0]) & 1)) continue;
         int64_t ok = slice_contained(dfa, build, &c->sl, c->u0[i], q, c->len[i],
                                      c->probe_above, c->max_pairs, &budget, c->n_slots,
                                      c->slots, c->pa, c->pb, c->pd, c->ps);
@@ -353,7 +356,7 @@ int64_t sg_contained_groups(dfa_view *dfa, row_builder build, int32_t q, const s
         if (ok == 1) found |= c->implies[i];
         else {
             if (ok == 2) gave_up = 1;
-            if (i == 0 && c->floor) break;
+            if (i == 0 && c->floor) floor_failed = 1;
         }
     }
     return found | (gave_up << 62);

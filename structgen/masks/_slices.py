@@ -3,18 +3,20 @@
 Large masks are the slow ones: inside a JSON string or an identifier nearly every token is
 allowed, and the trie walk visits most of the vocabulary's nodes to find that out. So the
 vocabulary is split once into *slices* — tokens made only of JSON string characters (no `"`,
-`\\` or control characters), tokens made only of word characters, each by byte length — and the
-rest. A lexer state that keeps every string of a slice alive (up to the slice's longest token)
-allows every token of it: its precomputed mask is ORed in and only the other slices' tries are
-walked (`NativeWalk` lays the vocabulary out as one trie per slice, beside the plain trie).
-The check (`sg_contained_groups`, C) is a breadth-first search over pairs (DFA state, slice
-automaton state) and costs microseconds; the walk it saves visits up to 270k trie nodes.
+`\\` or control characters), only of word characters, only of lowercase letters, or of a
+space then lowercase letters, each by byte length — and the rest. A lexer state that keeps
+every string of a slice alive (up to the slice's longest token) allows every token of it: its
+precomputed mask is ORed in and only the other slices' tries are walked (`NativeWalk` lays the
+vocabulary out as one trie per slice, beside the plain trie). The check
+(`sg_contained_groups`, C) is a breadth-first search over pairs (DFA state, slice automaton
+state) and costs microseconds; the walk it saves visits up to 270k trie nodes.
 
 The same idea as llguidance's "slicer"; see docs/design/token-slices.md.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,16 +28,32 @@ __all__ = ["DEFAULT_SLICES", "SlicePlan", "TokenSlice", "forest_order", "plan_sl
 
 @dataclass(frozen=True)
 class TokenSlice:
-    """Tokens whose characters all belong to `char_class` (a regex class), at most `max_bytes`
-    bytes long (None: any length). `rank` orders classes by inclusion: a class contains every
-    class of a lower rank, so a state that allows a slice allows every slice of lower rank and
-    no more bytes."""
+    """Tokens made of `lead` (a literal, usually empty) then characters that all belong to
+    `char_class` (a regex class), at most `max_bytes` bytes long (None: any length). `rank`
+    orders classes by inclusion: a class contains every class of a lower rank, so a state that
+    allows a slice allows every slice of lower rank with the same lead (or with a lead made of
+    the class's characters), and no more bytes."""
 
     char_class: str
     rank: int
     max_bytes: int | None
+    lead: str = ""
+
+    @property
+    def language(self) -> str:
+        """The regex of the strings whose prefixes the slice's check keeps alive."""
+        return f"{re.escape(self.lead)}(?:{self.char_class})*"
+
+    def contains(self, other: TokenSlice) -> bool:
+        """Every string of `other`'s language is one of this slice's."""
+        if other.rank > self.rank:
+            return False
+        if other.lead == self.lead:
+            return True
+        return not self.lead and re.fullmatch(f"(?:{self.char_class})*", other.lead) is not None
 
 
+_LOWER = r"[a-z]"
 _WORD = r"[A-Za-z0-9_]"
 _JSON = r'[^"\\\x00-\x1f\x7f]'
 
@@ -44,13 +62,19 @@ _JSON = r'[^"\\\x00-\x1f\x7f]'
 #: costs a search as deep as its longest token, where the few tokens over 16 bytes would cost
 #: the most — they are a slice of their own.)
 DEFAULT_SLICES: tuple[TokenSlice, ...] = (
-    TokenSlice(_WORD, 0, 4),
-    TokenSlice(_WORD, 0, 8),
-    TokenSlice(_WORD, 0, 16),
-    TokenSlice(_JSON, 1, 4),
-    TokenSlice(_JSON, 1, 8),
-    TokenSlice(_JSON, 1, 16),
-    TokenSlice(_JSON, 1, None),
+    TokenSlice(_LOWER, 0, 4),
+    TokenSlice(_LOWER, 0, 8),
+    TokenSlice(_LOWER, 0, 16),
+    TokenSlice(_LOWER, 0, 4, " "),
+    TokenSlice(_LOWER, 0, 8, " "),
+    TokenSlice(_LOWER, 0, 16, " "),
+    TokenSlice(_WORD, 1, 4),
+    TokenSlice(_WORD, 1, 8),
+    TokenSlice(_WORD, 1, 16),
+    TokenSlice(_JSON, 2, 4),
+    TokenSlice(_JSON, 2, 8),
+    TokenSlice(_JSON, 2, 16),
+    TokenSlice(_JSON, 2, None),
 )
 #: the most groups a forest may have (slices plus the rest; `SG_MAX_GROUPS` in _native.c)
 MAX_GROUPS = 16
@@ -82,7 +106,7 @@ def _class_automaton(char_class: str) -> tuple[npt.NDArray[np.int32], npt.NDArra
     its accepting states."""
     from structgen.automata import compile_regex  # (the automata layer imports masks lazily)
 
-    dfa = compile_regex(f"(?:{char_class})*")
+    dfa = compile_regex(char_class)
     dfa.build_all()
     return np.array(dfa.table, dtype=np.int32), np.array(dfa.accepting, dtype=np.bool_)
 
@@ -101,9 +125,9 @@ def plan_slices(lex: dict[str, npt.NDArray[Any]], slices: tuple[TokenSlice, ...]
     parts = []  # the same tables with their states numbered after the previous ones'
     base = 0
     for sl in slices:
-        if sl.char_class not in tables:
-            table, accepting[sl.char_class] = _class_automaton(sl.char_class)
-            tables[sl.char_class] = (base, table)
+        if sl.language not in tables:
+            table, accepting[sl.language] = _class_automaton(sl.language)
+            tables[sl.language] = (base, table)
             parts.append(np.where(table >= 0, table + base, -1))
             base += len(table)
     # Which tokens are strings of each class: run every class automaton over all tokens at once.
@@ -119,7 +143,7 @@ def plan_slices(lex: dict[str, npt.NDArray[Any]], slices: tuple[TokenSlice, ...]
     rest = len(slices)
     group = np.full(n, rest, dtype=np.int32)
     for i, sl in enumerate(slices):
-        fits = in_class[sl.char_class] & (group == rest)
+        fits = in_class[sl.language] & (group == rest) & (lengths > len(sl.lead.encode()))
         if sl.max_bytes is not None:
             fits &= lengths <= sl.max_bytes
         group[fits] = i
@@ -132,10 +156,12 @@ def plan_slices(lex: dict[str, npt.NDArray[Any]], slices: tuple[TokenSlice, ...]
     ranks = [slices[i].rank for i in used]
 
     def implies(a: int, b: int) -> bool:  # a's check covers b's tokens
-        return ranks[b] <= ranks[a] and longest[b] <= longest[a]
+        return slices[used[a]].contains(slices[used[b]]) and longest[b] <= longest[a]
 
     order = sorted(range(len(used)), key=lambda g: (-ranks[g], -longest[g]))
-    floor = next((g for g in range(len(used)) if all(implies(o, g) for o in order)), None)
+    floor = max(range(len(used)), key=lambda g: sum(implies(o, g) for o in order), default=None)
+    if floor is not None and not any(implies(o, floor) for o in order if o != floor):
+        floor = None
     if floor is not None:
         order.remove(floor)
         order.insert(0, floor)
@@ -151,7 +177,7 @@ def plan_slices(lex: dict[str, npt.NDArray[Any]], slices: tuple[TokenSlice, ...]
         u_start=u_start,
         u_byte=cols.astype(np.uint8),
         u_next=u_next,
-        check_u0=np.array([tables[slices[used[g]].char_class][0] for g in order], np.int32),
+        check_u0=np.array([tables[slices[used[g]].language][0] for g in order], np.int32),
         check_len=np.array([longest[g] for g in order], dtype=np.int32),
         check_implies=np.array(
             [sum(1 << b for b in range(len(used)) if implies(g, b)) for g in order], np.int64

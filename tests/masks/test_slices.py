@@ -26,6 +26,7 @@ from tests.grammar.test_kernels_agree import masks_along
 pytestmark = pytest.mark.skipif(not native_available(), reason="the C trie walk is not built")
 
 _PYTHON_CLASS = {
+    r"[a-z]": re.compile(r"[a-z]+"),
     r"[A-Za-z0-9_]": re.compile(r"[A-Za-z0-9_]+"),
     r'[^"\\\x00-\x1f\x7f]': re.compile(r'[^"\\\x00-\x1f\x7f]+'),
 }
@@ -38,8 +39,9 @@ def walks(request: pytest.FixtureRequest) -> tuple[object, NativeWalk, NativeWal
 
 
 def test_groups_follow_python_re(walks: tuple[object, NativeWalk, NativeWalk]) -> None:
-    """Each token joins the first slice whose class `re` says it is made of (within the byte
-    cap), tokens that are not whole UTF-8 text join the rest."""
+    """Each token joins the first slice whose lead it starts with and whose class `re` says the
+    rest is made of (within the byte cap), tokens that are not whole UTF-8 text join the
+    rest."""
     vocab, _, _ = walks
     lex = vocab.trie.lexicographic_arrays()  # type: ignore[attr-defined]
     plan = plan_slices(lex, DEFAULT_SLICES)
@@ -56,7 +58,8 @@ def test_groups_follow_python_re(walks: tuple[object, NativeWalk, NativeWalk]) -
         slot = len(DEFAULT_SLICES)
         if text:
             for k, sl in enumerate(DEFAULT_SLICES):
-                fits = _PYTHON_CLASS[sl.char_class].fullmatch(text) is not None
+                body = text[len(sl.lead) :] if text.startswith(sl.lead) else None
+                fits = bool(body) and _PYTHON_CLASS[sl.char_class].fullmatch(body) is not None
                 if fits and (sl.max_bytes is None or len(data) <= sl.max_bytes):
                     slot = k
                     break
@@ -98,18 +101,71 @@ def test_forest_keeps_every_token_once(walks: tuple[object, NativeWalk, NativeWa
             assert forest["lcp"][i] == shared
 
 
+def test_a_check_implies_only_groups_inside_its_language(
+    walks: tuple[object, NativeWalk, NativeWalk],
+) -> None:
+    """A check that holds proves the groups it implies: every token of each is a string of the
+    check's language (its lead, then characters of its class) no longer than the check goes.
+    The floor is implied by the checks that are skipped when it fails, and the automata that
+    could pass no check are those missing a byte of every root check's first two places."""
+    vocab, sliced, _ = walks
+    plan = sliced.plan
+    assert plan is not None and plan.floor
+    lex = vocab.trie.lexicographic_arrays()  # type: ignore[attr-defined]
+    blob, offsets, lengths = lex["blob"], lex["offsets"], lex["lengths"]
+    texts: dict[int, list[str]] = {}
+    for i in range(len(lengths)):
+        data = bytes(blob[offsets[i] : offsets[i] + lengths[i]])
+        if int(plan.group[i]) < plan.n_groups - 1:
+            texts.setdefault(int(plan.group[i]), []).append(data.decode())
+    slice_of = {}  # group -> the slice its tokens joined (the first one that fits)
+    for g, members in texts.items():
+        sample = members[0]
+        slice_of[g] = next(
+            sl
+            for sl in DEFAULT_SLICES
+            if sample.startswith(sl.lead)
+            and len(sample) > len(sl.lead)
+            and _PYTHON_CLASS[sl.char_class].fullmatch(sample[len(sl.lead) :])
+            and (sl.max_bytes is None or len(sample.encode()) <= sl.max_bytes)
+        )
+    for i, own in enumerate(plan.check_group.tolist()):
+        language = re.compile(slice_of[own].language)
+        for g, members in texts.items():
+            if plan.check_implies[i] >> g & 1:
+                for text in members:
+                    assert len(text.encode()) <= plan.check_len[i]
+                    assert language.fullmatch(text), (own, g, text)
+    floor = int(plan.check_group[0])
+    assert slice_of[floor].char_class == r"[a-z]" and not slice_of[floor].lead
+    roots = [
+        slice_of[g]
+        for i, g in enumerate(plan.check_group.tolist())
+        if i == 0 or not plan.check_implies[i] >> floor & 1
+    ]
+    assert {sl.lead for sl in roots} == {"", " "}
+    lower = sum(1 << b for b in range(ord("a"), ord("z") + 1))
+    assert set(sliced._needed) == {lower, lower | 1 << ord(" ")}
+
+
 PATTERNS = [
     # (pattern, text to walk along, groups a state along it must prove, at least)
     (r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"', '"héllo wörld, ça va? 日本語"', 2),
     (r"[A-Za-z_][A-Za-z0-9_]*", "snake_case_Identifier42", 1),
     (r".{0,300}", "The quick brown fox — jumps over the lazy dog. " * 3, 2),
     (r'"[^"\\]{0,6}"', '"abcdef"', 1),
-    (r"[a-z]{1,40}", "abcdefghijklmnopqrstuvwxyz", 0),
+    (r"[a-z]{1,40}", "abcdefghijklmnopqrstuvwxyz", 1),
     (r"\d+(\.\d+)?", "3.14159", 0),
+    # a domain label (no `_`: the word slices fail, the lowercase ones hold)
+    (r"[a-z0-9-]{1,63}(\.[a-z0-9-]{1,63})*", "example.com", 1),
+    # a space then lowercase letters (after a keyword): the floor (lowercase letters) fails
+    # there, the space-led slices are checked all the same
+    (r"(SELECT|FROM) [a-z_]+", "SELECT snake_case_name", 1),
+    (r" [a-z_]{1,30}", " abcdef", 1),
     # one character short of a slice's class: the slice must not be proved (the character
     # must still occur in the pattern, or its alphabet rules the check out at once)
     (r' ?[^ "\\\x00-\x1f]*', "no_spaces-here!", 1),
-    (r"0?[1-9A-Za-z_]*", "abc_XYZ", 0),
+    (r"0?[1-9A-Za-z_]*", "abc_XYZ", 1),
     (r"(name|namespace|[^\"\\]{3,})\"", 'namespaces"', 1),
 ]
 
