@@ -767,9 +767,10 @@ class NativeWalk:
         return found
 
     def _possible(self, dfa: Any) -> bool:
-        """Whether any state of `dfa` could keep the smallest slice alive: not when a byte that
-        slice's strings start with has no transition anywhere in the automaton (a UUID or a
-        number regex never allows a whole word slice). Saves the check on every new state.
+        """Whether any state of `dfa` could pass a check: not when, for every root check (the
+        floor, and those that run where it failed), a byte its slice's strings read in their
+        first two places has no transition anywhere in the automaton (a UUID or a number regex
+        never allows a lowercase or space-led slice). Saves the checks on every new state.
         Kept on the DFA (an attribute read is cheaper than a weak-keyed lookup)."""
         memo: dict[tuple[int, ...], bool] | None = getattr(dfa, "_slices_possible", None)
         needed = self._needed

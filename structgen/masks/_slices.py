@@ -97,16 +97,16 @@ class SlicePlan:
     check_len: npt.NDArray[np.int32]
     check_implies: npt.NDArray[np.int64]
     check_group: npt.NDArray[np.int32]
-    #: check 0 is implied by every other one (its failure ends the search)
+    #: check 0 is the floor, the check most others imply: its failure skips those
     floor: bool
 
 
-def _class_automaton(char_class: str) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.bool_]]:
-    """The full transition table (-1: dead) of `class*` over UTF-8 bytes (state 0 starts) and
-    its accepting states."""
+def _slice_automaton(language: str) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.bool_]]:
+    """The full transition table (-1: dead) of a slice's language (`lead(?:class)*`) over
+    UTF-8 bytes (state 0 starts) and its accepting states."""
     from structgen.automata import compile_regex  # (the automata layer imports masks lazily)
 
-    dfa = compile_regex(char_class)
+    dfa = compile_regex(language)
     dfa.build_all()
     return np.array(dfa.table, dtype=np.int32), np.array(dfa.accepting, dtype=np.bool_)
 
@@ -126,7 +126,7 @@ def plan_slices(lex: dict[str, npt.NDArray[Any]], slices: tuple[TokenSlice, ...]
     base = 0
     for sl in slices:
         if sl.language not in tables:
-            table, accepting[sl.language] = _class_automaton(sl.language)
+            table, accepting[sl.language] = _slice_automaton(sl.language)
             tables[sl.language] = (base, table)
             parts.append(np.where(table >= 0, table + base, -1))
             base += len(table)
