@@ -159,8 +159,10 @@ def plan_slices(lex: dict[str, npt.NDArray[Any]], slices: tuple[TokenSlice, ...]
         return slices[used[a]].contains(slices[used[b]]) and longest[b] <= longest[a]
 
     order = sorted(range(len(used)), key=lambda g: (-ranks[g], -longest[g]))
-    floor = max(range(len(used)), key=lambda g: sum(implies(o, g) for o in order), default=None)
-    if floor is not None and not any(implies(o, floor) for o in order if o != floor):
+    # the floor: the check most others imply (its failure skips them), if any other does
+    implied_by = [sum(implies(o, g) for o in order if o != g) for g in range(len(used))]
+    floor = max(range(len(used)), key=implied_by.__getitem__, default=None)
+    if floor is not None and not implied_by[floor]:
         floor = None
     if floor is not None:
         order.remove(floor)
