@@ -216,9 +216,14 @@ _FREE, _NL, _END = 0, 1, 2
 _Key = tuple[bool, int]
 
 
-@dataclass(frozen=True, slots=True)
 class _Anchored:
-    parts: dict[_Key, Node]
+    """A piece with anchor obligations: its language by (start anchored, end state). Native
+    when compiled (not a frozen dataclass: see `_Info`). Never compared."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: dict[_Key, Node]) -> None:
+        self.parts = parts
 
 
 _Item = Node | _Anchored
@@ -392,14 +397,25 @@ _POSIX: dict[str, Ranges] = {
 _PLAIN, _ANCHOR, _REPEATED, _LOOK = 0, 1, 2, 3
 
 
-@dataclass(slots=True)
 class _Info:
-    """What a parsed item means for the anchor and quantifier checks."""
+    """What a parsed item means for the anchor and quantifier checks. (Not a dataclass:
+    compiled with mypyc, a dataclass keeps its generated `__init__` in Python, ~0.4 µs a call,
+    and every parsed item makes one; this one is native. Never compared.)"""
 
-    zero_width: bool  # matches only the empty string
-    start_anchor: int | None  # offset of a ^ / \A inside it
-    end_anchor: int | None  # offset of a $ / \Z inside it that needs the end of the pattern
-    kind: int = _PLAIN
+    __slots__ = ("end_anchor", "kind", "start_anchor", "zero_width")
+
+    def __init__(
+        self,
+        zero_width: bool,
+        start_anchor: int | None,
+        end_anchor: int | None,
+        kind: int = _PLAIN,
+    ) -> None:
+        self.zero_width = zero_width  # matches only the empty string
+        self.start_anchor = start_anchor  # offset of a ^ / \A inside it
+        # offset of a $ / \Z inside it that needs the end of the pattern
+        self.end_anchor = end_anchor
+        self.kind = kind
 
 
 _PLAIN_INFO = _Info(False, None, None)
