@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -40,7 +39,6 @@ MAX_BLOCK_STATES = 256
 _DEAD = -(1 << 30)
 
 
-@dataclass(frozen=True, eq=False)
 class Block:
     """A prefix-free finite set of byte strings as a small DFA over local states ``0..size-1``
     (0 the start), leaving to local ``size`` (the next block's start).
@@ -49,22 +47,41 @@ class Block:
     local states one byte from the start, in the order their ids are given. ``row``: the
     start's 256 transitions as int32 bytes, relative to the block's first id (the next block
     is ``1 + len(first)``, a first state its rank from 1; dead `_DEAD`, below -1 whatever id is
-    added). ``used``: the bytes read, as a bitset (bit b: byte b)."""
+    added). ``used``: the bytes read, as a bitset (bit b: byte b). ``digest``: of `moves`
+    (which spell the language): a chain's fingerprint joins them. ``c_data``: the block for the
+    C rows (`sg_chain`): size, width, rank, first, move offsets per local state, then (byte,
+    target) pairs; int32, read-only.
 
-    moves: tuple[tuple[tuple[bytes, int], ...], ...]
-    first: tuple[int, ...]
-    rank: tuple[int, ...]  # local state -> its rank in `first` (0: not a first state)
-    row: bytes
-    used: int
-    size: int  # local states
-    width: int  # ids laid out up front: the start and the first states
-    digest: bytes  # of `moves` (which spell the language): a chain's fingerprint joins them
-    #: the block for the C rows (`sg_chain`): size, width, rank, first, move offsets per local
-    #: state, then (byte, target) pairs; int32, read-only
-    c_data: npt.NDArray[np.int32]
+    Immutable by convention, compared by identity. (Not a frozen dataclass: compiled with
+    mypyc, its generated `__init__` stays in Python, ~1.3 µs a block, and a grammar's keywords
+    make dozens; this one is native.)"""
+
+    __slots__ = ("c_data", "digest", "first", "moves", "rank", "row", "size", "used", "width")
+
+    def __init__(
+        self,
+        moves: tuple[tuple[tuple[bytes, int], ...], ...],
+        first: tuple[int, ...],
+        rank: tuple[int, ...],
+        row: bytes,
+        used: int,
+        size: int,
+        width: int,
+        digest: bytes,
+        c_data: npt.NDArray[np.int32],
+    ) -> None:
+        self.moves = moves
+        self.first = first
+        self.rank = rank  # local state -> its rank in `first` (0: not a first state)
+        self.row = row
+        self.used = used
+        self.size = size  # local states
+        self.width = width  # ids laid out up front: the start and the first states
+        self.digest = digest
+        self.c_data = c_data
 
     def __reduce__(self) -> tuple[type[Block], tuple[Any, ...]]:
-        # (by its fields: compiled, a frozen dataclass cannot be unpickled attribute by attribute)
+        # (by its fields, as the frozen dataclass it was)
         return Block, (
             self.moves,
             self.first,
