@@ -123,10 +123,11 @@ _LEXER: Any = extension_module("structgen.grammar._lark_lexer")
 # --------------------------------------------------------------------------- syntax tree
 
 
-# The syntax tree's nodes are immutable by convention, compared and hashed by value (literals
-# and ranges key the anonymous terminals). Not frozen dataclasses: compiled with mypyc, their
-# generated `__init__` stays in Python (~0.6 µs a node, where a native one costs ~0.05), and
-# the shipped SQL grammar makes ~470 nodes (most of its read).
+# The syntax tree's nodes are immutable by convention; literals and ranges compare and hash by
+# value (they key the anonymous terminals), the others are never compared. Not frozen
+# dataclasses: compiled with mypyc, their generated `__init__` stays in Python (~0.6 µs a node,
+# where a native one costs ~0.05), and the shipped SQL grammar makes ~470 nodes (most of its
+# read).
 
 
 class _Literal:
@@ -171,12 +172,6 @@ class _Name:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Name) and self.name == other.name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
 
 class _Seq:
     __slots__ = ("items",)
@@ -184,24 +179,12 @@ class _Seq:
     def __init__(self, items: tuple[_Expr, ...]) -> None:
         self.items = items
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Seq) and self.items == other.items
-
-    def __hash__(self) -> int:
-        return hash(self.items)
-
 
 class _Alt:
     __slots__ = ("options",)
 
     def __init__(self, options: tuple[_Seq, ...]) -> None:
         self.options = options
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Alt) and self.options == other.options
-
-    def __hash__(self) -> int:
-        return hash(self.options)
 
 
 class _Rep:
@@ -211,17 +194,6 @@ class _Rep:
         self.item = item
         self.lo = lo
         self.hi = hi
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, _Rep)
-            and self.item == other.item
-            and self.lo == other.lo
-            and self.hi == other.hi
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.item, self.lo, self.hi))
 
 
 _Expr = _Literal | _Range | _Name | _Seq | _Alt | _Rep
