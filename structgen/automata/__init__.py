@@ -18,9 +18,9 @@ import numpy as np
 
 from structgen.automata.chains import (
     Block,
-    LiteralSource,
     chain_blocks,
     chain_fingerprint,
+    deferred_chain_dfa,
     literal_dfa,
 )
 from structgen.automata.counted import COUNT_ABOVE, compile_counted
@@ -157,6 +157,10 @@ def compile_ast(
         minuend = compile_ast(node.minuend, limits=limits, pattern=pattern)
         return difference(minuend, parts, limits=limits)
     given = None if callable(fingerprint) else fingerprint
+    if defer and given is None and DEFER_CHAINS and LITERAL_DFAS:
+        laid_out_later = deferred_chain_dfa(node, limits, _chain_limit(limits))
+        if laid_out_later is not None:
+            return laid_out_later
     chain = chain_dfa(node, limits=limits, fingerprint=given)
     if chain is not None:
         return chain
@@ -190,6 +194,9 @@ def compile_ast(
 #: a chain of literals, classes and small choices (a JSON key's spellings) is built directly
 #: (`chains.literal_dfa`), not through a regex program and NFA
 LITERAL_DFAS = True
+#: a deferred terminal (`compile_ast(..., defer=True)`) that is a chain of one-byte blocks (a
+#: keyword, a literal) is laid out with its first row (`chains.DeferredChainSource`)
+DEFER_CHAINS = True
 
 
 def chain_dfa(
@@ -360,7 +367,7 @@ def _open_ended(dfa: ByteDFA) -> bool:
 
 def _finite(dfa: ByteDFA) -> bool:
     """Whether the language is finite: a chain of literals is; else the start's future."""
-    if isinstance(dfa._source, LiteralSource):
+    if dfa._source.finite:  # (a chain, laid out or deferred)
         return True
     return dfa.start in _finite_futures(_successors(dfa))
 

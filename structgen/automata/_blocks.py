@@ -26,7 +26,14 @@ from structgen.automata.regex_syntax import (
     String,
 )
 
-__all__ = ["Block", "chain_blocks", "chain_fingerprint"]
+__all__ = [
+    "Block",
+    "byte_chain",
+    "byte_chain_blocks",
+    "byte_chain_fingerprint",
+    "chain_blocks",
+    "chain_fingerprint",
+]
 
 #: a block is made of at most this many spellings (an alternation with more is not a chain)
 MAX_SPELLINGS = 64
@@ -177,10 +184,18 @@ def _one_byte_block(mask: int) -> Block:
     for byte in data:
         row[4 * byte : 4 * byte + 4] = _LEAVE
         pairs += (byte, 1)
-    digest = hashlib.blake2b(repr(frozen).encode(), digest_size=16).digest()
+    digest = _mask_digest(mask)
     c_data = np.array([1, 1, 0, 0, len(data), *pairs], dtype=np.int32)
     c_data.setflags(write=False)
     return Block(frozen, (), (0,), bytes(row), mask, 1, 1, digest, c_data)
+
+
+@lru_cache(maxsize=512)
+def _mask_digest(mask: int) -> bytes:
+    """The digest of the block of one byte from the set `mask` (`Block.digest`: of its moves),
+    made without the block (`byte_chain_fingerprint`)."""
+    frozen = (((bytes(_bits(mask)), 1),),)
+    return hashlib.blake2b(repr(frozen).encode(), digest_size=16).digest()
 
 
 _DEAD_ROW = np.full(256, _DEAD, dtype=np.int32).tobytes()
@@ -361,4 +376,40 @@ def chain_fingerprint(blocks: Sequence[Block]) -> str:
     """A stable digest of the chain's language (its blocks' moves, in order): a chain's
     automaton is fingerprinted without walking its AST."""
     data = b"".join([block.digest for block in blocks])
+    return hashlib.blake2b(b"chain-1\0" + data, digest_size=32).hexdigest()
+
+
+def byte_chain(node: Node) -> list[int] | None:
+    """`node` as a chain of one-byte blocks — a literal, a keyword of ASCII classes (SQL's
+    ``[Ss][Ee][Ll]...``) —, each block's byte set as a bitset, read without making the blocks
+    (a grammar's terminal defers them to its first row: `chains.DeferredChainSource`); None
+    where it is not such a chain (`chain_blocks` decides then). The blocks `chain_blocks`
+    would make are `byte_chain_blocks` of these sets."""
+    items = node.items if type(node) is Concat else (node,)  # type: ignore[union-attr]
+    masks: list[int] = []
+    for item in items:
+        kind = type(item)
+        if kind is String:
+            data = _utf8(item.text)  # type: ignore[union-attr]
+            if data is None:
+                return None
+            masks.extend([1 << b for b in data])
+        elif kind is CharClass:
+            ranges = item.ranges  # type: ignore[union-attr]
+            if not ranges or ranges[-1][1] > 0x7F:  # (sorted: the last range ends highest)
+                return None  # (empty, or a code point spelled in several bytes)
+            masks.append(_alphabet_of_ranges(ranges))
+        else:
+            return None
+    return masks or None
+
+
+def byte_chain_blocks(masks: Sequence[int]) -> list[Block]:
+    """The blocks of a `byte_chain` (those `chain_blocks` makes of its node)."""
+    return [_set_block(mask) for mask in masks]
+
+
+def byte_chain_fingerprint(masks: Sequence[int]) -> str:
+    """`chain_fingerprint` of `byte_chain_blocks(masks)`, without making the blocks."""
+    data = b"".join([_mask_digest(mask) for mask in masks])
     return hashlib.blake2b(b"chain-1\0" + data, digest_size=32).hexdigest()

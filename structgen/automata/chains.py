@@ -34,18 +34,30 @@ import numpy.typing as npt
 from structgen.automata import _native_subset
 from structgen.automata._blocks import (
     Block,
+    byte_chain,
+    byte_chain_blocks,
+    byte_chain_fingerprint,
     chain_blocks,
     chain_fingerprint,
 )
 from structgen.automata._native_subset import _NativeStates
 from structgen.automata.dfa import (
+    _DEFERRED_START,
     ByteDFA,
     _Source,
     classes_of_mask,
 )
 from structgen.automata.nfa import AutomataLimits, extension_function
 
-__all__ = ["Block", "LiteralSource", "chain_blocks", "chain_fingerprint", "literal_dfa"]
+__all__ = [
+    "Block",
+    "DeferredChainSource",
+    "LiteralSource",
+    "chain_blocks",
+    "chain_fingerprint",
+    "deferred_chain_dfa",
+    "literal_dfa",
+]
 
 #: rows past the spine built in C (`NativeChain`) where the extension is built; False: Python
 NATIVE_CHAINS = True
@@ -165,3 +177,54 @@ def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLi
         built=built,
         ids_from_source=True,
     )
+
+
+class DeferredChainSource(_Source):
+    """A chain of one-byte blocks (a keyword, a literal: `byte_chain`) before its blocks and
+    rows exist: what a grammar's lexer needs up front — the byte classes (each byte read its
+    own class, as the chain's), the alphabet, a non-empty language whose start does not
+    accept — comes from the blocks' byte sets, and the chain is laid out when the automaton
+    builds its first row (`ByteDFA._materialize` takes its source and arrays). A grammar's
+    lexer reads few of its keywords in the first masks (SQL's start reads ``SELECT``), most of
+    them later or never."""
+
+    deferred = True
+    finite = True
+
+    def __init__(self, masks: Sequence[int]) -> None:
+        self.masks = tuple(masks)
+        used = reduce(or_, self.masks)
+        self.classes_mask = used
+        self.byte_classes = classes_of_mask(used)
+        read = used.bit_count()
+        self.num_classes = read + (read < 256)
+
+    def alphabet(self) -> int:
+        return self.classes_mask  # type: ignore[return-value]
+
+    def start_key(self) -> Hashable:
+        return _DEFERRED_START
+
+    def start_is_live(self) -> bool:
+        return True
+
+    def is_accepting(self, key: Any) -> bool:
+        return False  # (every block reads a byte)
+
+    def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
+        raise AssertionError("a deferred source is replaced before its first row")
+
+    def lay_out(self, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
+        """The chain's automaton, laid out now (its source and arrays are taken over)."""
+        return literal_dfa(byte_chain_blocks(self.masks), fingerprint=fingerprint, limits=limits)
+
+
+def deferred_chain_dfa(node: Any, limits: AutomataLimits, max_states: int) -> ByteDFA | None:
+    """`node`'s chain automaton with its blocks and rows deferred to its first row
+    (`DeferredChainSource`) when it is a chain of one-byte blocks of fewer than `max_states`
+    states, else None."""
+    masks = byte_chain(node)
+    if masks is None or 1 + len(masks) >= max_states:
+        return None
+    source = DeferredChainSource(masks)
+    return ByteDFA.unbuilt(source, fingerprint=byte_chain_fingerprint(masks), limits=limits)

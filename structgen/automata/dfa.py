@@ -123,8 +123,11 @@ def classes_of_mask(used: int) -> npt.NDArray[np.uint8]:
     recent masks): a literal chain's classes."""
     hit = _CLASSES_BY_MASK.get(used)
     if hit is None:
-        bits = frozenset((b, b) for b in range(256) if used >> b & 1)
-        hit = _CLASSES_BY_MASK.put(used, _classes_of_ranges(bits))
+        if _JOINT_CLASSES_MASKED is not None:  # (made in C: no parts, only the mask)
+            hit = np.frombuffer(_JOINT_CLASSES_MASKED((), used), dtype=np.uint8)
+        else:
+            hit = _classes_of_ranges(frozenset((b, b) for b in range(256) if used >> b & 1))
+        hit = _CLASSES_BY_MASK.put(used, hit)
     return hit
 
 
@@ -583,6 +586,47 @@ class ByteDFA:
         dfa._finish_restore(built)
         return dfa
 
+    @classmethod
+    def unbuilt(cls, source: _Source, *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
+        """A DFA of a deferred source whose start is its only state, not built, and whose
+        arrays are one read-only table all such DFAs share until their first row (a chain's
+        source lays out its own: `chains.DeferredChainSource`). Its first row replaces them."""
+        dfa = cls.__new__(cls)
+        dfa._source = source
+        dfa.fingerprint = fingerprint
+        dfa.limits = limits
+        dfa.byte_classes = source.byte_classes
+        dfa.num_byte_classes = source.num_classes  # type: ignore[attr-defined]
+        dfa._retired = []
+        key = source.start_key()
+        dfa._keys = [key]
+        dfa._ids = {key: 0}
+        dfa.start = 0
+        dfa._empty = False
+        dfa._native = None
+        dfa._built = bytearray()
+        dfa._lock = threading.RLock()
+        unbuilt = _UNBUILT
+        dfa._table = dfa._table_ro = unbuilt._table
+        dfa._accepting = dfa._accepting_ro = unbuilt._accepting
+        dfa._untouched_from = unbuilt._untouched_from
+        dfa.table_address = unbuilt.table_address
+        dfa.accepting_address = unbuilt.accepting_address
+        dfa.capacity = unbuilt.capacity
+        dfa.native_context = dfa.native_builder = 0
+        dfa.part_fields = unbuilt.part_fields
+        return dfa
+
+    def _adopt_laid_out(self, made: ByteDFA) -> None:
+        """Take over the source and arrays of `made`, this deferred automaton's language laid
+        out (the same byte classes, its start state 0). The shared unbuilt arrays are not
+        retired: they live as long as the module."""
+        self._source = made._source
+        self._keys, self._ids, self._built = made._keys, made._ids, made._built
+        self._table, self._accepting = made._table, made._accepting
+        self._untouched_from = made._untouched_from
+        self._refresh_views()
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._finish_restore(state["_built"])
@@ -757,7 +801,10 @@ class ByteDFA:
         """Replace a deferred source by the real one (under the lock, before the first row:
         the start is then the only state, and takes the real source's key)."""
         deferred = self._source
-        assert isinstance(deferred, DeferredNFASource) and len(self._keys) == 1
+        assert len(self._keys) == 1
+        if not isinstance(deferred, DeferredNFASource):  # (a chain: `DeferredChainSource`)
+            self._adopt_laid_out(deferred.lay_out(self.fingerprint, self.limits))  # type: ignore[attr-defined]
+            return
         started = deferred.materialize_started(
             self.limits.max_dfa_states, self._table, self._accepting
         )
@@ -813,6 +860,8 @@ class ByteDFA:
         with self._lock:
             if self._source.deferred:
                 self._materialize()
+                if self._native is None and state < len(self._built) and self._built[state]:
+                    return  # (a chain's laid-out rows come with it)
             # (under the lock: while another thread hands the states to the C context, the
             # count it reports grows from 1 back to all of them)
             if state >= self.num_states:
@@ -907,6 +956,29 @@ class DeferredNFASource(_Source):
 
 
 _DEFERRED_START = "deferred-start"
+
+
+class _Unbuilt:
+    """The arrays every `ByteDFA.unbuilt` automaton shares until its first row: one table of
+    unbuilt rows and no accepting state, read-only (nothing writes a deferred automaton's
+    arrays: its first row replaces them)."""
+
+    def __init__(self) -> None:
+        self._table = np.full((16, 256), -2, dtype=np.int32)
+        self._table.setflags(write=False)
+        self._accepting = np.zeros(16, dtype=np.bool_)
+        self._accepting.setflags(write=False)
+        self._untouched_from = 16
+        self.table_address, self.accepting_address = _native_subset.addresses(
+            self._table, self._accepting
+        )
+        self.capacity = 16
+        self.part_fields = _native_subset.PART_FIELDS.pack(
+            self.table_address, self.accepting_address, self.capacity, 0, 0
+        )
+
+
+_UNBUILT = _Unbuilt()
 
 
 def _byte_rank(byte: int) -> int:

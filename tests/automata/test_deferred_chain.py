@@ -1,0 +1,198 @@
+"""Deferred chains (`DeferredChainSource`): a grammar terminal that is a chain of one-byte
+blocks — a keyword of ASCII classes, a literal — answers what a lexer needs up front from the
+blocks' byte sets, lays its chain out with its first row, and is then the automaton
+`chain_dfa` builds at once: the same fingerprint, byte classes, rows, language and masks."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import random
+import threading
+
+import numpy as np
+import pytest
+
+import structgen
+from structgen import Compiler, Matcher, Vocabulary, allocate_bitmask
+from structgen import automata as automata_module
+from structgen.automata import compile_ast, parse_regex
+from structgen.automata._blocks import (
+    byte_chain,
+    byte_chain_blocks,
+    byte_chain_fingerprint,
+    chain_blocks,
+    chain_fingerprint,
+)
+from structgen.automata.chains import DeferredChainSource, LiteralSource
+from structgen.grammar.lark_frontend import lark_to_ir, load_builtin
+from tests.conftest import load_tokenizer
+
+SQL = lark_to_ir(load_builtin("sql_select"))
+KEYWORDS = [t.pattern for t in SQL.terminals if byte_chain(t.pattern) is not None]
+BYTE_CHAINS = [
+    *KEYWORDS,
+    parse_regex("true"),
+    parse_regex("[Ss][Ee][Ll]"),
+    parse_regex("a[b-d]é[xX]"),  # (é: a literal of two bytes, two blocks)
+    parse_regex(r"\{"),
+    parse_regex("[\x00-\x7f]z"),
+]
+NOT_BYTE_CHAINS = [
+    parse_regex("[a-zé]x"),  # a class with a code point of two bytes: `chain_blocks` decides
+    parse_regex("[a-z]+"),
+    parse_regex("ab|cd"),
+    parse_regex("[0-9a-f]{8}"),
+    parse_regex(""),
+]
+
+
+def test_the_sql_grammar_has_keywords() -> None:
+    assert len(KEYWORDS) >= 30  # (SELECT, FROM, ... and the punctuation)
+
+
+@pytest.mark.parametrize("node", BYTE_CHAINS)
+def test_byte_chains_are_the_blocks_chain_blocks_makes(node: object) -> None:
+    masks = byte_chain(node)  # type: ignore[arg-type]
+    blocks = chain_blocks(node)  # type: ignore[arg-type]
+    assert masks is not None and blocks is not None
+    made = byte_chain_blocks(masks)
+    assert [b.digest for b in made] == [b.digest for b in blocks]
+    assert [b.used for b in made] == [b.used for b in blocks] == masks
+    assert byte_chain_fingerprint(masks) == chain_fingerprint(blocks)
+
+
+@pytest.mark.parametrize("node", NOT_BYTE_CHAINS)
+def test_other_nodes_are_not_byte_chains(node: object) -> None:
+    assert byte_chain(node) is None  # type: ignore[arg-type]
+    dfa = compile_ast(node, defer=True)  # type: ignore[arg-type]
+    assert not isinstance(dfa._source, DeferredChainSource)
+
+
+def _samples(node: object) -> list[bytes]:
+    eager = compile_ast(node)  # type: ignore[arg-type]
+    alphabet = bytes(b for b in range(256) if eager.alphabet >> b & 1)[:5] + b"_"
+    rng = random.Random(0)
+    out = [b""]
+    for n in (1, 2, 3):
+        out += [bytes(p) for p in itertools.product(alphabet, repeat=n)]
+    for _ in range(200):  # prefixes of accepted texts, with a byte changed now and then
+        text = bytearray()
+        state = eager.start
+        while not eager.is_accepting(state) or rng.random() < 0.2:
+            row = eager.row(state)
+            live = [b for b in range(256) if row[b] >= 0]
+            if not live:
+                break
+            byte = rng.choice(live)
+            text.append(byte)
+            state = int(row[byte])
+        if text and rng.random() < 0.3:
+            text[rng.randrange(len(text))] = rng.randrange(256)
+        out.append(
+            bytes(text[: rng.randrange(len(text) + 1)]) if rng.random() < 0.3 else bytes(text)
+        )
+    return out
+
+
+@pytest.mark.parametrize("node", BYTE_CHAINS)
+def test_a_deferred_chain_is_the_eager_one(node: object) -> None:
+    structgen.clear_caches()
+    deferred = compile_ast(node, defer=True)  # type: ignore[arg-type]
+    eager = compile_ast(node)  # type: ignore[arg-type]
+    assert deferred.is_deferred and isinstance(deferred._source, DeferredChainSource)
+    assert isinstance(eager._source, LiteralSource)
+    # what a lexer reads before the first row: the same
+    assert deferred.fingerprint == eager.fingerprint
+    assert np.array_equal(deferred.byte_classes, eager.byte_classes)
+    assert deferred.num_byte_classes == eager.num_byte_classes
+    assert deferred.alphabet == eager.alphabet
+    assert deferred._source.classes_mask == eager._source.classes_mask
+    assert deferred._source.finite and not deferred.is_accepting(deferred.start)
+    assert not deferred.is_empty and deferred.is_live(deferred.start)
+    clone = pickle.loads(pickle.dumps(deferred))  # (before its first row)
+    samples = _samples(node)
+    assert any(eager.accepts(s) for s in samples)
+    for data in samples:
+        assert deferred.accepts(data) == eager.accepts(data), data
+    assert not deferred.is_deferred and isinstance(deferred._source, LiteralSource)
+    n = eager.num_states
+    assert deferred.num_states == n
+    assert np.array_equal(deferred.table[:n], eager.table[:n])
+    assert np.array_equal(deferred.accepting[:n], eager.accepting[:n])
+    for data in samples:
+        assert clone.accepts(data) == eager.accepts(data), data
+
+
+def test_threads_lay_out_a_deferred_chain_once() -> None:
+    structgen.clear_caches()
+    dfa = compile_ast(KEYWORDS[2], defer=True)
+    assert dfa.is_deferred
+    rows: list[np.ndarray] = []
+    sources: list[object] = []
+    barrier = threading.Barrier(4)
+
+    def read() -> None:
+        barrier.wait()
+        rows.append(np.array(dfa.row(dfa.start)))
+        sources.append(dfa._source)
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(r, rows[0]) for r in rows)
+    assert all(s is sources[0] for s in sources)
+    assert np.array_equal(rows[0], compile_ast(KEYWORDS[2]).row(0))
+
+
+def test_sql_masks_are_the_same_with_and_without_deferred_chains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SQL grammar's masks along random token paths (a keyword read first at a later step
+    lays its chain out inside that step's walk), with the chains deferred and built at once
+    (fresh automata each way)."""
+    tokenizer = load_tokenizer("gpt2")
+    vocab = Vocabulary.from_hf(tokenizer)
+    grammar = load_builtin("sql_select")
+    starts = ["SELECT a, b FROM t WHERE x = 1", "select distinct * from t order by a desc"]
+
+    def masks(defer: bool, paths: list[list[int]] | None) -> tuple[list[list[int]], list[bytes]]:
+        monkeypatch.setattr(automata_module, "DEFER_CHAINS", defer)
+        structgen.clear_caches()
+        compiled = Compiler(vocab).grammar(grammar)
+        rng = random.Random(7)
+        bitmask = allocate_bitmask(1, vocab.size, backend="numpy")
+        out: list[bytes] = []
+        made: list[list[int]] = []
+        for p, text in enumerate(starts * 2):
+            matcher = Matcher(compiled)
+            tokens = tokenizer.encode(text)[: 3 + p] if paths is None else paths[p]
+            path: list[int] = []
+            for step in range(len(tokens) + 8 if paths is None else len(paths[p])):
+                matcher.fill_bitmask(bitmask, 0)
+                out.append(bytes(bitmask.tobytes()))
+                if paths is not None:
+                    token = paths[p][step]
+                elif step < len(tokens):
+                    token = tokens[step]
+                else:
+                    bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")
+                    allowed = [t for t in np.flatnonzero(bits[: vocab.size]).tolist()
+                               if t not in vocab.eos_token_ids]  # fmt: skip
+                    if not allowed:
+                        break
+                    token = rng.choice(allowed)
+                assert matcher.accept_token(token)
+                path.append(token)
+            matcher.fill_bitmask(bitmask, 0)
+            out.append(bytes(bitmask.tobytes()))
+            made.append(path)
+        return made, out
+
+    paths, deferred = masks(True, None)
+    assert sum(len(p) for p in paths) > 40
+    _, eager = masks(False, paths)
+    structgen.clear_caches()
+    assert deferred == eager
