@@ -146,6 +146,26 @@ _CHAIN_ARRAYS = extension_function("chain_arrays")
 
 def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
     """The DFA of a chain of blocks (non-empty), spine rows built (`LiteralSource`)."""
+    source, table, accepting, built = lay_out_chain(blocks)
+    return ByteDFA.from_arrays(
+        source,
+        fingerprint=fingerprint,
+        limits=limits,
+        byte_classes=source.byte_classes,
+        num_classes=source.num_classes,
+        table=table,
+        accepting=accepting,
+        states=source.num_laid_out,
+        built=built,
+        ids_from_source=True,
+    )
+
+
+def lay_out_chain(
+    blocks: Sequence[Block],
+) -> tuple[LiteralSource, npt.NDArray[np.int32], npt.NDArray[np.bool_], bytes | bytearray]:
+    """A chain's source and arrays (`literal_dfa`): its table with the spine rows built, the
+    accepting flags and the built ones, one per laid-out state."""
     if _CHAIN_ARRAYS is not None:  # (one C call lays it all out)
         table_data, accepting_data, built, spine, used, classes, count = _CHAIN_ARRAYS(blocks)
         byte_classes = np.frombuffer(classes, dtype=np.uint8)
@@ -165,18 +185,7 @@ def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLi
             built[sid] = 1
         accepting = np.zeros(table.shape[0], dtype=np.bool_)
         accepting[source.final] = True
-    return ByteDFA.from_arrays(
-        source,
-        fingerprint=fingerprint,
-        limits=limits,
-        byte_classes=source.byte_classes,
-        num_classes=source.num_classes,
-        table=table,
-        accepting=accepting,
-        states=source.num_laid_out,
-        built=built,
-        ids_from_source=True,
-    )
+    return source, table, accepting, built
 
 
 class DeferredChainSource(_Source):
@@ -214,9 +223,12 @@ class DeferredChainSource(_Source):
     def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
         raise AssertionError("a deferred source is replaced before its first row")
 
-    def lay_out(self, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
-        """The chain's automaton, laid out now (its source and arrays are taken over)."""
-        return literal_dfa(byte_chain_blocks(self.masks), fingerprint=fingerprint, limits=limits)
+    def lay_out(
+        self,
+    ) -> tuple[LiteralSource, npt.NDArray[np.int32], npt.NDArray[np.bool_], bytes | bytearray]:
+        """The chain laid out now (`lay_out_chain`): the automaton takes its source and
+        arrays over."""
+        return lay_out_chain(byte_chain_blocks(self.masks))
 
 
 def deferred_chain_dfa(node: Any, limits: AutomataLimits, max_states: int) -> ByteDFA | None:

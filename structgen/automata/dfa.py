@@ -617,14 +617,23 @@ class ByteDFA:
         dfa.part_fields = unbuilt.part_fields
         return dfa
 
-    def _adopt_laid_out(self, made: ByteDFA) -> None:
-        """Take over the source and arrays of `made`, this deferred automaton's language laid
-        out (the same byte classes, its start state 0). The shared unbuilt arrays are not
-        retired: they live as long as the module."""
-        self._source = made._source
-        self._keys, self._ids, self._built = made._keys, made._ids, made._built
-        self._table, self._accepting = made._table, made._accepting
-        self._untouched_from = made._untouched_from
+    def _adopt_laid_out(
+        self,
+        source: _Source,
+        table: IntArray,
+        accepting: npt.NDArray[np.bool_],
+        built: bytes | bytearray,
+    ) -> None:
+        """Take over `source` and its arrays, this deferred automaton's language laid out (the
+        same byte classes, its start state 0; each laid-out state its own key, handed out by
+        the source, as `from_arrays(..., ids_from_source=True)`). The shared unbuilt arrays
+        are not retired: they live as long as the module."""
+        self._source = source
+        self._keys = list(range(len(built)))
+        self._ids = {}
+        self._built = bytearray(built)
+        self._table, self._accepting = table, accepting
+        self._untouched_from = table.shape[0]
         self._refresh_views()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -803,7 +812,7 @@ class ByteDFA:
         deferred = self._source
         assert len(self._keys) == 1
         if not isinstance(deferred, DeferredNFASource):  # (a chain: `DeferredChainSource`)
-            self._adopt_laid_out(deferred.lay_out(self.fingerprint, self.limits))  # type: ignore[attr-defined]
+            self._adopt_laid_out(*deferred.lay_out())  # type: ignore[attr-defined]
             return
         started = deferred.materialize_started(
             self.limits.max_dfa_states, self._table, self._accepting
