@@ -189,19 +189,23 @@ def lay_out_chain(
 
 
 class DeferredChainSource(_Source):
-    """A chain of one-byte blocks (a keyword, a literal: `byte_chain`) before its blocks and
-    rows exist: what a grammar's lexer needs up front — the byte classes (each byte read its
-    own class, as the chain's), the alphabet, a non-empty language whose start does not
-    accept — comes from the blocks' byte sets, and the chain is laid out when the automaton
-    builds its first row (`ByteDFA._materialize` takes its source and arrays). A grammar's
-    lexer reads few of its keywords in the first masks (SQL's start reads ``SELECT``), most of
-    them later or never."""
+    """A chain before its rows exist: what a grammar's lexer needs up front — the byte
+    classes (each byte read its own class, as the chain's), the alphabet, a non-empty language
+    whose start does not accept — comes from the blocks' byte sets, and the chain is laid out
+    when the automaton builds its first row (`ByteDFA._materialize` takes its source and
+    arrays). A chain of one-byte blocks (a keyword, a literal key: `byte_chain`) has not even
+    its blocks made until then. A grammar's lexer reads few of its keywords in the first masks
+    (SQL's start reads ``SELECT``), and a schema's first masks few of its keys (those of the
+    outer object), most of them later or never."""
 
     deferred = True
     finite = True
 
-    def __init__(self, masks: Sequence[int]) -> None:
+    def __init__(self, masks: Sequence[int], blocks: Sequence[Block] | None = None) -> None:
+        """`masks`: each block's bytes read (`Block.used`); `blocks`: the blocks, where made
+        already (else each is the block of one byte from its mask: `byte_chain_blocks`)."""
         self.masks = tuple(masks)
+        self.blocks = None if blocks is None else tuple(blocks)
         used = reduce(or_, self.masks)
         self.classes_mask = used
         self.byte_classes = classes_of_mask(used)
@@ -218,7 +222,7 @@ class DeferredChainSource(_Source):
         return True
 
     def is_accepting(self, key: Any) -> bool:
-        return False  # (every block reads a byte)
+        return False  # (every spelling of every block reads a byte)
 
     def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
         raise AssertionError("a deferred source is replaced before its first row")
@@ -228,15 +232,24 @@ class DeferredChainSource(_Source):
     ) -> tuple[LiteralSource, npt.NDArray[np.int32], npt.NDArray[np.bool_], bytes | bytearray]:
         """The chain laid out now (`lay_out_chain`): the automaton takes its source and
         arrays over."""
-        return lay_out_chain(byte_chain_blocks(self.masks))
+        blocks = self.blocks
+        return lay_out_chain(byte_chain_blocks(self.masks) if blocks is None else blocks)
 
 
 def deferred_chain_dfa(node: Any, limits: AutomataLimits, max_states: int) -> ByteDFA | None:
-    """`node`'s chain automaton with its blocks and rows deferred to its first row
-    (`DeferredChainSource`) when it is a chain of one-byte blocks of fewer than `max_states`
-    states, else None."""
+    """`node`'s chain automaton with its rows deferred to its first row (`DeferredChainSource`)
+    when it is a chain of fewer than `max_states` states, else None. A chain of one-byte blocks
+    is read without making them."""
     masks = byte_chain(node)
-    if masks is None or 1 + len(masks) >= max_states:
-        return None
-    source = DeferredChainSource(masks)
-    return ByteDFA.unbuilt(source, fingerprint=byte_chain_fingerprint(masks), limits=limits)
+    if masks is not None:
+        if 1 + len(masks) >= max_states:
+            return None
+        source = DeferredChainSource(masks)
+        fingerprint = byte_chain_fingerprint(masks)
+    else:
+        blocks = chain_blocks(node)
+        if blocks is None or 1 + sum([block.size for block in blocks]) >= max_states:
+            return None
+        source = DeferredChainSource([block.used for block in blocks], blocks)
+        fingerprint = chain_fingerprint(blocks)
+    return ByteDFA.unbuilt(source, fingerprint=fingerprint, limits=limits)

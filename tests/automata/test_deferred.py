@@ -60,7 +60,8 @@ def test_a_deferred_automaton_is_the_eager_one(node: object) -> None:
     deferred = compile_ast(node, defer=True)  # type: ignore[arg-type]
     eager = compile_ast(node)  # type: ignore[arg-type]
     if chain_blocks(node) is not None:  # type: ignore[arg-type]
-        assert not deferred.is_deferred  # (a key, a literal: built whole, test_literal.py)
+        # (a key, a literal: laid out with its first row, test_deferred_chain.py)
+        assert deferred.is_deferred and type(deferred._source).__name__ == "DeferredChainSource"
         return
     if nfa.node_program(node).nfa_size + 1 <= nfa.NATIVE_ABOVE:  # type: ignore[arg-type]
         assert not deferred.is_deferred  # (small NFAs are built in Python, at once)
@@ -203,8 +204,8 @@ def test_the_nfa_and_start_made_in_one_call_are_those_made_step_by_step(
     if nfa._NFA_STARTED is None:
         pytest.skip("the extension has no nfa_started")
     one = compile_ast(node, defer=True)  # type: ignore[arg-type]
-    if not one.is_deferred:
-        return  # (a chain, a small NFA: built at once)
+    if not one.is_deferred or chain_blocks(node) is not None:  # type: ignore[arg-type]
+        return  # (a small NFA: built at once; a chain: no NFA)
     one.row(one.start)
     with monkeypatch.context() as patched:
         patched.setattr(nfa, "_NFA_STARTED", None)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import structgen
-from structgen import Compiler, Matcher, Vocabulary, allocate_bitmask
+from structgen import Compiler, Matcher, SchemaOptions, Vocabulary, allocate_bitmask
 from structgen import automata as automata_module
-from structgen.automata import compile_ast, parse_regex
+from structgen.automata import Difference, compile_ast, parse_regex
 from structgen.automata._blocks import (
     byte_chain,
     byte_chain_blocks,
@@ -26,6 +26,7 @@ from structgen.automata._blocks import (
 )
 from structgen.automata.chains import DeferredChainSource, LiteralSource
 from structgen.grammar.lark_frontend import lark_to_ir, load_builtin
+from structgen.schema import compile_schema
 from tests.conftest import load_tokenizer
 
 SQL = lark_to_ir(load_builtin("sql_select"))
@@ -38,6 +39,22 @@ BYTE_CHAINS = [
     parse_regex(r"\{"),
     parse_regex("[\x00-\x7f]z"),
 ]
+
+
+def _key_chains() -> list[object]:
+    """An accept-mode schema's chains that are not of one-byte blocks: its keys in every
+    spelling (a character raw or as a `\\uXXXX` escape)."""
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "größe": {"enum": ["klein", "groß", None]}},
+    }
+    grammar = compile_schema(schema, options=SchemaOptions(mode="accept"))
+    plain = [t.pattern for t in grammar.terminals if not t.intersect]
+    nodes = [p for p in plain if not isinstance(p, Difference)]
+    return [p for p in nodes if chain_blocks(p) is not None and byte_chain(p) is None]
+
+
+KEY_CHAINS = _key_chains()
 NOT_BYTE_CHAINS = [
     parse_regex("[a-zé]x"),  # a class with a code point of two bytes: `chain_blocks` decides
     parse_regex("[a-z]+"),
@@ -47,8 +64,9 @@ NOT_BYTE_CHAINS = [
 ]
 
 
-def test_the_sql_grammar_has_keywords() -> None:
+def test_the_sql_grammar_has_keywords_and_the_schema_keys() -> None:
     assert len(KEYWORDS) >= 30  # (SELECT, FROM, ... and the punctuation)
+    assert len(KEY_CHAINS) >= 2  # ("name", "größe")
 
 
 @pytest.mark.parametrize("node", BYTE_CHAINS)
@@ -66,7 +84,10 @@ def test_byte_chains_are_the_blocks_chain_blocks_makes(node: object) -> None:
 def test_other_nodes_are_not_byte_chains(node: object) -> None:
     assert byte_chain(node) is None  # type: ignore[arg-type]
     dfa = compile_ast(node, defer=True)  # type: ignore[arg-type]
-    assert not isinstance(dfa._source, DeferredChainSource)
+    if chain_blocks(node) is None:  # type: ignore[arg-type]
+        assert not isinstance(dfa._source, DeferredChainSource)
+    else:  # (a chain all the same, deferred with the blocks made)
+        assert isinstance(dfa._source, DeferredChainSource) and dfa._source.blocks
 
 
 def _samples(node: object) -> list[bytes]:
@@ -95,7 +116,7 @@ def _samples(node: object) -> list[bytes]:
     return out
 
 
-@pytest.mark.parametrize("node", BYTE_CHAINS)
+@pytest.mark.parametrize("node", BYTE_CHAINS + KEY_CHAINS)
 def test_a_deferred_chain_is_the_eager_one(node: object) -> None:
     structgen.clear_caches()
     deferred = compile_ast(node, defer=True)  # type: ignore[arg-type]
@@ -116,6 +137,8 @@ def test_a_deferred_chain_is_the_eager_one(node: object) -> None:
     for data in samples:
         assert deferred.accepts(data) == eager.accepts(data), data
     assert not deferred.is_deferred and isinstance(deferred._source, LiteralSource)
+    eager.build_all()
+    deferred.build_all()  # (a key's states inside its escapes too)
     n = eager.num_states
     assert deferred.num_states == n
     assert np.array_equal(deferred.table[:n], eager.table[:n])
