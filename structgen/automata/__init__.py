@@ -186,7 +186,9 @@ def compile_ast(
     if defer and program is not None:
         deferred = _deferred_source(node, program, size + 1, limits, where)
         if deferred is not None:
-            return ByteDFA(deferred, fingerprint=fingerprint, limits=limits)
+            if deferred.is_accepting(deferred.start_key()):  # (its start accepts: own flags)
+                return ByteDFA(deferred, fingerprint=fingerprint, limits=limits)
+            return ByteDFA.unbuilt(deferred, fingerprint=fingerprint, limits=limits)
     nfa = build_nfa(node, max_states=limits.max_nfa_states, pattern=where)
     return ByteDFA(NFASource(nfa), fingerprint=fingerprint, limits=limits)
 

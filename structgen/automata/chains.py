@@ -16,7 +16,9 @@ call for the whole chain, a few numpy operations without the extension); the oth
 built on first visit, as the walks of a vocabulary seldom leave the spine (an escape is read
 only by the tokens that spell one): in C (`NativeChain`, from each block's `c_data`), so that a
 grammar's lexer, a union of many keys, builds them without a call into Python; in Python
-(`LiteralSource.expand`) without the extension. See docs/design/chains.md.
+(`LiteralSource.expand`) without the extension. A grammar's terminal lays its chain out with
+its first row (`DeferredChainSource`): a lexer reads few of its keywords and keys early, many
+never. See docs/design/chains.md.
 """
 
 from __future__ import annotations

@@ -321,6 +321,8 @@ class ByteDFA:
         """An estimate of the memory this automaton holds: its tables, one state set per
         state (``STATE_BYTES`` each, Python or C), and its source (an NFA, a product's
         components). Cache budgets count it (see ``structgen.cache_usage``)."""
+        if self._table is _UNBUILT._table:  # (`unbuilt`: the shared arrays are nobody's own)
+            return STATE_BYTES + self._source.memory_bytes()
         arrays = self._table.nbytes + self._accepting.nbytes
         arrays += sum(a.nbytes for a in self._retired)  # (full when they were retired)
         native = self._native
@@ -595,10 +597,12 @@ class ByteDFA:
         dfa._source = source
         dfa.fingerprint = fingerprint
         dfa.limits = limits
-        dfa.byte_classes = source.byte_classes
-        dfa.num_byte_classes = source.num_classes  # type: ignore[attr-defined]
+        dfa.byte_classes = classes = source.byte_classes
+        count: int | None = getattr(source, "num_classes", None)
+        dfa.num_byte_classes = int(classes.max()) + 1 if count is None else count
         dfa._retired = []
         key = source.start_key()
+        assert not source.is_accepting(key)  # (the shared flags accept nothing)
         dfa._keys = [key]
         dfa._ids = {key: 0}
         dfa.start = 0
@@ -814,6 +818,10 @@ class ByteDFA:
         if not isinstance(deferred, DeferredNFASource):  # (a chain: `DeferredChainSource`)
             self._adopt_laid_out(*deferred.lay_out())  # type: ignore[attr-defined]
             return
+        if self._table is _UNBUILT._table:  # (`unbuilt`: arrays of its own to build into)
+            self._table = np.full((16, 256), -2, dtype=np.int32)
+            self._accepting = np.zeros(16, dtype=np.bool_)
+            self._refresh_views()
         started = deferred.materialize_started(
             self.limits.max_dfa_states, self._table, self._accepting
         )
