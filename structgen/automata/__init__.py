@@ -196,8 +196,8 @@ def compile_ast(
 #: a chain of literals, classes and small choices (a JSON key's spellings) is built directly
 #: (`chains.literal_dfa`), not through a regex program and NFA
 LITERAL_DFAS = True
-#: a deferred terminal (`compile_ast(..., defer=True)`) that is a chain of one-byte blocks (a
-#: keyword, a literal) is laid out with its first row (`chains.DeferredChainSource`)
+#: a deferred terminal (`compile_ast(..., defer=True)`) that is a chain (a keyword, a literal,
+#: a key in its spellings) is laid out with its first row (`chains.DeferredChainSource`)
 DEFER_CHAINS = True
 
 
