@@ -17,9 +17,9 @@ from functools import partial
 import numpy as np
 
 from structgen.automata.chains import (
-    Block,
     chain_blocks,
     chain_fingerprint,
+    chain_states,
     deferred_chain_dfa,
     literal_dfa,
 )
@@ -186,8 +186,6 @@ def compile_ast(
     if defer and program is not None:
         deferred = _deferred_source(node, program, size + 1, limits, where)
         if deferred is not None:
-            if deferred.is_accepting(deferred.start_key()):  # (its start accepts: own flags)
-                return ByteDFA(deferred, fingerprint=fingerprint, limits=limits)
             return ByteDFA.unbuilt(deferred, fingerprint=fingerprint, limits=limits)
     nfa = build_nfa(node, max_states=limits.max_nfa_states, pattern=where)
     return ByteDFA(NFASource(nfa), fingerprint=fingerprint, limits=limits)
@@ -211,15 +209,11 @@ def chain_dfa(
         return None
     limits = limits or _DEFAULT_LIMITS
     blocks = chain_blocks(node)
-    if blocks is None or _chain_states(blocks) >= _chain_limit(limits):
+    if blocks is None or chain_states(blocks) >= _chain_limit(limits):
         return None
     if fingerprint is None:
         fingerprint = chain_fingerprint(blocks)
     return literal_dfa(blocks, fingerprint=fingerprint, limits=limits)
-
-
-def _chain_states(blocks: Sequence[Block]) -> int:
-    return 1 + sum([block.size for block in blocks])
 
 
 def _chain_limit(limits: AutomataLimits) -> int:

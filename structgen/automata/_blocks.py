@@ -375,8 +375,12 @@ def chain_blocks(node: Node) -> list[Block] | None:
 def chain_fingerprint(blocks: Sequence[Block]) -> str:
     """A stable digest of the chain's language (its blocks' moves, in order): a chain's
     automaton is fingerprinted without walking its AST."""
-    data = b"".join([block.digest for block in blocks])
-    return hashlib.blake2b(b"chain-1\0" + data, digest_size=32).hexdigest()
+    return _chain_digest([block.digest for block in blocks])
+
+
+def _chain_digest(block_digests: list[bytes]) -> str:
+    """A chain's fingerprint from its blocks' digests, in order."""
+    return hashlib.blake2b(b"chain-1\0" + b"".join(block_digests), digest_size=32).hexdigest()
 
 
 def byte_chain(node: Node) -> list[int] | None:
@@ -411,5 +415,4 @@ def byte_chain_blocks(masks: Sequence[int]) -> list[Block]:
 
 def byte_chain_fingerprint(masks: Sequence[int]) -> str:
     """`chain_fingerprint` of `byte_chain_blocks(masks)`, without making the blocks."""
-    data = b"".join([_mask_digest(mask) for mask in masks])
-    return hashlib.blake2b(b"chain-1\0" + data, digest_size=32).hexdigest()
+    return _chain_digest([_mask_digest(mask) for mask in masks])

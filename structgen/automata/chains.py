@@ -57,6 +57,7 @@ __all__ = [
     "LiteralSource",
     "chain_blocks",
     "chain_fingerprint",
+    "chain_states",
     "deferred_chain_dfa",
     "literal_dfa",
 ]
@@ -144,6 +145,11 @@ class LiteralSource(_Source):
 
 
 _CHAIN_ARRAYS = extension_function("chain_arrays")
+
+
+def chain_states(blocks: Sequence[Block]) -> int:
+    """The states of a chain of `blocks` (each block's local states, and the final one)."""
+    return 1 + sum([block.size for block in blocks])
 
 
 def literal_dfa(blocks: Sequence[Block], *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
@@ -250,7 +256,7 @@ def deferred_chain_dfa(node: Any, limits: AutomataLimits, max_states: int) -> By
         fingerprint = byte_chain_fingerprint(masks)
     else:
         blocks = chain_blocks(node)
-        if blocks is None or 1 + sum([block.size for block in blocks]) >= max_states:
+        if blocks is None or chain_states(blocks) >= max_states:
             return None
         source = DeferredChainSource([block.used for block in blocks], blocks)
         fingerprint = chain_fingerprint(blocks)

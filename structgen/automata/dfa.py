@@ -592,7 +592,12 @@ class ByteDFA:
     def unbuilt(cls, source: _Source, *, fingerprint: str, limits: AutomataLimits) -> ByteDFA:
         """A DFA of a deferred source whose start is its only state, not built, and whose
         arrays are one read-only table all such DFAs share until their first row (a chain's
-        source lays out its own: `chains.DeferredChainSource`). Its first row replaces them."""
+        source lays out its own: `chains.DeferredChainSource`). Its first row replaces them.
+        A source whose start accepts gets arrays of its own at once (the shared flags accept
+        nothing)."""
+        key = source.start_key()
+        if source.is_accepting(key):
+            return cls(source, fingerprint=fingerprint, limits=limits)
         dfa = cls.__new__(cls)
         dfa._source = source
         dfa.fingerprint = fingerprint
@@ -601,8 +606,6 @@ class ByteDFA:
         count: int | None = getattr(source, "num_classes", None)
         dfa.num_byte_classes = int(classes.max()) + 1 if count is None else count
         dfa._retired = []
-        key = source.start_key()
-        assert not source.is_accepting(key)  # (the shared flags accept nothing)
         dfa._keys = [key]
         dfa._ids = {key: 0}
         dfa.start = 0

@@ -106,20 +106,28 @@ def test_threads_build_a_deferred_automaton_once() -> None:
     node = parse_regex(PATTERNS[0])
     dfa = compile_ast(node, defer=True)
     assert dfa.is_deferred
-    rows: list[np.ndarray] = []
-    barrier = threading.Barrier(4)
+    rows = [row for row, _ in start_rows_read_by_threads(dfa)]
+    assert all(np.array_equal(r, rows[0]) for r in rows)
+    assert np.array_equal(rows[0], compile_ast(node).row(0))
+
+
+def start_rows_read_by_threads(dfa: object, n: int = 4) -> list[tuple[np.ndarray, object]]:
+    """`n` threads released at once each read `dfa`'s start row: (the row, the source the
+    automaton had just after) per thread."""
+    out: list[tuple[np.ndarray, object]] = []
+    barrier = threading.Barrier(n)
 
     def read() -> None:
         barrier.wait()
-        rows.append(np.array(dfa.row(dfa.start)))
+        row = np.array(dfa.row(dfa.start))  # type: ignore[attr-defined]
+        out.append((row, dfa._source))  # type: ignore[attr-defined]
 
-    threads = [threading.Thread(target=read) for _ in range(4)]
+    threads = [threading.Thread(target=read) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert all(np.array_equal(r, rows[0]) for r in rows)
-    assert np.array_equal(rows[0], compile_ast(node).row(0))
+    return out
 
 
 def test_grammar_masks_are_the_same_with_and_without_deferral(

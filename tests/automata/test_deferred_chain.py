@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import pickle
 import random
-import threading
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from structgen.automata._blocks import (
 from structgen.automata.chains import DeferredChainSource, LiteralSource
 from structgen.grammar.lark_frontend import lark_to_ir, load_builtin
 from structgen.schema import compile_schema
+from tests.automata.test_deferred import start_rows_read_by_threads
 from tests.conftest import load_tokenizer
 
 SQL = lark_to_ir(load_builtin("sql_select"))
@@ -151,20 +151,9 @@ def test_threads_lay_out_a_deferred_chain_once() -> None:
     structgen.clear_caches()
     dfa = compile_ast(KEYWORDS[2], defer=True)
     assert dfa.is_deferred
-    rows: list[np.ndarray] = []
-    sources: list[object] = []
-    barrier = threading.Barrier(4)
-
-    def read() -> None:
-        barrier.wait()
-        rows.append(np.array(dfa.row(dfa.start)))
-        sources.append(dfa._source)
-
-    threads = [threading.Thread(target=read) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    read = start_rows_read_by_threads(dfa)
+    rows = [row for row, _ in read]
+    sources = [source for _, source in read]
     assert all(np.array_equal(r, rows[0]) for r in rows)
     assert all(s is sources[0] for s in sources)
     assert np.array_equal(rows[0], compile_ast(KEYWORDS[2]).row(0))
