@@ -2862,6 +2862,85 @@ done:
     return out;
 }
 
+/* byte_chain_arrays(masks): `chain_arrays` of a chain of one-byte blocks read from their byte
+ * sets (`byte_chain` in _blocks.py: each an int below 2**256), without the blocks made: block i
+ * is state i, which reads a byte of masks[i] to state i + 1, the last state accepts. Returns
+ * (table, accepting, built) — one row per state, all built; the spine is 0..len(masks) and the
+ * classes are those of the masks' union, which the caller has. A deferred keyword's or key's
+ * first row, where making its blocks (a numpy array and a row each) cost most of laying it out. */
+static PyObject *byte_chain_arrays(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "byte_chain_arrays takes a sequence of byte sets");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "byte_chain_arrays takes a sequence of byte sets");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = NULL, *table_obj = NULL, *acc_obj = NULL, *built_obj = NULL;
+    if (m < 1 || m > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "byte_chain_arrays: a chain has 1 to 2**20 blocks");
+        goto done;
+    }
+    Py_ssize_t n = m + 1;
+    table_obj = PyByteArray_FromStringAndSize(NULL, n * 256 * (Py_ssize_t)sizeof(int32_t));
+    acc_obj = PyByteArray_FromStringAndSize(NULL, n);
+    built_obj = PyByteArray_FromStringAndSize(NULL, n);
+    if (table_obj == NULL || acc_obj == NULL || built_obj == NULL)
+        goto done;
+    int32_t *table = (int32_t *)PyByteArray_AS_STRING(table_obj);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *v = items[i];
+        if (!PyLong_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "byte_chain_arrays: a byte set is an int");
+            goto done;
+        }
+        uint8_t bits[32];
+        int overflow = 0;
+        long long small = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (small == -1 && PyErr_Occurred())
+            goto done;
+        if (overflow == 0 && small >= 0) { /* (ASCII sets: below 2**63, no bytes object) */
+            memset(bits, 0, sizeof bits);
+            for (int k = 0; k < 8; k++)
+                bits[k] = (uint8_t)((unsigned long long)small >> (8 * k));
+        } else { /* (int.to_bytes: OverflowError past 256 bits or below 0) */
+            PyObject *data = PyObject_CallMethod(v, "to_bytes", "is", 32, "little");
+            if (data == NULL)
+                goto done;
+            memcpy(bits, PyBytes_AS_STRING(data), 32);
+            Py_DECREF(data);
+        }
+        int32_t *row = table + (size_t)i * 256, next = (int32_t)i + 1, any = 0;
+        for (int b = 0; b < 256; b++) {
+            int on = (bits[b >> 3] >> (b & 7)) & 1;
+            row[b] = on ? next : -1;
+            any |= on;
+        }
+        if (!any) {
+            PyErr_SetString(PyExc_ValueError, "byte_chain_arrays: a byte set is empty");
+            goto done;
+        }
+    }
+    int32_t *last = table + (size_t)m * 256;
+    for (int b = 0; b < 256; b++)
+        last[b] = -1;
+    uint8_t *acc = (uint8_t *)PyByteArray_AS_STRING(acc_obj);
+    memset(acc, 0, (size_t)n);
+    acc[m] = 1;
+    memset(PyByteArray_AS_STRING(built_obj), 1, (size_t)n);
+    out = PyTuple_Pack(3, table_obj, acc_obj, built_obj);
+done:
+    Py_XDECREF(table_obj);
+    Py_XDECREF(acc_obj);
+    Py_XDECREF(built_obj);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* chain_context(blocks, max_states): a new `sg_chain` (its address; free with sg_chain_free)
  * over the blocks' `c_data` arrays (int32, C-contiguous; the caller keeps them alive). One call
  * where ctypes took a list of addresses and the spine as arrays. */
@@ -3379,6 +3458,8 @@ static PyMethodDef methods[] = {
      "check_snapshots(rows, byte_classes, states, classes): None, or why they are bad"},
     {"chain_context", (PyCFunction)(void (*)(void))chain_context, METH_FASTCALL,
      "chain_context(blocks, max_states): a new C chain context's address (sg_chain_free)"},
+    {"byte_chain_arrays", (PyCFunction)(void (*)(void))byte_chain_arrays, METH_FASTCALL,
+     "byte_chain_arrays(masks): a chain of one-byte blocks' table, accepting, built"},
     {"chain_arrays", (PyCFunction)(void (*)(void))chain_arrays, METH_FASTCALL,
      "chain_arrays(blocks): a chain's table, accepting, built, spine, used, classes, count"},
     {"union_context", (PyCFunction)(void (*)(void))union_context, METH_FASTCALL,

@@ -79,12 +79,17 @@ class LiteralSource(_Source):
 
     def __init__(
         self,
-        blocks: Sequence[Block],
+        blocks: Sequence[Block] | None,
         laid_out: tuple[list[int], int, npt.NDArray[np.uint8], int] | None = None,
+        *,
+        byte_sets: Sequence[int] | None = None,
     ) -> None:
         """`laid_out`: the spine, bytes read, byte classes and their count, when made already
-        (`chain_arrays` in C)."""
-        self.blocks = tuple(blocks)
+        (`chain_arrays` in C). `blocks` None: a chain of one-byte blocks of `byte_sets`
+        (`byte_chain`), laid out whole (`byte_chain_arrays`), whose blocks are made if they are
+        ever asked for (a pickle's copy does not need them: every state is built)."""
+        self._blocks = None if blocks is None else tuple(blocks)
+        self._byte_sets = None if byte_sets is None else tuple(byte_sets)
         if laid_out is None:
             spine = [0, *accumulate(block.width for block in self.blocks)]
             used = reduce(or_, (block.used for block in self.blocks))
@@ -94,6 +99,15 @@ class LiteralSource(_Source):
         self.spine, self._used, self.byte_classes, self.num_classes = laid_out
         self.classes_mask = self._used  # (each byte read its own class: `_Source.classes_mask`)
         self.final = self.spine[-1]
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        """The chain's blocks (made on first use when laid out from byte sets)."""
+        blocks = self._blocks
+        if blocks is None:
+            assert self._byte_sets is not None
+            blocks = self._blocks = tuple(byte_chain_blocks(self._byte_sets))
+        return blocks
 
     @property
     def num_laid_out(self) -> int:
@@ -145,6 +159,8 @@ class LiteralSource(_Source):
 
 
 _CHAIN_ARRAYS = extension_function("chain_arrays")
+#: `DeferredChainSource.lay_out` of a chain of one-byte blocks in C, without the blocks
+_BYTE_CHAIN_ARRAYS = extension_function("byte_chain_arrays")
 
 
 def chain_states(blocks: Sequence[Block]) -> int:
@@ -214,14 +230,14 @@ class DeferredChainSource(_Source):
         already (else each is the block of one byte from its mask: `byte_chain_blocks`)."""
         self.masks = tuple(masks)
         self.blocks = None if blocks is None else tuple(blocks)
-        used = reduce(or_, self.masks)
+        used = self._used = reduce(or_, self.masks)
         self.classes_mask = used
         self.byte_classes = classes_of_mask(used)
         read = used.bit_count()
         self.num_classes = read + (read < 256)
 
     def alphabet(self) -> int:
-        return self.classes_mask  # type: ignore[return-value]
+        return self._used
 
     def start_key(self) -> Hashable:
         return _DEFERRED_START
@@ -241,7 +257,18 @@ class DeferredChainSource(_Source):
         """The chain laid out now (`lay_out_chain`): the automaton takes its source and
         arrays over."""
         blocks = self.blocks
-        return lay_out_chain(byte_chain_blocks(self.masks) if blocks is None else blocks)
+        if blocks is not None:
+            return lay_out_chain(blocks)
+        if _BYTE_CHAIN_ARRAYS is None:
+            return lay_out_chain(byte_chain_blocks(self.masks))
+        # (one C call from the byte sets: no blocks made, the spine is every state)
+        table_data, accepting_data, built = _BYTE_CHAIN_ARRAYS(self.masks)
+        spine = list(range(len(self.masks) + 1))
+        laid_out = (spine, self._used, self.byte_classes, self.num_classes)
+        source = LiteralSource(None, laid_out, byte_sets=self.masks)
+        table = np.frombuffer(table_data, dtype=np.int32).reshape(-1, 256)
+        accepting = np.frombuffer(accepting_data, dtype=np.bool_)
+        return source, table, accepting, built
 
 
 def deferred_chain_dfa(node: Any, limits: AutomataLimits, max_states: int) -> ByteDFA | None:

@@ -147,6 +147,46 @@ def test_a_deferred_chain_is_the_eager_one(node: object) -> None:
         assert clone.accepts(data) == eager.accepts(data), data
 
 
+@pytest.mark.parametrize("node", BYTE_CHAINS)
+def test_a_byte_chain_is_laid_out_from_its_byte_sets_as_from_its_blocks(node: object) -> None:
+    """`byte_chain_arrays` (C, no blocks made) against `lay_out_chain` of the blocks: the same
+    arrays and source; the blocks are made when asked for. (Byte sets past bit 63 too: a class
+    of ASCII, a byte of é.)"""
+    from structgen.automata import chains
+
+    masks = byte_chain(node)  # type: ignore[arg-type]
+    assert masks is not None
+    deferred = DeferredChainSource(masks)
+    source, table, accepting, built = deferred.lay_out()
+    blocks = byte_chain_blocks(masks)
+    want_source, want_table, want_accepting, want_built = chains.lay_out_chain(blocks)
+    assert np.array_equal(table, want_table)
+    assert np.array_equal(accepting, want_accepting)
+    assert bytes(built) == bytes(want_built)
+    assert source.spine == want_source.spine and source.final == want_source.final
+    assert np.array_equal(source.byte_classes, want_source.byte_classes)
+    assert source.num_classes == want_source.num_classes
+    assert source.classes_mask == want_source.classes_mask
+    if chains._BYTE_CHAIN_ARRAYS is not None:
+        assert source._blocks is None  # (not made: every state is laid out)
+    assert [b.digest for b in source.blocks] == [b.digest for b in blocks]
+
+
+def test_byte_chain_arrays_refuses_what_is_not_a_chain_of_byte_sets() -> None:
+    from structgen.automata import chains
+
+    lay_out = chains._BYTE_CHAIN_ARRAYS
+    if lay_out is None:
+        pytest.skip("the C extension is not built")
+    for bad, error in (([], ValueError), ([0], ValueError), ([1 << 256], OverflowError)):
+        with pytest.raises(error):
+            lay_out(bad)
+    with pytest.raises(TypeError):
+        lay_out(["a"])
+    with pytest.raises((OverflowError, ValueError)):
+        lay_out([-1])
+
+
 def test_threads_lay_out_a_deferred_chain_once() -> None:
     structgen.clear_caches()
     dfa = compile_ast(KEYWORDS[2], defer=True)
