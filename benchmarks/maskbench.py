@@ -13,8 +13,11 @@ Every engine runs in its own worker process (one core each) and each schema has 
 (compile plus all instances); a schema over it counts as a timeout and the worker is restarted.
 outlines-core builds its whole index eagerly, so its time limit matters most.
 
+With `--freeze-gc` each worker freezes its heap after start-up, as vLLM's engine core does
+(`gc.freeze()`): what a serving process that freezes sees.
+
 Run: `python benchmarks/maskbench.py [--limit N] [--engines structgen,llguidance]
-[--timeout S] [--sample]`. Writes `benchmarks/results/maskbench.{json,png}`.
+[--timeout S] [--sample] [--freeze-gc]`. Writes `benchmarks/results/maskbench.{json,png}`.
 """
 
 from __future__ import annotations
@@ -165,7 +168,8 @@ def run_schema(engine: Any, schema: Any, tests: list[tuple[list[int], bool]]) ->
     return out
 
 
-def _worker(conn: Any, name: str) -> None:
+def _worker(conn: Any, name: str, freeze_gc: bool = False) -> None:
+    import gc
     import os
     import resource
 
@@ -176,6 +180,9 @@ def _worker(conn: Any, name: str) -> None:
     from _common import load_tokenizer
 
     engine = _ADAPTERS[name](load_tokenizer("llama3_1"))
+    if freeze_gc:  # (as vLLM's engine core does after start-up: `freeze_gc_heap`)
+        gc.collect()
+        gc.freeze()
     conn.send("ready")
     while (request := conn.recv()) is not None:
         conn.send(run_schema(engine, *request))
@@ -184,15 +191,18 @@ def _worker(conn: Any, name: str) -> None:
 class Runner:
     """One engine in a worker process; a schema over the time limit restarts the worker."""
 
-    def __init__(self, name: str, timeout_s: float) -> None:
+    def __init__(self, name: str, timeout_s: float, *, freeze_gc: bool = False) -> None:
         self.name = name
         self.timeout_s = timeout_s
+        self.freeze_gc = freeze_gc
         self.process: Any = None
 
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker, args=(child, self.name), daemon=True)
+        self.process = context.Process(
+            target=_worker, args=(child, self.name, self.freeze_gc), daemon=True
+        )
         self.process.start()
         if not self.conn.poll(300) or self.conn.recv() != "ready":
             raise RuntimeError(f"{self.name} worker did not start")
@@ -363,6 +373,11 @@ def main() -> None:
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per schema")
     parser.add_argument("--failures", action="store_true", help="list structgen's failing schemas")
+    parser.add_argument(
+        "--freeze-gc",
+        action="store_true",
+        help="each worker freezes its heap after start-up (gc.freeze(), as vLLM's engine core)",
+    )
     args = parser.parse_args()
     from _common import load_tokenizer
 
@@ -385,7 +400,7 @@ def main() -> None:
         if not installed(name):
             print(f"(peer {name} is not installed: pip install -e '.[bench]')")
             continue
-        runner = Runner(name, args.timeout)
+        runner = Runner(name, args.timeout, freeze_gc=args.freeze_gc)
         results = []
         started = time.perf_counter()
         try:
