@@ -2621,6 +2621,30 @@ static PyObject *joint_classes(PyObject *self, PyObject *const *args, Py_ssize_t
     return joint_from(args[0], NULL);
 }
 
+/* A byte set (an int below 2**256, bit b: byte b) as 32 little-endian bytes; -1 with an error
+ * set otherwise (OverflowError past 256 bits or below 0, from int.to_bytes). Sets below 2**63
+ * (ASCII: most keywords' and literals') are read without a bytes object. */
+static int byte_set_bits(PyObject *v, uint8_t bits[32])
+{
+    int overflow = 0;
+    long long small = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (small == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow == 0 && small >= 0) {
+        memset(bits, 0, 32);
+        for (int k = 0; k < 8; k++)
+            bits[k] = (uint8_t)((unsigned long long)small >> (8 * k));
+        return 0;
+    }
+    /* (int.to_bytes: public API on every Python) */
+    PyObject *data = PyObject_CallMethod(v, "to_bytes", "is", 32, "little");
+    if (data == NULL)
+        return -1;
+    memcpy(bits, PyBytes_AS_STRING(data), 32);
+    Py_DECREF(data);
+    return 0;
+}
+
 /* joint_classes_masked(parts, mask): joint_classes of the parts and of the classes of the byte
  * mask `mask` (an int below 2**256: each byte in it its own class, the others one), without
  * that array made in Python (dfa.py, `union_classes`: a lexer's literal chains, joined as one
@@ -2632,13 +2656,9 @@ static PyObject *joint_classes_masked(PyObject *self, PyObject *const *args, Py_
         PyErr_SetString(PyExc_TypeError, "joint_classes_masked(parts, mask: int)");
         return NULL;
     }
-    /* (int.to_bytes: public API on every Python; OverflowError past 256 bits or below 0) */
-    PyObject *data = PyObject_CallMethod(args[1], "to_bytes", "is", 32, "little");
-    if (data == NULL)
-        return NULL;
     uint8_t mask[32];
-    memcpy(mask, PyBytes_AS_STRING(data), 32);
-    Py_DECREF(data);
+    if (byte_set_bits(args[1], mask) < 0)
+        return NULL;
     return joint_from(args[0], mask);
 }
 
@@ -2746,7 +2766,7 @@ static PyObject *chain_arrays(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     PyObject *out = NULL, *table_obj = NULL, *acc_obj = NULL, *built_obj = NULL;
-    PyObject *spine_obj = NULL, *used = NULL, *mask = NULL, *classes_obj = NULL;
+    PyObject *spine_obj = NULL, *used = NULL, *classes_obj = NULL;
     int32_t *spine = NULL;
     if (m < 1 || m > (1 << 20)) {
         PyErr_SetString(PyExc_ValueError, "chain_arrays: a chain has 1 to 2**20 blocks");
@@ -2830,10 +2850,9 @@ static PyObject *chain_arrays(PyObject *self, PyObject *const *args, Py_ssize_t 
     int32_t *last = table + (size_t)spine[m] * 256;
     for (int b = 0; b < 256; b++)
         last[b] = -1;
-    mask = PyObject_CallMethod(used, "to_bytes", "is", 32, "little");
-    if (mask == NULL)
+    uint8_t bits[32];
+    if (byte_set_bits(used, bits) < 0)
         goto done;
-    const uint8_t *bits = (const uint8_t *)PyBytes_AS_STRING(mask);
     uint8_t cls[256];
     int next = 0, other = -1;
     for (int b = 0; b < 256; b++) {
@@ -2856,7 +2875,6 @@ done:
     Py_XDECREF(built_obj);
     Py_XDECREF(spine_obj);
     Py_XDECREF(used);
-    Py_XDECREF(mask);
     Py_XDECREF(classes_obj);
     Py_DECREF(seq);
     return out;
@@ -2899,21 +2917,8 @@ static PyObject *byte_chain_arrays(PyObject *self, PyObject *const *args, Py_ssi
             goto done;
         }
         uint8_t bits[32];
-        int overflow = 0;
-        long long small = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (small == -1 && PyErr_Occurred())
+        if (byte_set_bits(v, bits) < 0)
             goto done;
-        if (overflow == 0 && small >= 0) { /* (ASCII sets: below 2**63, no bytes object) */
-            memset(bits, 0, sizeof bits);
-            for (int k = 0; k < 8; k++)
-                bits[k] = (uint8_t)((unsigned long long)small >> (8 * k));
-        } else { /* (int.to_bytes: OverflowError past 256 bits or below 0) */
-            PyObject *data = PyObject_CallMethod(v, "to_bytes", "is", 32, "little");
-            if (data == NULL)
-                goto done;
-            memcpy(bits, PyBytes_AS_STRING(data), 32);
-            Py_DECREF(data);
-        }
         int32_t *row = table + (size_t)i * 256, next = (int32_t)i + 1, any = 0;
         for (int b = 0; b < 256; b++) {
             int on = (bits[b >> 3] >> (b & 7)) & 1;

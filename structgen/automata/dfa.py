@@ -251,6 +251,11 @@ def _alphabet_of_ranges(ranges: Iterable[tuple[int, int]]) -> int:
     return out
 
 
+def _fresh_arrays() -> tuple[IntArray, npt.NDArray[np.bool_]]:
+    """A new automaton's table (16 rows, none built: -2) and acceptance flags (none)."""
+    return np.full((16, 256), -2, dtype=np.int32), np.zeros(16, dtype=np.bool_)
+
+
 #: the estimated memory of one DFA state's key (its set of NFA positions, or a union's live
 #: components) in Python or in the C context, measured on the MaskBench schemas
 STATE_BYTES = 256
@@ -308,8 +313,7 @@ class ByteDFA:
         self._untouched_from = 16  # the table's rows from here on were never written
         self._ids: dict[Hashable, int] = {}
         self._keys: list[Hashable] = []
-        self._table: IntArray = np.full((16, 256), -2, dtype=np.int32)
-        self._accepting: npt.NDArray[np.bool_] = np.zeros(16, dtype=np.bool_)
+        self._table, self._accepting = _fresh_arrays()
         self._built = bytearray()
         self._refresh_views()
         self.start = self._intern(source.start_key())
@@ -822,8 +826,7 @@ class ByteDFA:
             self._adopt_laid_out(*deferred.lay_out())  # type: ignore[attr-defined]
             return
         if self._table is _UNBUILT._table:  # (`unbuilt`: arrays of its own to build into)
-            self._table = np.full((16, 256), -2, dtype=np.int32)
-            self._accepting = np.zeros(16, dtype=np.bool_)
+            self._table, self._accepting = _fresh_arrays()
             self._refresh_views()
         started = deferred.materialize_started(
             self.limits.max_dfa_states, self._table, self._accepting
@@ -984,9 +987,8 @@ class _Unbuilt:
     arrays: its first row replaces them)."""
 
     def __init__(self) -> None:
-        self._table = np.full((16, 256), -2, dtype=np.int32)
+        self._table, self._accepting = _fresh_arrays()
         self._table.setflags(write=False)
-        self._accepting = np.zeros(16, dtype=np.bool_)
         self._accepting.setflags(write=False)
         self._untouched_from = 16
         self.table_address, self.accepting_address = _native_subset.addresses(
