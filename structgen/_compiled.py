@@ -40,6 +40,7 @@ EXTRA_MODULES: tuple[str, ...] = (
     "automata/utf8.py",
     "automata/regex_syntax.py",
     "grammar/ir.py",
+    "grammar/lark_literals.py",
     "grammar/lark_reader.py",
 )
 

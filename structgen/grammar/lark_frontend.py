@@ -20,19 +20,15 @@ from typing import Any
 import lark
 import lark.exceptions
 
-from structgen.automata import (
-    Alternation,
-    CharClass,
-    Concat,
-    Empty,
-    Node,
-    Repeat,
-    String,
-    literal_node,
-    parse_regex,
-)
-from structgen.errors import GrammarError, RegexError
+from structgen.automata import Node, parse_regex
+from structgen.errors import GrammarError
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
+from structgen.grammar.lark_literals import (
+    UnsupportedPattern,
+    nullable,
+    regex_leaf,
+    string_leaf,
+)
 
 __all__ = ["builtin_names", "lark_to_ir", "load_builtin"]
 
@@ -251,37 +247,6 @@ def _translate_other_error(text: str, exc: Exception) -> GrammarError:
 # ----------------------------------------------------------------------------- terminals
 
 
-class UnsupportedPattern(Exception):
-    """A Lark regex literal the IR cannot express exactly (the reason is the message)."""
-
-
-def string_leaf(value: str, flags: Iterable[str]) -> Node:
-    """The AST of a Lark string literal (non-empty) with its flags."""
-    # `"select"i`: ASCII case folding, so keywords never match `ſ`/`İ`/Kelvin-sign spellings
-    return literal_node(value, ignore_case="i" in flags, ascii_case=True)
-
-
-def regex_leaf(value: str, flags: Iterable[str]) -> Node:
-    """The AST of a Lark regex literal with its flags, meaning what Lark's matcher means;
-    `UnsupportedPattern` when it cannot (lazy quantifiers, anchors, what `parse_regex`
-    refuses). Used by both loaders (`lark_reader` too), so they read literals alike."""
-    flags = frozenset(flags)
-    issue = _lark_semantics_issue(value, flags)
-    if issue is not None:
-        offset, reason = issue
-        raise UnsupportedPattern(f"{reason} (at offset {offset} of /{value}/)")
-    try:
-        # /.../i folds case in ASCII unless the terminal asks for Unicode with the `u` flag
-        return parse_regex(
-            value,
-            flags="".join(sorted(flags)),
-            ascii_case="u" not in flags,
-            word_boundaries=False,
-        )
-    except RegexError as exc:
-        raise UnsupportedPattern(f"{exc.reason} in /{value}/") from exc
-
-
 def _terminal_node(text: str, name: str, pattern: Any) -> Node:
     value = str(pattern.value)
     flags = frozenset(str(f) for f in pattern.flags)
@@ -297,7 +262,7 @@ def _terminal_node(text: str, name: str, pattern: Any) -> Node:
         node = regex_leaf(value, flags)
     except UnsupportedPattern as exc:
         raise _terminal_error(text, name, raw, str(exc)) from exc
-    if _nullable(node):
+    if nullable(node):
         raise _terminal_error(
             text, name, raw, "it can match the empty string; a terminal must consume text"
         )
@@ -342,90 +307,6 @@ def _known_rewrites() -> dict[tuple[str, frozenset[str]], Node]:
 def rewrite_nodes() -> dict[str, Node]:
     """The rewrites' ASTs by common terminal name (`lark_reader` looks them up by name)."""
     return {name: parse_regex(regex) for name, regex in REWRITES.items()}
-
-
-def _lark_semantics_issue(pattern: str, flags: Iterable[str]) -> tuple[int, str] | None:
-    """A construct whose meaning under Lark's ``re.match`` differs from a full match, if any.
-
-    Lark's lexer runs ``regex.match(text, pos)``: lazy quantifiers pick the shortest match and
-    anchors test the surrounding text, while the IR terminal is the set of full matches. Rather
-    than accept strings Lark rejects, these are refused (lookaround etc. fail in parse_regex).
-    """
-    verbose = "x" in set(flags)
-    i, n = 0, len(pattern)
-    after_quantifier = False
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            if i + 1 < n and pattern[i + 1] in "AZ":
-                return i, f"anchor \\{pattern[i + 1]} (it tests the text around the terminal)"
-            i += 2
-            after_quantifier = False
-            continue
-        if c == "[":
-            i = _skip_class(pattern, i)
-            after_quantifier = False
-            continue
-        if verbose and c == "#":
-            end = pattern.find("\n", i)
-            i = n if end < 0 else end + 1
-            continue
-        if verbose and c.isspace():
-            i += 1
-            continue
-        if c in "^$":
-            return i, f"anchor {c} (it tests the text around the terminal, not the terminal)"
-        if c == "(":
-            i += 2 if pattern.startswith("(?", i) else 1
-            after_quantifier = False
-            continue
-        if c in "*+?":
-            if c == "?" and after_quantifier:
-                return i - 1, "lazy quantifier (Lark takes the shortest match; write it greedily)"
-            after_quantifier = True
-            i += 1
-            continue
-        if c == "{":
-            counted = re.match(r"\{(\d*)(?:,(\d*))?\}", pattern[i:])
-            if counted and (counted.group(1) or counted.group(2) is not None):
-                i += counted.end()
-                lazy = i < n and pattern[i] == "?"
-                fixed = counted.group(2) is None or counted.group(1) == counted.group(2)
-                if lazy and not fixed:
-                    return i - 1, "lazy quantifier (Lark takes the shortest match)"
-                after_quantifier = not lazy
-                i += 1 if lazy else 0
-                continue
-        after_quantifier = False
-        i += 1
-    return None
-
-
-def _skip_class(pattern: str, i: int) -> int:
-    """Index just past the character class starting at ``pattern[i] == "["``."""
-    j = i + 1
-    if j < len(pattern) and pattern[j] == "^":
-        j += 1
-    if j < len(pattern) and pattern[j] == "]":
-        j += 1
-    while j < len(pattern) and pattern[j] != "]":
-        j += 2 if pattern[j] == "\\" else 1
-    return j + 1
-
-
-def _nullable(node: Node) -> bool:
-    """Whether the AST matches the empty string."""
-    if isinstance(node, Empty):
-        return True
-    if isinstance(node, String | CharClass):
-        return False
-    if isinstance(node, Concat):
-        return all(_nullable(item) for item in node.items)
-    if isinstance(node, Alternation):
-        return any(_nullable(item) for item in node.items)
-    if isinstance(node, Repeat):
-        return node.min == 0 or _nullable(node.item)
-    raise TypeError(f"unknown regex node {node!r}")
 
 
 # ----------------------------------------------------------------------------- positions

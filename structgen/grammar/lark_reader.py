@@ -30,11 +30,11 @@ from structgen.automata import (
 )
 from structgen.automata.nfa import extension_module
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
-from structgen.grammar.lark_frontend import (
+from structgen.grammar.lark_frontend import rewrite_nodes
+from structgen.grammar.lark_literals import (
     UnsupportedPattern,
-    _nullable,
+    nullable,
     regex_leaf,
-    rewrite_nodes,
     string_leaf,
 )
 
@@ -729,7 +729,7 @@ def _read(text: str, start: str) -> Grammar:
     defs = []
     for name in order:
         node = terminals.nodes[name]
-        if _nullable(node):
+        if nullable(node):
             raise _Fallback  # Lark's error names the terminal
         defs.append(TerminalDef(name, node))
     return Grammar(start=start, rules=tuple(rules), terminals=tuple(defs), ignore=tuple(ignore))

@@ -234,9 +234,9 @@ class _Builder:
         if isinstance(follow, str):  # one lexeme with the end that follows it
             return self.b.terminal(Concat((node, literal_node(follow))), hint="RE")
         symbol = self.b.terminal(node, (NON_EMPTY,), hint="RE")
-        from structgen.grammar.lark_frontend import _nullable
+        from structgen.grammar.lark_literals import nullable
 
-        if _nullable(node):
+        if nullable(node):
             symbol = self.b.optional(symbol)
         if follow is not None:
             symbol = self.b.sequence(symbol, self._piece(follow))
