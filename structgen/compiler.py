@@ -209,11 +209,16 @@ class CompiledGrammar:
     def prefetch_masks(self, limit: int = 64) -> int:
         """Compute now, and cache, the token masks of the states along the text every output
         starts with (the forced prefix, up to `limit` bytes), at every byte of it: a model's
-        tokens may split it anywhere. A serving engine calls it on its compile thread, so the
-        first decode steps of the request find their masks cached instead of building them
-        inside a batch step that every running request waits for (structgen's vLLM and SGLang
-        backends do). Returns how many states' masks it computed (1: the first only)."""
+        tokens may split it anywhere; and the first rows of the grammar's terminal automata
+        that the compile left to first use. A serving engine calls it on its compile thread, so
+        the first decode steps of the request find their masks cached and their rows built
+        instead of building them inside a batch step that every running request waits for
+        (structgen's vLLM and SGLang backends do). Returns how many states' masks it computed
+        (1: the first only)."""
         expect_int(limit, "limit", minimum=0)
+        rows = getattr(self._engine, "build_first_rows", None)
+        if rows is not None:
+            rows()
         state = self.initial_state
         self.token_mask(state)
         self.is_accepting(state)

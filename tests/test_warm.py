@@ -84,3 +84,45 @@ def test_warm_up_builds_the_vocabulary_tables() -> None:
     key = (vocab.fingerprint, limits.automata(), limits.max_cached_masks)
     assert grammar_engine._EMPTY_UNIONS.get(key) is not None
     compiler.warm_up()  # (again: nothing to do)
+
+
+def _start_row_built(dfa: object) -> bool:
+    """Whether the automaton's start row is built (Python's flags, or C's table)."""
+    start = dfa.start  # type: ignore[attr-defined]
+    if dfa._native is None:  # type: ignore[attr-defined]
+        built = dfa._built  # type: ignore[attr-defined]
+        return start < len(built) and bool(built[start])
+    return bool(dfa._table[start, 0] != -2)  # type: ignore[attr-defined]
+
+
+def test_compile_leaves_unread_terminal_rows_to_first_use_and_prefetch_builds_them() -> None:
+    """A compile builds only what the first mask reads: the terminals the first lexer does not
+    expect keep their start rows unbuilt (a first visit builds them when it reads them);
+    `prefetch_masks`, on a server's compile thread, builds them all. The masks along a valid
+    text are a cold compile's either way."""
+    vocab = load_vocab("llama3_1")
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "minLength": 2, "pattern": "^[A-Z]"}},
+        "additionalProperties": True,
+    }
+    text = '{"name": "Ada", "tags": [1, "x"]}'
+    ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
+    structgen.clear_caches()
+    compiled = Compiler(vocab).json_schema(schema)
+    engine = compiled._engine
+    eager = [d for d in engine.terminal_dfas if not (d._source.deferred or d._source.laid_out)]
+    assert eager  # (a pattern with a length: a product; "any other key": a difference)
+    assert not all(_start_row_built(d) for d in eager)
+    cold = _masks_along(compiled, ids)
+    structgen.clear_caches()
+    warm = Compiler(vocab).json_schema(schema)
+    warm.prefetch_masks()
+    assert all(
+        _start_row_built(d)
+        for d in warm._engine.terminal_dfas
+        if not (d._source.deferred or d._source.laid_out)
+    )
+    assert engine.build_first_rows() >= len(eager)  # (and the NFAs materialised since)
+    masks = _masks_along(warm, ids)
+    assert all(np.array_equal(a, b) for a, b in zip(cold, masks, strict=True))

@@ -234,22 +234,27 @@ class GrammarEngine:
             # the file's copy of the first mask (a walk of the whole vocabulary otherwise)
             self._initial.memo[("mask", PENDING_START, True)] = restored.first_mask
         else:
-            self._set_up_lexing()
+            self.lexer(self._initial)  # (the grammar's lexer and its first state's)
         # Parse states are memoised weakly; the most recent ones are kept alive here so that the
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
 
-    def _set_up_lexing(self) -> None:
-        """Set-up the first masks would otherwise pay: each built terminal's first row (a regex
-        DFA moves to its C builder there), the grammar's lexer and the initial parse state's. A
-        terminal whose NFA is deferred builds it when a lexer first reads it; a chain's first
-        rows are laid out with it (`_Source.laid_out`)."""
+    def build_first_rows(self) -> int:
+        """Build the first row of each terminal automaton built at compile (a small regex's
+        NFA, a difference, a product; not a deferred NFA or a laid-out chain, whose first row
+        is their materialisation); returns how many. A first mask reads only the terminals its
+        lexer expects, and later first visits build the others' rows when they read them: this
+        is for a server's compile thread (`CompiledGrammar.prefetch_masks`), so that those
+        first visits, inside batch steps, find them built (a regex automaton also moves to its
+        C builder there)."""
+        built = 0
         for dfa in self.terminal_dfas:
             source = dfa._source
             if not (source.deferred or source.laid_out):
                 dfa.row(dfa.start)
-        self.lexer(self._initial)
+                built += 1
+        return built
 
     @property
     def fingerprint(self) -> str:
