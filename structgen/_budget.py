@@ -9,6 +9,7 @@ compile that fails takes the shared-cache entries it added out again (`undo_on_f
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,9 +18,17 @@ from typing import Any
 
 from structgen.errors import LimitExceededError
 
-__all__ = ["check_budget", "compile_budget", "forget_on_failure", "keep_alive", "undo_on_failure"]
+__all__ = [
+    "check_budget",
+    "compile_budget",
+    "compile_number",
+    "forget_on_failure",
+    "keep_alive",
+    "undo_on_failure",
+]
 
 _LOCAL = threading.local()
+_NUMBERS = itertools.count(1)  # (`next` on a count is atomic under the GIL)
 
 
 @dataclass
@@ -28,6 +37,7 @@ class _Scope:
     seconds: float | None
     undo: list[Callable[[], None]] = field(default_factory=list)
     keep: list[object] = field(default_factory=list)
+    number: int = field(default_factory=lambda: next(_NUMBERS))
 
 
 @contextlib.contextmanager
@@ -75,6 +85,13 @@ def keep_alive(obj: object) -> None:
     scope: _Scope | None = getattr(_LOCAL, "scope", None)
     if scope is not None:
         scope.keep.append(obj)
+
+
+def compile_number() -> int:
+    """A number of the compile running on this thread, distinct from every other compile's
+    in this process; 0 outside a compile."""
+    scope: _Scope | None = getattr(_LOCAL, "scope", None)
+    return 0 if scope is None else scope.number
 
 
 def check_budget() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from structgen._budget import forget_on_failure, keep_alive, undo_on_failure
+from structgen._budget import compile_number, forget_on_failure, keep_alive, undo_on_failure
 from structgen._lru import LRU
 from structgen._weakmap import WeakValues
 from structgen.automata import (
@@ -40,6 +40,11 @@ RECENT_TERMINALS = 4096
 #: pushing out hundreds of small ones (keys), each freed inside a later compile. MaskBench, side
 #: by side: TTFM p90 -2 to -7% (p99 -4 to -14%) without instances, -0.5 to -3% with them.
 RECENT_TERMINAL_MAX_BYTES = 2**19
+#: a terminal joins the recent ones only when a later compile uses it again (its key among the
+#: last this many built or used): most of a schema's own keys never are, and each one admitted
+#: pushed an older one out (freed inside the compile) and paid for re-weighing others; see
+#: `_come_back`
+SEEN_TERMINALS = 16384
 #: a terminal's NFA is built with its automaton's first row where that is safe (the lexer
 #: reads most terminals late or never; see `DeferredNFASource`)
 DEFER_NFAS = True
@@ -51,6 +56,9 @@ _TERMINAL_DFAS: WeakValues[tuple[Any, ...], ByteDFA] = WeakValues()
 # from the compile cache, which do not read their patterns, find the ones alive.
 _BY_FINGERPRINT: WeakValues[tuple[Any, ...], ByteDFA] = WeakValues()
 _TERMINAL_LOCK = threading.Lock()
+# The hashes of the keys of the terminals built or used last, oldest first, each with the number
+# of the compile that last did (`_come_back`).
+_SEEN: dict[int, int] = {}
 # ... and the most recently built or used ones are held strongly: the same terminals (a number,
 # an integer range, a string of some length, the keys "name", "type", "id") come back schema
 # after schema, and between two compiles nothing else may hold them. Bounded by bytes, not by
@@ -72,6 +80,7 @@ def clear_terminal_automata() -> None:
     with _TERMINAL_LOCK:
         _TERMINAL_DFAS.clear()
         _BY_FINGERPRINT.clear()
+        _SEEN.clear()
     _RECENT.clear()
 
 
@@ -90,9 +99,11 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
         return hit
     with _TERMINAL_LOCK:
         hit = _TERMINAL_DFAS.get(key)
+        admit = hit is not None and _come_back(key)
     if hit is not None:
         keep_alive(hit)
-        _RECENT.put(key, hit)
+        if admit:
+            _RECENT.put(key, hit)
         return hit
     dfa = build_terminal_dfa(terminal, limits)
     return _share(_TERMINAL_DFAS, key, dfa)
@@ -139,13 +150,16 @@ def _component_dfa(node: Pattern, limits: AutomataLimits, where: str) -> ByteDFA
 
 def live_terminal_dfa(fingerprint: str, limits: AutomataLimits) -> ByteDFA | None:
     """The shared automaton with this fingerprint, if one is alive (then held through the
-    compile and among the recent ones, as `terminal_dfa` holds what it finds)."""
+    compile, and among the recent ones when it comes back, as `terminal_dfa` holds what it
+    finds)."""
     key = (fingerprint, limits)
     with _TERMINAL_LOCK:
         hit = _BY_FINGERPRINT.get(key)
+        admit = hit is not None and _come_back(key)
     if hit is not None:
         keep_alive(hit)
-        _RECENT.put(key, hit)
+        if admit:
+            _RECENT.put(key, hit)
     return hit
 
 
@@ -162,12 +176,37 @@ def _share(
     dfa: ByteDFA,
 ) -> ByteDFA:
     """The automaton `cache` holds under `key`, else `dfa` put there (and by fingerprint),
-    kept alive through the compile and among the recent ones; taken out if it fails."""
+    kept alive through the compile, and among the recent ones when it comes back (`_come_back`);
+    taken out if it fails."""
     with _TERMINAL_LOCK:
-        dfa = cache.setdefault(key, dfa)
-        _BY_FINGERPRINT.setdefault((dfa.fingerprint, dfa.limits), dfa)
-    keep_alive(dfa)
-    _RECENT.put(key, dfa)
+        found = cache.setdefault(key, dfa)
+        _BY_FINGERPRINT.setdefault((found.fingerprint, found.limits), found)
+        admit = _come_back(key)
+    keep_alive(found)
+    if admit:
+        _RECENT.put(key, found)
+        undo_on_failure(lambda: _RECENT.discard(key))
     forget_on_failure(cache, _TERMINAL_LOCK, key)
-    undo_on_failure(lambda: _RECENT.discard(key))
-    return dfa
+    return found
+
+
+def _come_back(key: tuple[Any, ...]) -> bool:
+    """Whether the terminal of `key`, built or found now, was built or used by an earlier
+    compile too (its key's hash among the last `SEEN_TERMINALS`: a collision admits one early,
+    which is harmless); it is remembered as this compile's either way. Under the lock.
+
+    The recent terminals hold what the next schemas reuse: a JSON string, a number, the keys
+    "name" and "id". Most of a schema's own keys and patterns never come back — a key repeated
+    inside one schema is no sign that another has it — and admitting each cost the compile that
+    built it an older automaton pushed out (freed there) and a few re-weighed (`LRU`): ~22 µs
+    per terminal, a tenth of MaskBench's mean compile. Those not admitted live as long as their
+    grammar and are freed with it."""
+    seen = hash(key)
+    now = compile_number()
+    before = _SEEN.pop(seen, None)
+    _SEEN[seen] = now  # (the newest last)
+    if before is None:
+        if len(_SEEN) > SEEN_TERMINALS:
+            del _SEEN[next(iter(_SEEN))]
+        return False
+    return before != now or now == 0  # (outside a compile: the second use)
