@@ -38,6 +38,7 @@ from structgen.grammar.compose import (
     text_without,
 )
 from structgen.grammar.ir import Grammar
+from structgen.grammar.lark_literals import nullable
 from structgen.vocab import Vocabulary
 
 __all__ = ["StructuralTagError", "structural_tag_to_ir"]
@@ -234,8 +235,6 @@ class _Builder:
         if isinstance(follow, str):  # one lexeme with the end that follows it
             return self.b.terminal(Concat((node, literal_node(follow))), hint="RE")
         symbol = self.b.terminal(node, (NON_EMPTY,), hint="RE")
-        from structgen.grammar.lark_literals import nullable
-
         if nullable(node):
             symbol = self.b.optional(symbol)
         if follow is not None:

@@ -97,13 +97,8 @@ def terminal_dfa(terminal: TerminalDef, limits: AutomataLimits) -> ByteDFA:
     if hit is not None:
         keep_alive(hit)
         return hit
-    with _TERMINAL_LOCK:
-        hit = _TERMINAL_DFAS.get(key)
-        admit = hit is not None and _come_back(key)
+    hit = _live(_TERMINAL_DFAS, key)
     if hit is not None:
-        keep_alive(hit)
-        if admit:
-            _RECENT.put(key, hit)
         return hit
     dfa = build_terminal_dfa(terminal, limits)
     return _share(_TERMINAL_DFAS, key, dfa)
@@ -152,9 +147,14 @@ def live_terminal_dfa(fingerprint: str, limits: AutomataLimits) -> ByteDFA | Non
     """The shared automaton with this fingerprint, if one is alive (then held through the
     compile, and among the recent ones when it comes back, as `terminal_dfa` holds what it
     finds)."""
-    key = (fingerprint, limits)
+    return _live(_BY_FINGERPRINT, (fingerprint, limits))
+
+
+def _live(cache: WeakValues[tuple[Any, ...], ByteDFA], key: tuple[Any, ...]) -> ByteDFA | None:
+    """The automaton alive in `cache` under `key`, if any: held through the compile, and among
+    the recent ones when it comes back (`_come_back`)."""
     with _TERMINAL_LOCK:
-        hit = _BY_FINGERPRINT.get(key)
+        hit = cache.get(key)
         admit = hit is not None and _come_back(key)
     if hit is not None:
         keep_alive(hit)
