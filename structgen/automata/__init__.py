@@ -233,7 +233,7 @@ def _deferred_source(
     if program.empty_alternation:
         return None
     leaves = leaf_pieces(program)
-    if leaves.has_empty_leaf or states + int(leaves.sizes.sum()) > limits.max_nfa_states:
+    if leaves.has_empty_leaf or states + sum(leaves.sizes) > limits.max_nfa_states:
         return None
     build = partial(
         build_nfa, node, max_states=limits.max_nfa_states, pattern=pattern, program=program

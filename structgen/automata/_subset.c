@@ -2121,9 +2121,97 @@ static PyObject *program_tables(PyObject *self, PyObject *const *args, Py_ssize_
 
 /* join_pieces(pieces, bases, size): an NFA pool's arrays (nfa.py, `Pool.arrays`) joined from its
  * pieces in one pass: (offsets int32[size + 1], lo, hi, child int32[max(moves, 1)], nonempty
- * uint8[max(size, 1)]) as bytes, child ids moved by their piece's base. Each piece has `counts`
- * (int32, moves per node) and `table` (int32 [moves, 3]: lo, hi, child). Eight numpy calls per
- * NFA before, on a dozen small arrays each. */
+ * uint8[max(size, 1)]) as bytes, child ids moved by their piece's base. A piece is read as it
+ * was made (`nfa._Piece`): `spelled`, a string's bytes (a chain: node j reads byte j and goes on
+ * to node j + 1, the last completes the character), else `dag`, a tuple of nodes each a tuple
+ * of (lo, hi, child) moves, else its arrays `counts` (int32, moves per node) and `table` (int32
+ * [moves, 3]). Eight numpy calls per NFA before, on a dozen small arrays each, and a dozen more
+ * per piece to make those arrays. */
+
+/* How one piece is read: its bytes, its node tuples, or its two arrays (views). */
+typedef struct {
+    PyObject *ref;         /* `spelled` (bytes) or `dag` (tuple): a new reference */
+    int kind;              /* 0: spelled, 1: dag, 2: arrays */
+    Py_ssize_t nodes, moves;
+    Py_buffer counts, table;
+} piece_view;
+
+static PyObject *str_spelled, *str_dag;
+
+static void piece_views_release(piece_view *views, Py_ssize_t n)
+{
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_XDECREF(views[k].ref);
+        if (views[k].kind == 2) {
+            if (views[k].counts.obj) PyBuffer_Release(&views[k].counts);
+            if (views[k].table.obj) PyBuffer_Release(&views[k].table);
+        }
+    }
+    free(views);
+}
+
+/* Fill `v` from `piece`; 0, or -1 with an exception. */
+static int piece_view_of(PyObject *piece, piece_view *v)
+{
+    PyObject *spelled = PyObject_GetAttr(piece, str_spelled);
+    if (!spelled) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+    } else if (PyBytes_Check(spelled)) {
+        v->ref = spelled;
+        v->kind = 0;
+        v->nodes = v->moves = PyBytes_GET_SIZE(spelled);
+        return 0;
+    } else {
+        Py_DECREF(spelled);
+    }
+    PyObject *dag = PyObject_GetAttr(piece, str_dag);
+    if (!dag) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+    } else if (PyTuple_Check(dag)) {
+        v->ref = dag;
+        v->kind = 1;
+        v->nodes = PyTuple_GET_SIZE(dag);
+        v->moves = 0;
+        for (Py_ssize_t j = 0; j < v->nodes; j++) {
+            PyObject *node = PyTuple_GET_ITEM(dag, j);
+            if (!PyTuple_Check(node)) {
+                PyErr_SetString(PyExc_TypeError, "a piece's node must be a tuple of moves");
+                return -1;
+            }
+            Py_ssize_t m = PyTuple_GET_SIZE(node);
+            for (Py_ssize_t i = 0; i < m; i++) {
+                PyObject *move = PyTuple_GET_ITEM(node, i);
+                if (!PyTuple_Check(move) || PyTuple_GET_SIZE(move) != 3) {
+                    PyErr_SetString(PyExc_TypeError, "a piece's move must be (lo, hi, child)");
+                    return -1;
+                }
+            }
+            v->moves += m;
+        }
+        return 0;
+    } else {
+        Py_DECREF(dag);
+    }
+    v->kind = 2;
+    PyObject *counts = PyObject_GetAttr(piece, str_counts);
+    PyObject *table = counts ? PyObject_GetAttr(piece, str_table) : NULL;
+    int bad = !table;
+    if (!bad) bad = PyObject_GetBuffer(counts, &v->counts, PyBUF_C_CONTIGUOUS) < 0;
+    if (!bad) bad = PyObject_GetBuffer(table, &v->table, PyBUF_C_CONTIGUOUS) < 0;
+    Py_XDECREF(counts);
+    Py_XDECREF(table);
+    if (bad) return -1;
+    if (v->counts.len % 4 || v->table.len % 12) {
+        PyErr_SetString(PyExc_ValueError, "piece arrays must be int32");
+        return -1;
+    }
+    v->nodes = v->counts.len / 4;
+    v->moves = v->table.len / 12;
+    return 0;
+}
+
 static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
     (void)self;
@@ -2135,6 +2223,11 @@ static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n
         str_counts = PyUnicode_InternFromString("counts");
         str_table = PyUnicode_InternFromString("table");
         if (!str_counts || !str_table) return NULL;
+    }
+    if (!str_spelled) {
+        str_spelled = PyUnicode_InternFromString("spelled");
+        str_dag = PyUnicode_InternFromString("dag");
+        if (!str_spelled || !str_dag) return NULL;
     }
     Py_ssize_t size = PyLong_AsSsize_t(args[2]);
     if (size < 0) {
@@ -2150,7 +2243,7 @@ static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     Py_ssize_t np_ = PySequence_Fast_GET_SIZE(pieces);
     PyObject *result = NULL;
-    Py_buffer *views = (Py_buffer *)calloc((size_t)(2 * np_ + 1), sizeof(Py_buffer));
+    piece_view *views = (piece_view *)calloc((size_t)(np_ + 1), sizeof(piece_view));
     Py_ssize_t got = 0;
     if (!views || PySequence_Fast_GET_SIZE(bases) != np_) {
         if (views) PyErr_SetString(PyExc_ValueError, "one base per piece");
@@ -2159,25 +2252,10 @@ static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     Py_ssize_t nodes = 0, moves = 0;
     for (Py_ssize_t k = 0; k < np_; k++) {
-        PyObject *piece = PySequence_Fast_GET_ITEM(pieces, k);
-        PyObject *counts = PyObject_GetAttr(piece, str_counts);
-        PyObject *table = counts ? PyObject_GetAttr(piece, str_table) : NULL;
-        int bad = !table;
-        if (!bad) {
-            bad = PyObject_GetBuffer(counts, &views[got], PyBUF_C_CONTIGUOUS) < 0;
-            if (!bad) got++;
-            bad = bad || PyObject_GetBuffer(table, &views[got], PyBUF_C_CONTIGUOUS) < 0;
-            if (!bad) got++;
-        }
-        Py_XDECREF(counts);
-        Py_XDECREF(table);
-        if (bad) goto done;
-        if (views[got - 2].len % 4 || views[got - 1].len % 12) {
-            PyErr_SetString(PyExc_ValueError, "piece arrays must be int32");
-            goto done;
-        }
-        nodes += views[got - 2].len / 4;
-        moves += views[got - 1].len / 12;
+        got = k + 1; /* (released below whatever it holds) */
+        if (piece_view_of(PySequence_Fast_GET_ITEM(pieces, k), &views[k]) < 0) goto done;
+        nodes += views[k].nodes;
+        moves += views[k].moves;
     }
     if (nodes != size) {
         PyErr_SetString(PyExc_ValueError, "the pieces' nodes do not add up to the pool size");
@@ -2207,22 +2285,48 @@ static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n
         int32_t running = 0;
         for (Py_ssize_t k = 0; k < np_ && !PyErr_Occurred(); k++) {
             long base = PyLong_AsLong(PySequence_Fast_GET_ITEM(bases, k));
-            const int32_t *counts = (const int32_t *)views[2 * k].buf;
-            const int32_t *table = (const int32_t *)views[2 * k + 1].buf;
-            Py_ssize_t cn = views[2 * k].len / 4, tm = views[2 * k + 1].len / 12;
-            for (Py_ssize_t j = 0; j < cn; j++) {
-                running += counts[j];
-                off[node + j + 1] = running;
-                ne[node + j] = counts[j] > 0;
+            piece_view *v = &views[k];
+            if (v->kind == 0) { /* a string's chain of bytes */
+                const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(v->ref);
+                for (Py_ssize_t j = 0; j < v->nodes; j++) {
+                    off[node + j + 1] = ++running;
+                    ne[node + j] = 1;
+                    lo[move + j] = hi[move + j] = data[j];
+                    ch[move + j] = j + 1 < v->nodes ? (int32_t)(j + 1 + base) : -1;
+                }
+            } else if (v->kind == 1) { /* the DAG's node tuples */
+                Py_ssize_t at = move;
+                for (Py_ssize_t j = 0; j < v->nodes && !PyErr_Occurred(); j++) {
+                    PyObject *node_moves = PyTuple_GET_ITEM(v->ref, j);
+                    Py_ssize_t m = PyTuple_GET_SIZE(node_moves);
+                    running += (int32_t)m;
+                    off[node + j + 1] = running;
+                    ne[node + j] = m > 0;
+                    for (Py_ssize_t i = 0; i < m; i++, at++) {
+                        PyObject *mv = PyTuple_GET_ITEM(node_moves, i);
+                        lo[at] = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(mv, 0));
+                        hi[at] = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(mv, 1));
+                        int32_t c = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(mv, 2));
+                        ch[at] = c >= 0 ? c + (int32_t)base : c;
+                    }
+                }
+            } else { /* the arrays */
+                const int32_t *counts = (const int32_t *)v->counts.buf;
+                const int32_t *table = (const int32_t *)v->table.buf;
+                for (Py_ssize_t j = 0; j < v->nodes; j++) {
+                    running += counts[j];
+                    off[node + j + 1] = running;
+                    ne[node + j] = counts[j] > 0;
+                }
+                for (Py_ssize_t j = 0; j < v->moves; j++) {
+                    lo[move + j] = table[3 * j];
+                    hi[move + j] = table[3 * j + 1];
+                    int32_t c = table[3 * j + 2];
+                    ch[move + j] = c >= 0 ? c + (int32_t)base : c;
+                }
             }
-            for (Py_ssize_t j = 0; j < tm; j++) {
-                lo[move + j] = table[3 * j];
-                hi[move + j] = table[3 * j + 1];
-                int32_t c = table[3 * j + 2];
-                ch[move + j] = c >= 0 ? c + (int32_t)base : c;
-            }
-            node += cn;
-            move += tm;
+            node += v->nodes;
+            move += v->moves;
         }
         if (PyErr_Occurred()) {
             Py_DECREF(off_b); Py_DECREF(lo_b); Py_DECREF(hi_b); Py_DECREF(ch_b); Py_DECREF(ne_b);
@@ -2231,8 +2335,7 @@ static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n
         result = Py_BuildValue("(NNNNN)", off_b, lo_b, hi_b, ch_b, ne_b);
     }
 done:
-    for (Py_ssize_t k = 0; k < got; k++) PyBuffer_Release(&views[k]);
-    free(views);
+    if (views) piece_views_release(views, got);
     Py_DECREF(pieces);
     Py_DECREF(bases);
     return result;

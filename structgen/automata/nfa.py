@@ -231,59 +231,91 @@ def nfa_size(node: Node) -> int:
     raise TypeError(f"not a regex AST node: {node!r}")
 
 
-#: a string piece's move counts (all 1) and child ids (1, 2, ...), sliced by `_Piece.chain`
-_CHAIN_ONES = np.ones(256, dtype=np.int32)
-_CHAIN_CHILDREN = np.arange(1, 257, dtype=np.int32)
-_CHAIN_ONES.setflags(write=False)
-_CHAIN_CHILDREN.setflags(write=False)
-
-
 class _Piece:
     """A byte DAG (a code point set's, or a string's chain of bytes) with child ids relative to
-    its first node, as tuples and as arrays: an NFA's pool is made of pieces, placed at
-    offsets, and the same piece serves every NFA that reads the same set."""
+    its first node: an NFA's pool is made of pieces, placed at offsets, and the same piece
+    serves every NFA that reads the same set.
 
-    __slots__ = ("_nodes", "counts", "lo", "size", "table")
+    Held as it was made — a string's bytes (`spelled`) or the DAG's node tuples (`dag`) —
+    which the C join reads directly (`join_pieces`); the arrays (`counts`, `table`, `lo`) are
+    made only where Python joins the pool. A compile makes the pieces of every deferred
+    terminal (their sizes and bytes decide its byte classes and limits), and a dozen small
+    numpy calls each, on cold caches, were a tenth of a small grammar's compile."""
+
+    __slots__ = ("_counts", "_lo", "_table", "dag", "size", "spelled")
 
     def __init__(self, nodes: tuple[tuple[tuple[int, int, int], ...], ...]) -> None:
-        self._nodes: tuple[tuple[tuple[int, int, int], ...], ...] | None = nodes
+        #: the nodes as tuples of (lo, hi, child) moves (None: a string's, see `spelled`)
+        self.dag: tuple[tuple[tuple[int, int, int], ...], ...] | None = nodes
+        #: a string's UTF-8 bytes, one node each, the last completing the character
+        self.spelled: bytes | None = None
         self.size = len(nodes)
-        #: int32 [nodes]: moves per node; int32 [moves, 3]: lo, hi, child of each move (what
-        #: the C join reads)
-        self.counts = np.fromiter(map(len, nodes), np.int32, len(nodes))
-        flat = [x for moves in nodes for move in moves for x in move]
-        self.table = np.array(flat, dtype=np.int32).reshape(-1, 3)
-        self.lo = np.ascontiguousarray(self.table[:, 0])  # (each move's first byte)
+        self._counts: npt.NDArray[np.int32] | None = None
+        self._table: npt.NDArray[np.int32] | None = None
+        self._lo: npt.NDArray[np.int32] | None = None
 
     @classmethod
     def chain(cls, data: bytes) -> _Piece:
-        """A string's bytes, one node each (the last completes the character): the arrays
-        made directly, the node tuples only if Python walks them (a schema's keys and names
-        are mostly new strings, and each piece cost a dozen small numpy calls)."""
+        """A string's bytes, one node each (the last completes the character)."""
         piece = cls.__new__(cls)
-        n = len(data)
-        piece._nodes = None
-        piece.size = n
-        piece.lo = lo = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
-        if n > len(_CHAIN_CHILDREN):  # (a long string: its own arrays)
-            piece.counts = np.ones(n, dtype=np.int32)
-            child = np.arange(1, n + 1, dtype=np.int32)
-        else:  # (slices of shared read-only arrays: `np.stack` and two more calls cost 3 µs)
-            piece.counts = _CHAIN_ONES[:n]
-            child = _CHAIN_CHILDREN[:n]
-        table = piece.table = np.empty((n, 3), dtype=np.int32)
-        table[:, 0] = lo
-        table[:, 1] = lo
-        table[:, 2] = child
-        table[n - 1, 2] = -1
+        piece.dag = None
+        piece.spelled = data
+        piece.size = len(data)
+        piece._counts = piece._table = piece._lo = None
         return piece
+
+    @property
+    def counts(self) -> npt.NDArray[np.int32]:
+        """int32 [nodes]: moves per node."""
+        if self._counts is None:
+            self._make_arrays()
+        assert self._counts is not None
+        return self._counts
+
+    @property
+    def table(self) -> npt.NDArray[np.int32]:
+        """int32 [moves, 3]: lo, hi, child of each move."""
+        if self._table is None:
+            self._make_arrays()
+        assert self._table is not None
+        return self._table
+
+    @property
+    def lo(self) -> npt.NDArray[np.int32]:
+        """int32 [moves]: each move's first byte."""
+        if self._lo is None:
+            self._make_arrays()
+        assert self._lo is not None
+        return self._lo
+
+    def _make_arrays(self) -> None:
+        data = self.spelled
+        if data is not None:
+            n = len(data)
+            lo = np.frombuffer(data, dtype=np.uint8).astype(np.int32)
+            counts = np.ones(n, dtype=np.int32)
+            table = np.empty((n, 3), dtype=np.int32)
+            table[:, 0] = lo
+            table[:, 1] = lo
+            table[:, 2] = np.arange(1, n + 1, dtype=np.int32)
+            if n:
+                table[n - 1, 2] = -1
+        else:
+            nodes = self.nodes
+            counts = np.fromiter(map(len, nodes), np.int32, len(nodes))
+            flat = [x for moves in nodes for move in moves for x in move]
+            table = np.array(flat, dtype=np.int32).reshape(-1, 3)
+            lo = np.ascontiguousarray(table[:, 0])
+        self._counts, self._table, self._lo = counts, table, lo
 
     @property
     def nodes(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
         """The nodes as tuples of (lo, hi, child) moves."""
-        if self._nodes is None:
-            self._nodes = tuple(((lo, hi, c),) for lo, hi, c in self.table.tolist())
-        return self._nodes
+        if self.dag is None:
+            data = self.spelled or b""
+            last = len(data) - 1
+            self.dag = tuple(((b, b, -1 if i == last else i + 1),) for i, b in enumerate(data))
+        return self.dag
 
     def placed(self, base: int) -> list[tuple[tuple[int, int, int], ...]]:
         """The nodes with child ids moved by `base` (-1, a complete character, stays)."""
@@ -304,6 +336,11 @@ def _dag_leaf(ranges: iv.Ranges) -> tuple[_Piece, frozenset[tuple[int, int]]]:
 
 @lru_cache(maxsize=4096)
 def _string_piece(text: str) -> _Piece:
+    return _spelled_piece(text)
+
+
+def _spelled_piece(text: str) -> _Piece:
+    """A string's piece (uncached: a large alternation's thousand words are made at once)."""
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # a surrogate: no UTF-8 string can match
@@ -311,44 +348,9 @@ def _string_piece(text: str) -> _Piece:
     return _Piece.chain(data)
 
 
-#: from this many strings on, a program's string pieces are made together (`_string_pieces`)
+#: from this many strings on, a program's string pieces are not cached one by one (the
+#: program keeps its pieces)
 _BATCH_FROM = 8
-
-
-def _string_pieces(texts: Sequence[str]) -> list[_Piece]:
-    """`_string_piece` of each text, made in one pass over all their bytes, each piece's arrays
-    a slice of the joined ones: a large alternation of words had a thousand strings, a dozen
-    small numpy calls each. (Not cached one by one: the program keeps its pieces.)"""
-    out: list[_Piece | None] = [None] * len(texts)
-    new: list[tuple[int, bytes]] = []
-    for i, text in enumerate(texts):
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:
-            continue
-        if data:
-            new.append((i, data))
-    if new:
-        lengths = np.fromiter((len(d) for _, d in new), np.int64, len(new))
-        ends = np.cumsum(lengths)
-        total = int(ends[-1])
-        lo = np.frombuffer(b"".join([d for _, d in new]), dtype=np.uint8).astype(np.int32)
-        child = np.arange(1, total + 1, dtype=np.int32)
-        child -= np.repeat((ends - lengths).astype(np.int32), lengths)  # (1 .. n per string)
-        child[ends - 1] = -1
-        table = np.stack((lo, lo, child), axis=1)
-        counts = np.ones(total, dtype=np.int32)
-        start = 0
-        new_piece = _Piece.__new__
-        for (i, _), end in zip(new, ends.tolist(), strict=True):
-            piece = out[i] = new_piece(_Piece)
-            piece._nodes = None
-            piece.size = end - start
-            piece.counts = counts[start:end]
-            piece.lo = lo[start:end]
-            piece.table = table[start:end]
-            start = end
-    return [_string_piece(t) if piece is None else piece for t, piece in zip(texts, out)]
 
 
 _EXTEND_IN_NUMPY = 64  # leaves placed with numpy from this many on (`Pool.extend`)
@@ -377,14 +379,15 @@ class Pool(Sequence[tuple[tuple[int, int, int], ...]]):
         self._joined = None
         return base
 
-    def extend(self, pieces: Sequence[_Piece], sizes: npt.NDArray[np.int64]) -> list[int]:
+    def extend(self, pieces: Sequence[_Piece], sizes: Sequence[int]) -> list[int]:
         """Place `pieces` (of `sizes` nodes) at the end; their first nodes' ids."""
         if len(sizes) > _EXTEND_IN_NUMPY:
-            bases: list[int] = (np.cumsum(sizes) - sizes + self.size).tolist()
-            self.size += int(sizes.sum())
+            counts = np.asarray(sizes, dtype=np.int64)
+            bases: list[int] = (np.cumsum(counts) - counts + self.size).tolist()
+            self.size += int(counts.sum())
         else:  # (a regex's few leaves: four numpy calls cost more than the loop)
             bases, size = [], self.size
-            for n in sizes.tolist():
+            for n in sizes:
                 bases.append(size)
                 size += n
             self.size = size
@@ -497,7 +500,7 @@ class _Builder:
         if root is None:
             piece = _string_piece(text)
             root = self.pool.add(piece)
-            self.string_bytes.update(piece.lo.tolist())
+            self.string_bytes.update(piece.spelled or b"")
             self.string_roots[text] = root
         return root
 
@@ -774,7 +777,7 @@ class LeafPieces:
     spelling (a string with a lone surrogate, a set of surrogates: an empty language there)."""
 
     pieces: tuple[_Piece, ...]
-    sizes: npt.NDArray[np.int64]
+    sizes: tuple[int, ...]
     ranges: frozenset[tuple[int, int]]
     has_empty_leaf: bool
 
@@ -786,28 +789,27 @@ def leaf_pieces(program: Program) -> LeafPieces:
     if found is None:
         pieces: list[_Piece] = []
         range_sets: list[frozenset[tuple[int, int]]] = []
-        strings: list[npt.NDArray[np.int32]] = []
+        spelled: list[bytes] = []
         empty = False
-        texts = [leaf for leaf in program.leaves if isinstance(leaf, str)]
-        # (many strings — a large alternation of words — are made together)
-        by_text = iter(_string_pieces(texts)) if len(texts) >= _BATCH_FROM else None
+        many = sum(isinstance(leaf, str) for leaf in program.leaves) >= _BATCH_FROM
+        make_string = _spelled_piece if many else _string_piece
         for leaf in program.leaves:
             if isinstance(leaf, str):
-                piece = _string_piece(leaf) if by_text is None else next(by_text)
-                strings.append(piece.lo)
-                empty = empty or not len(piece.lo)
+                piece = make_string(leaf)
+                data = piece.spelled
+                if data:
+                    spelled.append(data)
+                else:  # (no UTF-8 spelling: an empty language)
+                    empty = True
             else:
                 piece, leaf_ranges = _dag_leaf(leaf)
                 range_sets.append(leaf_ranges)
                 empty = empty or not leaf_ranges
             pieces.append(piece)
         ranges = frozenset().union(*range_sets)
-        if strings:
-            read = np.concatenate(strings)
-            if len(read) > 256:  # (each byte once: sorted and deduplicated in numpy first)
-                read = np.unique(read)
-            ranges |= {(x, x) for x in read.tolist()}
-        sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
+        if spelled:  # (each byte read once, as a one-byte range)
+            ranges |= {(x, x) for x in set(b"".join(spelled))}
+        sizes = tuple([p.size for p in pieces])
         found = program.pieces = LeafPieces(tuple(pieces), sizes, ranges, empty)
     return found
 

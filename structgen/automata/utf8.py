@@ -107,6 +107,8 @@ _TAIL: Ranges = ((0x80, iv.MAX_CODE_POINT),)
 @lru_cache(maxsize=1024)
 def _tail_dag(tail: Ranges) -> ByteDag:
     """The DAG of a class's non-ASCII part, shared by the classes that differ only in ASCII."""
+    if tail == _TAIL:
+        return _ANY_TAIL_DAG
     return _build_dag(tail)
 
 
@@ -175,3 +177,9 @@ def _build_dag(ranges: Ranges) -> ByteDag:
         tuple((lo, hi, -1 if c == -1 else new_id[c]) for lo, hi, c in nodes[old]) for old in order
     )
     return ByteDag(renumbered)
+
+
+#: every character beyond ASCII: the tail of most negated classes (`[^"\\]`, a JSON
+#: string's character) and of `.`, a constant of UTF-8 made once per process (`clear_caches`
+#: keeps it: rebuilding it cost ~60 µs of a cold compile)
+_ANY_TAIL_DAG = _build_dag(_TAIL)

@@ -274,30 +274,58 @@ def test_string_pieces_are_the_tuple_built_ones(text: str) -> None:
         assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist(), name
 
 
-@settings(max_examples=60, deadline=None)
+class _ArraysOnly:
+    """A piece seen only through its arrays (how the C join read every piece before)."""
+
+    def __init__(self, piece: Any) -> None:
+        self.counts, self.table, self.size = piece.counts, piece.table, piece.size
+
+
+_CODE_POINT_RANGES = st.lists(
+    st.tuples(st.integers(0, 0x10FFFF), st.integers(0, 300)), min_size=1, max_size=6
+).map(lambda pairs: tuple(sorted({(lo, min(lo + n, 0x10FFFF)) for lo, n in pairs})))
+
+
+@settings(max_examples=80, deadline=None)
 @given(
-    st.lists(st.text(min_size=1, max_size=6), min_size=0, max_size=30),
-    st.lists(st.text(min_size=1, max_size=6), max_size=5),
+    st.lists(st.text(min_size=1, max_size=6) | _CODE_POINT_RANGES, min_size=1, max_size=12)
 )
-def test_a_batch_of_string_pieces_is_the_pieces_made_one_by_one(
-    texts: list[str], known: list[str]
-) -> None:
-    """`_string_pieces` (a large alternation's strings in one pass, each piece a slice of the
-    joined arrays) gives the pieces `_Piece.chain` makes one by one, whether some were made
-    before (`known`), repeated, or unencodable (a lone surrogate: a piece with no moves)."""
-    nfa._string_piece.cache_clear()
-    for text in known:
-        nfa._string_piece(text)
-    texts = [*texts, *known[:2], *texts[:3], "a\ud800"]
-    batch = nfa._string_pieces(texts)
-    assert len(batch) == len(texts)
-    for text, piece in zip(texts, batch, strict=True):
-        alone = nfa._string_piece.__wrapped__(text)
-        assert piece.size == alone.size
-        for name in ("counts", "table", "lo"):
-            ours, theirs = getattr(piece, name), getattr(alone, name)
-            assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist(), name
-        assert piece.nodes == alone.nodes
+def test_the_c_join_reads_pieces_as_they_were_made(leaves: list[Any]) -> None:
+    """A pool joined in C from its pieces' bytes (`spelled`) and node tuples (`dag`) is the
+    pool joined from their arrays, and the pool Python joins (a string with a lone surrogate:
+    a piece with no moves)."""
+    from structgen.automata import intervals as iv
+
+    if nfa._JOIN_PIECES is None:
+        pytest.skip("the C extension is not built")
+    pieces = []
+    for leaf in [*leaves, "a\ud800"]:
+        if isinstance(leaf, str):
+            pieces.append(nfa._spelled_piece(leaf))
+        else:
+            pieces.append(nfa._dag_piece(iv.normalize(list(leaf))))
+    bases = []
+    size = 0
+    for piece in pieces:
+        bases.append(size)
+        size += piece.size
+    ours = nfa._JOIN_PIECES(pieces, bases, size)
+    theirs = nfa._JOIN_PIECES([_ArraysOnly(p) for p in pieces], bases, size)
+    assert ours == theirs
+    pool = nfa.Pool()
+    pool.extend(pieces, [p.size for p in pieces])
+    join, nfa._JOIN_PIECES = nfa._JOIN_PIECES, None  # (Python joins the arrays)
+    try:
+        joined = pool.arrays()
+        nonempty = pool.nonempty()
+    finally:
+        nfa._JOIN_PIECES = join
+    assert nonempty.tolist() == list(ours[4][: len(nonempty)])
+    offsets, lo, hi, child = (np.frombuffer(b, dtype=np.int32) for b in ours[:4])
+    assert offsets.tolist() == joined[0].tolist()
+    moves = int(offsets[-1])
+    for got, want in zip((lo, hi, child), joined[1:], strict=True):
+        assert got[:moves].tolist() == want[:moves].tolist()
 
 
 def _full_match(dfa: Any, text: str) -> bool:
