@@ -287,9 +287,7 @@ _CODE_POINT_RANGES = st.lists(
 
 
 @settings(max_examples=80, deadline=None)
-@given(
-    st.lists(st.text(min_size=1, max_size=6) | _CODE_POINT_RANGES, min_size=1, max_size=12)
-)
+@given(st.lists(st.text(min_size=1, max_size=6) | _CODE_POINT_RANGES, min_size=1, max_size=12))
 def test_the_c_join_reads_pieces_as_they_were_made(leaves: list[Any]) -> None:
     """A pool joined in C from its pieces' bytes (`spelled`) and node tuples (`dag`) is the
     pool joined from their arrays, and the pool Python joins (a string with a lone surrogate:
