@@ -18,6 +18,7 @@ every non-empty set of NFA states the DFA builds can still reach acceptance.
 from __future__ import annotations
 
 import hashlib
+import struct
 import sys
 from array import array
 from collections.abc import Sequence
@@ -634,10 +635,21 @@ class Program:
         if tables is None:
             tables = _python_program(root)
         top, typ, arg_a, arg_b, offsets, children, leaves, leaf_at, *facts, leaf_bytes = tables
-        if native:  # (the integer tables come as bytes of int64)
-            typ, arg_a, arg_b, offsets, children = (
-                np.frombuffer(a, dtype=np.int64) for a in (typ, arg_a, arg_b, offsets, children)
-            )
+        # The integer tables as raw 64-bit arrays (lengths first), then the leaves' bytes.
+        digest = hashlib.blake2b(digest_size=16, person=b"sg-regex-ast-2")
+        if native:  # (the integer tables come as bytes of int64: digested as they are)
+            raw = (typ, arg_a, arg_b, offsets, children)
+            digest.update(_THREE_INT64.pack(top, len(typ) >> 3, len(children) >> 3))
+            for data in raw:
+                digest.update(data)
+            typ, arg_a, arg_b, offsets, children = (np.frombuffer(a, dtype=np.int64) for a in raw)
+        else:
+            digest.update(array("q", [top, len(typ), len(children)]).tobytes())
+            for numbers in (typ, arg_a, arg_b, offsets, children):
+                try:
+                    digest.update(array("q", numbers).tobytes())
+                except OverflowError:  # (a count past 64 bits: spelled out instead)
+                    digest.update(repr(numbers).encode())
         self.top, self.leaves, self.leaf_at = top, leaves, leaf_at
         self.pieces: LeafPieces | None = None  # (`leaf_pieces`)
         self.nullable: bool = facts[0]  # the AST matches the empty string
@@ -645,19 +657,11 @@ class Program:
         self.empty_alternation: bool = facts[2]  # an alternation of no items (empty language)
         self.typ, self.arg_a, self.arg_b = typ, arg_a, arg_b
         self.offsets, self.children = offsets, children
-        # The integer tables as raw 64-bit arrays (lengths first), then the leaves' bytes.
-        digest = hashlib.blake2b(digest_size=16, person=b"sg-regex-ast-2")
-        digest.update(array("q", [top, len(typ), len(children)]).tobytes())
-        for numbers in (typ, arg_a, arg_b, offsets, children):
-            if isinstance(numbers, np.ndarray):
-                digest.update(numbers.tobytes())
-                continue
-            try:
-                digest.update(array("q", numbers).tobytes())
-            except OverflowError:  # (a count past 64 bits: spelled out instead)
-                digest.update(repr(numbers).encode())
         digest.update(leaf_bytes)
         self.digest = digest.digest()
+
+
+_THREE_INT64 = struct.Struct("=qqq")  # (native order, as `array("q")` writes)
 
 
 def _leaf_bytes(leaves: list[str | iv.Ranges]) -> bytes:
