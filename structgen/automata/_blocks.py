@@ -193,7 +193,14 @@ def _one_byte_block(mask: int) -> Block:
 @lru_cache(maxsize=512)
 def _mask_digest(mask: int) -> bytes:
     """The digest of the block of one byte from the set `mask` (`Block.digest`: of its moves),
-    made without the block (`byte_chain_fingerprint`)."""
+    made without the block (`byte_chain_fingerprint`); a literal's byte (one bit) from a table
+    made once."""
+    if mask and not mask & (mask - 1):
+        return _BYTE_DIGESTS[mask.bit_length() - 1]
+    return _digest_of_mask(mask)
+
+
+def _digest_of_mask(mask: int) -> bytes:
     frozen = (((bytes(_bits(mask)), 1),),)
     return hashlib.blake2b(repr(frozen).encode(), digest_size=16).digest()
 
@@ -209,6 +216,11 @@ def _bits(mask: int) -> list[int]:
         out.append(low.bit_length() - 1)
         mask ^= low
     return out
+
+
+#: the digest of each one-byte block (a literal's byte: the chains of every key and keyword
+#: read them), a constant of the format made at import (`clear_caches` keeps it)
+_BYTE_DIGESTS = tuple([_digest_of_mask(1 << b) for b in range(256)])
 
 
 @lru_cache(maxsize=512)
