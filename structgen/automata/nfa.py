@@ -243,7 +243,7 @@ class _Piece:
     terminal (their sizes and bytes decide its byte classes and limits), and a dozen small
     numpy calls each, on cold caches, were a tenth of a small grammar's compile."""
 
-    __slots__ = ("_counts", "_lo", "_table", "dag", "size", "spelled")
+    __slots__ = ("_arrays", "dag", "size", "spelled")
 
     def __init__(self, nodes: tuple[tuple[tuple[int, int, int], ...], ...]) -> None:
         #: the nodes as tuples of (lo, hi, child) moves (None: a string's, see `spelled`)
@@ -251,9 +251,7 @@ class _Piece:
         #: a string's UTF-8 bytes, one node each, the last completing the character
         self.spelled: bytes | None = None
         self.size = len(nodes)
-        self._counts: npt.NDArray[np.int32] | None = None
-        self._table: npt.NDArray[np.int32] | None = None
-        self._lo: npt.NDArray[np.int32] | None = None
+        self._arrays: tuple[npt.NDArray[np.int32], ...] | None = None
 
     @classmethod
     def chain(cls, data: bytes) -> _Piece:
@@ -262,34 +260,29 @@ class _Piece:
         piece.dag = None
         piece.spelled = data
         piece.size = len(data)
-        piece._counts = piece._table = piece._lo = None
+        piece._arrays = None
         return piece
 
     @property
     def counts(self) -> npt.NDArray[np.int32]:
         """int32 [nodes]: moves per node."""
-        if self._counts is None:
-            self._make_arrays()
-        assert self._counts is not None
-        return self._counts
+        return self.arrays()[0]
 
     @property
     def table(self) -> npt.NDArray[np.int32]:
         """int32 [moves, 3]: lo, hi, child of each move."""
-        if self._table is None:
-            self._make_arrays()
-        assert self._table is not None
-        return self._table
+        return self.arrays()[1]
 
     @property
     def lo(self) -> npt.NDArray[np.int32]:
         """int32 [moves]: each move's first byte."""
-        if self._lo is None:
-            self._make_arrays()
-        assert self._lo is not None
-        return self._lo
+        return self.arrays()[2]
 
-    def _make_arrays(self) -> None:
+    def arrays(self) -> tuple[npt.NDArray[np.int32], ...]:
+        """(counts, table, lo), made on the first ask."""
+        made = self._arrays
+        if made is not None:
+            return made
         data = self.spelled
         if data is not None:
             n = len(data)
@@ -307,7 +300,8 @@ class _Piece:
             flat = [x for moves in nodes for move in moves for x in move]
             table = np.array(flat, dtype=np.int32).reshape(-1, 3)
             lo = np.ascontiguousarray(table[:, 0])
-        self._counts, self._table, self._lo = counts, table, lo
+        made = self._arrays = (counts, table, lo)
+        return made
 
     @property
     def nodes(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
