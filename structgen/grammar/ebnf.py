@@ -39,6 +39,7 @@ from structgen.automata import (
 from structgen.automata import intervals as iv
 from structgen.errors import GrammarError, LimitExceededError, RegexError
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
+from structgen.grammar.lark_literals import nullable
 
 __all__ = ["ebnf_to_ir", "looks_like_ebnf"]
 
@@ -403,7 +404,7 @@ class _Builder:
         key = id(expr)
         if isinstance(node, Empty):
             return []
-        if not _node_nullable(node):
+        if not nullable(node):
             return [self.terminal(node, origin=key)]
         return [self.helper([[], [self.terminal(node, nonempty=True, origin=key)]])]
 
@@ -478,22 +479,6 @@ def _regex(expr: _Expr, regular: dict[str, Node]) -> Node:
     if isinstance(expr, _Alt):
         return alternation([_regex(x, regular) for x in expr.items])
     return repeat(_regex(expr.item, regular), expr.min, expr.max)
-
-
-def _node_nullable(node: Node) -> bool:
-    """Whether a regex AST matches the empty string."""
-    if isinstance(node, Empty):
-        return True
-    if isinstance(node, String):
-        return not node.text
-    if isinstance(node, CharClass):
-        return False
-    if isinstance(node, Repeat):
-        return node.min == 0 or _node_nullable(node.item)
-    items = node.items  # type: ignore[attr-defined]
-    if isinstance(node, Concat):
-        return all(_node_nullable(x) for x in items)
-    return any(_node_nullable(x) for x in items)  # Alternation
 
 
 def _regular_rules(parsed: list[tuple[str, int, _Expr]]) -> dict[str, Node]:

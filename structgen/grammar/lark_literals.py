@@ -134,7 +134,9 @@ def nullable(node: Node) -> bool:
     """Whether the AST matches the empty string."""
     if isinstance(node, Empty):
         return True
-    if isinstance(node, (String, CharClass)):
+    if isinstance(node, String):
+        return not node.text
+    if isinstance(node, CharClass):
         return False
     if isinstance(node, Concat):
         return all(nullable(item) for item in node.items)
