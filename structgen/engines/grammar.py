@@ -485,10 +485,11 @@ class GrammarEngine:
                 if len(indices):
                     if words is None:
                         words = inside_words.copy()
-                    if _OR_WORDS is not None:
+                    if _OR_WORDS is not None:  # (bytes or arrays: the C walk's are bytes)
                         _OR_WORDS(words, indices, values)
                     else:
-                        words[indices] |= values
+                        at = np.frombuffer(indices, np.int64)
+                        words[at] |= np.frombuffer(values, np.uint32)
                 if len(more):
                     pending.append((after, more))
         if not fresh:

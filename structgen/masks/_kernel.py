@@ -20,7 +20,10 @@ import numpy.typing as npt
 from structgen.automata._native_subset import addresses
 from structgen.masks._slices import DEFAULT_SLICES, SlicePlan, TokenSlice, forest_order, plan_slices
 
-__all__ = ["Events", "NativeWalk", "equality_available", "native_available"]
+__all__ = ["Events", "NativeWalk", "SparseWords", "equality_available", "native_available"]
+
+#: a continued walk's words set: int64 indices or uint32 values, as bytes (`or_words` reads them)
+SparseWords = bytes
 
 
 class _NodeView(ctypes.Structure):
@@ -661,11 +664,14 @@ class NativeWalk:
 
     def walk_sparse(
         self, dfa: Any, state: int, ranges: Events
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint32], Events]:
+    ) -> tuple[SparseWords, SparseWords, Events]:
         """`walk(dfa, state, ranges=ranges, boundaries=True)` with the mask as its non-zero
-        words (`indices`, `values`): a continued walk sets a few tokens, and a zeroed buffer
-        per thread, taken back word by word in C, spares a fresh mask and a scan of it. Packed
-        events (a C walk's) are walked in one call from their bytes (`walk_spans`)."""
+        words (`indices` int64, `values` uint32, as bytes: OR them in with `or_words`): a
+        continued walk sets a few tokens, and a zeroed buffer per thread, taken back word by
+        word in C, spares a fresh mask and a scan of it. Packed events (a C walk's) are walked
+        in one call from their bytes (`continue_spans`, which returns the words as bytes: a
+        first visit continues a dozen walks, and numpy views of them were a third of the Python
+        around each)."""
         assert _EXT is not None
         scratch = self._scratch
         buffers = getattr(scratch, "sparse", None)
@@ -678,16 +684,39 @@ class NativeWalk:
         words, idx, val, p_words, p_idx, p_val = buffers
         try:
             packed = ranges.packed
+            if packed is not None and _CONTINUE_SPANS is not None:
+                bufs = self._buffers()  # (the walk builds the start's row when it reads it)
+                bufs.busy = True
+                try:
+                    indices, values, packed, bounds, build_ns = _CONTINUE_SPANS(
+                        self._view_address,
+                        packed,
+                        ranges._total,
+                        ranges._first,
+                        ranges._first + ranges._n,
+                        state,
+                        dfa,
+                        bufs.p_stack,
+                        p_words,
+                        bufs.p_events,
+                        self.words,
+                        p_idx,
+                        p_val,
+                    )
+                finally:
+                    bufs.busy = False
+                scratch.build_seconds = build_ns * 1e-9
+                if packed is None:
+                    return indices, values, _NO_EVENTS
+                return indices, values, Events.from_packed(packed, len(packed) // 24, bounds)
             if packed is None:
                 _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
                 k = _EXT.take_words(p_words, self.words, p_idx, p_val)
-            else:
-                bufs = self._buffers()  # (the walk builds the start's row when it reads it)
-                one_call = _CONTINUE_SPANS is not None  # (else an extension built before it)
-                walk_spans = _CONTINUE_SPANS if one_call else _EXT.walk_spans
+            else:  # (an extension built before `continue_spans`)
+                bufs = self._buffers()
                 bufs.busy = True
                 try:
-                    out = walk_spans(
+                    k, n_events, build_ns = _EXT.walk_spans(
                         self._view_address,
                         packed,
                         *ranges.span,
@@ -702,24 +731,14 @@ class NativeWalk:
                     )
                 finally:
                     bufs.busy = False
-                scratch.build_seconds = out[-1] * 1e-9
-                if one_call:  # (the words and the packed events as new bytes)
-                    indices, values, packed, bounds, _ = out
-                    events = (
-                        _NO_EVENTS
-                        if packed is None
-                        else Events.from_packed(packed, len(packed) // 24, bounds)
-                    )
-                    words_set = np.frombuffer(indices, np.int64)
-                    return words_set, np.frombuffer(values, np.uint32), events
-                k, n_events, _ = out
+                scratch.build_seconds = build_ns * 1e-9
                 events = _collected_events(bufs, n_events)
         except BaseException:
             words[:] = 0  # (clean for the next walk)
             raise
         finally:
             scratch.sparse = buffers
-        return idx[:k].copy(), val[:k].copy(), events
+        return idx[:k].tobytes(), val[:k].tobytes(), events
 
     def contained_groups(self, dfa: Any, state: int) -> int:
         """Bitmask of the token groups (slices) all of whose tokens `state` allows: every

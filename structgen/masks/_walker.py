@@ -34,6 +34,7 @@ from structgen.masks._kernel import (
     Events,
     NativeWalk,
     SharingTables,
+    SparseWords,
     TrieTooLarge,
     equality_available,
     native_available,
@@ -250,6 +251,8 @@ def _array_bytes(value: Any) -> int:
         kind = type(item)
         if kind is np.ndarray or kind is Events:
             total += item.nbytes
+        elif kind is bytes:  # (a continued walk's words set, as the C walk returns them)
+            total += len(item)
         elif kind is not int:  # (boundary positions come with their cut and state)
             total += _array_bytes(item)
     return int(total)
@@ -283,10 +286,7 @@ class TokenMaskWalker:
         self._counts = SHARE_COUNTED_WALKS and bool(
             getattr(getattr(dfa, "_source", None), "counts", False)
         )
-        self._continued: dict[
-            tuple[int, bytes], tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]
-        ]
-        self._continued = {}
+        self._continued: dict[tuple[int, bytes], tuple[SparseWords, SparseWords, Events]] = {}
         self._extra_bytes = 0  # arrays held beside `_cache` (events, boundaries, first bytes)
         self._lock = threading.Lock()
         # Mask sharing: walked states by the pattern of their live first bytes, newest last.
@@ -513,12 +513,11 @@ class TokenMaskWalker:
         skip = native.contained_groups(self.dfa, state)
         return native.walk(self.dfa, state, boundaries=boundaries, skip=skip)
 
-    def continue_walk(
-        self, spans: Events, start: int
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.uint32], Events]:
+    def continue_walk(self, spans: Events, start: int) -> tuple[SparseWords, SparseWords, Events]:
         """With the C walk: the tokens of `spans` (subtrees whose tokens end the previous lexeme
         after `cut` bytes) that stay alive in a new lexeme of this automaton from `start`, as
-        packed words (`indices`, `values`: OR them into a mask), and their own boundary events.
+        packed words (`indices`, `values`: OR them into a mask with `or_words`), and their own
+        boundary events.
 
         The result depends on the spans and the automaton alone, not on the parse around them,
         so it is cached here: every parse state that ends a lexeme the same way and expects the
@@ -530,7 +529,7 @@ class TokenMaskWalker:
             native = native_walk(self.vocab)
             assert native is not None
             hit = native.walk_sparse(self.dfa, start, spans)
-            self._store(self._continued, key, hit, hit[0].nbytes + hit[1].nbytes + hit[2].nbytes)
+            self._store(self._continued, key, hit, len(hit[0]) + len(hit[1]) + hit[2].nbytes)
         return hit
 
     def first_byte_dead(self, state: int) -> npt.NDArray[np.int32]:
