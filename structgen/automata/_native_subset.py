@@ -185,6 +185,10 @@ _UNION_PARTS_IN = extension_function("union_parts_in") if _LIB is not None else 
 _SUBSET_STARTED = extension_function("subset_started") if _LIB is not None else None
 #: a union context made, its mode set and its components told, in one call, or None
 _UNION_CONTEXT = extension_function("union_context") if _LIB is not None else None
+#: every component row a union's row build lacked (`union_needs`), and one component pointed
+#: at its arrays from its packed fields (`union_set_part`), or None (ctypes, below)
+_UNION_NEEDS = extension_function("union_needs") if _LIB is not None else None
+_UNION_SET_PART = extension_function("union_set_part") if _LIB is not None else None
 #: a context takes a DFA's arrays (and a chain lays out its states) in one call, or None
 _ADOPT_TABLE = extension_function("adopt_table") if _LIB is not None else None
 
@@ -623,8 +627,12 @@ class NativeUnion(_NativeStates):
         if _UNION_CONTEXT is not None:  # (context, mode and components in one call)
             given_starts = None if mode == UNION else [p.start for p in parts]
             bound = -1 if hi is None else hi
+            # The byte sets of each chain of one-byte blocks with no rows yet: C lays it out
+            # when a row first needs it (each laid out in Python cost a dozen calls, and a
+            # lexer's first row needs every literal terminal expected there).
+            chains = [p.chain_bytes for p in parts]
             self._owner, ctx = _UNION_CONTEXT(
-                given, self._classes, max_states, mode, given_starts, lo, bound
+                given, self._classes, max_states, mode, given_starts, lo, bound, chains
             )
             self.ctx = ctx
             self._header = _Header.from_address(ctx)
@@ -648,7 +656,10 @@ class NativeUnion(_NativeStates):
         changed: a row built in place needs nothing, as C reads it there)."""
         fields = self.parts[i].part_fields
         if fields != self._given[i]:
-            _LIB.sg_union_set_part(self.ctx, i, *PART_FIELDS.unpack(fields))
+            if _UNION_SET_PART is not None:
+                _UNION_SET_PART(self.ctx, i, fields)
+            else:
+                _LIB.sg_union_set_part(self.ctx, i, *PART_FIELDS.unpack(fields))
             self._given[i] = fields
 
     def build(self, state: int) -> int:
@@ -656,7 +667,18 @@ class NativeUnion(_NativeStates):
         return int(_LIB.sg_union_build(self.ctx, state))
 
     def provide_row(self) -> None:
-        """After NEED_ROW: build the component row the C side asked for (in Python)."""
+        """After NEED_ROW: build the component rows the C side asked for (in Python): every
+        one the row's key lacked, where C lists them (a lexer's first row lacks one per
+        terminal, each a materialization: asked for one at a time, each cost a build tried
+        again and two more calls)."""
+        if _UNION_NEEDS is not None:
+            needs = _UNION_NEEDS(self.ctx)
+            parts = self.parts
+            for k in range(0, len(needs), 2):
+                i = needs[k]
+                parts[i].row(needs[k + 1])
+                self.refresh_part(i)
+            return
         if not self._need_address:
             (self._need_address,) = addresses(self._need)
         _LIB.sg_union_need(self.ctx, self._need_address)

@@ -698,6 +698,12 @@ typedef struct {
     int64_t capacity;         /* their number of rows */
     part_builder build;       /* NULL: the component's rows come from Python */
     void *ctx;
+    /* a chain of one-byte blocks not laid out yet (Python's automaton deferred): its `chain_m`
+     * byte sets, 32 bytes each, from which `part_row` lays it out here (NULL: none, or done) */
+    uint8_t *chain_bits;
+    int32_t chain_m;
+    int32_t *chain_table;     /* the chain's arrays laid out here (owned; NULL: none) */
+    uint8_t *chain_acc;
 } sg_part;
 
 #define U_UNION 0
@@ -804,6 +810,7 @@ static int64_t tset_add(tset *t, const int32_t *x, uint64_t h)
 }
 
 #define BETWEEN_UNITS 0xFFFFFFFFll /* a counted key's unit state between two units */
+#define SG_MAX_NEEDS 64          /* component rows one union row build reports missing */
 
 typedef struct {
     sg_states st;
@@ -816,6 +823,10 @@ typedef struct {
     uint8_t reps[256];        /* the smallest byte of each class */
     int32_t n_classes;
     int64_t need_part, need_state;  /* after SG_NEED_ROW: the row Python must build */
+    /* ... and, after a row build, every component row its key lacked (a lexer's first row
+     * lacks one per terminal: Python builds them all before the build is tried again) */
+    int64_t needs[2 * SG_MAX_NEEDS];
+    int32_t n_needs;
     int32_t *moves;           /* scratch: [n_classes][elements] component targets */
     int64_t moves_cap;
     int64_t *target;          /* scratch: a row's target key (`target_cap` elements) */
@@ -844,13 +855,18 @@ void sg_union_free(sg_union *u)
 {
     if (!u) return;
     states_free(&u->st);
-    free(u->parts); free(u->moves); free(u->target); free(u->base); free(u->starts);
+    free(u->moves); free(u->target); free(u->base); free(u->starts);
     tset_free(&u->live); tset_free(&u->dead); tset_free(&u->seen);
     free(u->parent); free(u->hopeless); free(u->heap);
     free(u->tuple); free(u->need_tuple); free(u->rows);
     if (u->shortest && u->longest)
         for (int32_t k = 0; k < u->n_parts; k++) { free(u->shortest[k]); free(u->longest[k]); }
     free(u->shortest); free(u->longest); free(u->dist_n);
+    if (u->parts)
+        for (int32_t k = 0; k < u->n_parts; k++) {
+            free(u->parts[k].chain_bits); free(u->parts[k].chain_table); free(u->parts[k].chain_acc);
+        }
+    free(u->parts);
     free(u);
 }
 
@@ -911,6 +927,8 @@ void sg_union_set_part(sg_union *u, int32_t i, const int32_t *table, const uint8
 static void sg_union_set_parts_from(sg_union *u, int32_t i, const int64_t *f)
 {
     sg_part *p = &u->parts[i];
+    free(p->chain_bits);  /* (Python's arrays from now on: a chain laid out there is the same) */
+    p->chain_bits = NULL;
     p->table = (const int32_t *)(intptr_t)f[0];
     p->accepting = (const uint8_t *)(intptr_t)f[1];
     p->capacity = f[2];
@@ -957,6 +975,27 @@ void sg_union_need(sg_union *u, int64_t *out)
 {
     out[0] = u->need_part;
     out[1] = u->need_state;
+}
+
+/* After SG_NEED_ROW: the component rows Python must build, as (component, state) pairs into
+ * out[0..2*cap): every one a row build found missing (`union_build_locked` goes through its
+ * whole key), else the one `sg_union_need` names. Returns the number of pairs. */
+int64_t sg_union_needs(sg_union *u, int64_t *out, int64_t cap)
+{
+    pthread_mutex_lock(&u->st.lock);
+    int64_t n = 0;
+    if (u->n_needs > 0 && u->needs[0] == u->need_part && u->needs[1] == u->need_state) {
+        for (; n < u->n_needs && n < cap; n++) {
+            out[2 * n] = u->needs[2 * n];
+            out[2 * n + 1] = u->needs[2 * n + 1];
+        }
+    } else if (cap > 0) {
+        out[0] = u->need_part;
+        out[1] = u->need_state;
+        n = 1;
+    }
+    pthread_mutex_unlock(&u->st.lock);
+    return n;
 }
 
 /* Makes the context a sequence, a counted repetition or a product (before any state is
@@ -1037,9 +1076,50 @@ int64_t sg_union_intern(sg_union *u, const int64_t *a, int64_t n)
 
 /* Component `i`'s row of state `s` (built by its C builder first), or NULL after setting the
  * need (Python must build it, or refresh a stale view). */
+/* Lays out component `p`'s pending byte chain (`chain_bits`) here: state k reads byte set k to
+ * k + 1, the last state accepts and reads nothing (the rows `byte_chain_arrays` makes, which
+ * Python's automaton would make on its first row); the component's arrays become these.
+ * 0, or -1 out of memory (then Python builds it). A lexer's first row meets every literal
+ * terminal expected there: each laid out in Python was a round trip of a dozen calls. */
+static int lay_out_chain(sg_part *p)
+{
+    int32_t m = p->chain_m, n = m + 1;
+    int32_t *table = (int32_t *)malloc((size_t)n * 256 * sizeof(int32_t));
+    uint8_t *acc = (uint8_t *)calloc((size_t)n, 1);
+    if (!table || !acc) {
+        free(table);
+        free(acc);
+        return -1;
+    }
+    for (int32_t k = 0; k < m; k++) {
+        const uint8_t *bits = p->chain_bits + (size_t)k * 32;
+        int32_t *row = table + (size_t)k * 256;
+        for (int b = 0; b < 256; b++)
+            row[b] = (bits[b >> 3] >> (b & 7)) & 1 ? k + 1 : -1;
+    }
+    for (int b = 0; b < 256; b++)
+        table[(size_t)m * 256 + b] = -1;
+    acc[m] = 1;
+    free(p->chain_bits);
+    p->chain_bits = NULL;
+    p->chain_table = table;
+    p->chain_acc = acc;
+    p->table = table;
+    p->accepting = acc;
+    p->capacity = n;
+    p->build = NULL;
+    p->ctx = NULL;
+    return 0;
+}
+
 static const int32_t *part_row(sg_union *u, int32_t i, int32_t s)
 {
     sg_part *p = &u->parts[i];
+    if (p->chain_bits && lay_out_chain(p) < 0) {
+        u->need_part = i;  /* (no memory here: Python lays it out) */
+        u->need_state = s;
+        return NULL;
+    }
     if (p->build ? p->build(p->ctx, s, &p->table, &p->accepting) != 0 : s >= p->capacity) {
         u->need_part = i;  /* its C builder stopped (e.g. a bigger table first), or the */
         u->need_state = s; /* Python-built component's view is stale */
@@ -1308,6 +1388,7 @@ static int product_live(sg_union *u, const int32_t *x)
 int sg_union_live(sg_union *u, const int32_t *x)
 {
     pthread_mutex_lock(&u->st.lock);
+    u->n_needs = 0;
     int r = u->mode == U_PRODUCT ? product_live(u, x) : -SG_BAD_STATE;
     pthread_mutex_unlock(&u->st.lock);
     return r;
@@ -1370,6 +1451,7 @@ static int64_t sequence_close(sg_union *u, int64_t n)
 static int union_build_locked(sg_union *u, int32_t state)
 {
     sg_states *st = &u->st;
+    u->n_needs = 0;
     if (state < 0 || state >= st->n_states) return SG_BAD_STATE;
     int32_t *out = st->table + (int64_t)state * 256;
     if (out[0] != -2) return SG_OK;  /* built meanwhile */
@@ -1397,22 +1479,31 @@ static int union_build_locked(sg_union *u, int32_t state)
     }
     /* each component's moves on the class representatives (its row built first); the key is
      * read only here, because interning may move the arena */
+    int64_t missing = 0;  /* (each component row missing is noted: all are asked for at once) */
     for (int64_t k = 0; k < klen; k++) {
         int32_t i = (int32_t)(key[k] >> 32), s = (int32_t)(key[k] & 0xFFFFFFFF);
         u->base[k] = (int64_t)i << 32;
         const int32_t *prow = part_row(u, i, s);
-        if (!prow) return SG_NEED_ROW;
         int32_t *col = u->moves + k;
-        for (int32_t c = 0; c < nc; c++) {
+        for (int32_t c = 0; prow && c < nc; c++) {
             int32_t t = prow[u->reps[c]];
-            if (t == -2) {
-                u->need_part = i;
-                u->need_state = s;
-                return SG_NEED_ROW;
-            }
+            if (t == -2) prow = NULL;
             col[(int64_t)c * klen] = t;
         }
+        if (!prow) {
+            if (!missing) {
+                u->need_part = i;
+                u->need_state = s;
+            }
+            missing++;
+            if (u->n_needs < SG_MAX_NEEDS) {
+                u->needs[2 * u->n_needs] = i;
+                u->needs[2 * u->n_needs + 1] = s;
+                u->n_needs++;
+            }
+        }
     }
+    if (missing) return SG_NEED_ROW;
     /* a difference's text is dead without component 0 (read now: interning moves the key) */
     const int lost = u->mode == U_DIFFERENCE && key[0] >> 32 != 0;
     /* per class: the moved components (classes that move them all alike share the target) */
@@ -2490,6 +2581,57 @@ done:
  * or None when C cannot tell (`sg_union_accepted`: not a union, a component's arrays stale).
  * `ctx` is the address `sg_union_new` gave (`NativeUnion.ctx`). Asked once per new lexer state
  * of a grammar (`_SharedUnion.accepted`): through ctypes, a buffer and a list, it cost ~3 us. */
+/* union_needs(ctx) -> (part, state, part, state, ...): after SG_NEED_ROW, every component row
+ * to build before the row build is tried again (`sg_union_needs`; one call, where a ctypes call
+ * per row, and a build tried again after each, cost a lexer's first row a few µs per terminal). */
+static PyObject *union_needs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "union_needs takes ctx");
+        return NULL;
+    }
+    void *ctx = PyLong_AsVoidPtr(args[0]);
+    if (ctx == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "union_needs: no context");
+        return NULL;
+    }
+    int64_t pairs[2 * SG_MAX_NEEDS];
+    int64_t n = sg_union_needs((sg_union *)ctx, pairs, SG_MAX_NEEDS);
+    PyObject *out = PyTuple_New((Py_ssize_t)(2 * n));
+    for (int64_t k = 0; out != NULL && k < 2 * n; k++) {
+        PyObject *v = PyLong_FromLongLong(pairs[k]);
+        if (v == NULL) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, (Py_ssize_t)k, v);
+    }
+    return out;
+}
+
+/* union_set_part(ctx, i, fields): `sg_union_set_part` from a component's five fields packed
+ * as `PART_FIELDS` (`ByteDFA.part_fields`): no unpacking, no ctypes conversions. */
+static PyObject *union_set_part(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 3 || !PyBytes_Check(args[2]) || PyBytes_GET_SIZE(args[2]) != 5 * 8) {
+        PyErr_SetString(PyExc_TypeError, "union_set_part takes ctx, i and 40 bytes of fields");
+        return NULL;
+    }
+    void *ctx = PyLong_AsVoidPtr(args[0]);
+    long i = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    sg_union *u = (sg_union *)ctx;
+    if (u == NULL || i < 0 || i >= u->n_parts) {
+        PyErr_SetString(PyExc_ValueError, "union_set_part: no context, or no such component");
+        return NULL;
+    }
+    int64_t f[5];
+    memcpy(f, PyBytes_AS_STRING(args[2]), sizeof f);
+    pthread_mutex_lock(&u->st.lock);
+    sg_union_set_parts_from(u, (int32_t)i, f);
+    pthread_mutex_unlock(&u->st.lock);
+    Py_RETURN_NONE;
+}
+
 static PyObject *union_accepted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -2739,13 +2881,25 @@ static int byte_set_bits(PyObject *v, uint8_t bits[32])
             bits[k] = (uint8_t)((unsigned long long)small >> (8 * k));
         return 0;
     }
-    /* (int.to_bytes: public API on every Python) */
-    PyObject *data = PyObject_CallMethod(v, "to_bytes", "is", 32, "little");
-    if (data == NULL)
+    if (small < 0 && overflow == 0) {
+        PyErr_SetString(PyExc_OverflowError, "can't convert negative int to unsigned");
         return -1;
-    memcpy(bits, PyBytes_AS_STRING(data), 32);
-    Py_DECREF(data);
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_ssize_t got = PyLong_AsNativeBytes(
+        v, bits, 32,
+        Py_ASNATIVEBYTES_LITTLE_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER
+            | Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+    if (got < 0) return -1;
+    if (got > 32) {
+        PyErr_SetString(PyExc_OverflowError, "a byte set has 256 bits");
+        return -1;
+    }
     return 0;
+#else
+    /* (a method call, `int.to_bytes`, cost ~0.3 us a set: a letter's bit is past 63) */
+    return _PyLong_AsByteArray((PyLongObject *)v, bits, 32, 1, 0);
+#endif
 }
 
 /* joint_classes_masked(parts, mask): joint_classes of the parts and of the classes of the byte
@@ -3202,12 +3356,63 @@ done:
  * (starts: each component's start, for the modes other than a union; None for a union): (a
  * capsule that frees it, its address). One call where ctypes took three and `addresses` one:
  * every grammar's lexer and every object's "other keys" go to C inside a first mask. */
+/* The byte chains among a new union's components (`union_context`'s `chains`: per component
+ * None, or the byte sets of a chain of one-byte blocks whose automaton has no rows yet): kept
+ * as bits, laid out here when a row first needs them (`lay_out_chain`). 0, or -1 with an
+ * exception set. */
+static int union_chains(sg_union *u, PyObject *chains, Py_ssize_t n)
+{
+    PyObject *seq = PySequence_Fast(chains, "union_context: chains must be a sequence");
+    if (!seq) return -1;
+    int r = 0;
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_SetString(PyExc_ValueError, "union_context: one chain (or None) per component");
+        r = -1;
+    }
+    for (Py_ssize_t i = 0; !r && i < n; i++) {
+        PyObject *c = PySequence_Fast_GET_ITEM(seq, i);
+        if (c == Py_None) continue;
+        if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) < 1 || PyTuple_GET_SIZE(c) > (1 << 20)) {
+            PyErr_SetString(PyExc_ValueError, "union_context: a chain is a tuple of byte sets");
+            r = -1;
+            break;
+        }
+        Py_ssize_t m = PyTuple_GET_SIZE(c);
+        uint8_t *bits = (uint8_t *)malloc((size_t)m * 32);
+        if (!bits) {
+            PyErr_NoMemory();
+            r = -1;
+            break;
+        }
+        for (Py_ssize_t k = 0; !r && k < m; k++) {
+            PyObject *v = PyTuple_GET_ITEM(c, k);
+            if (!PyLong_Check(v)) {
+                PyErr_SetString(PyExc_TypeError, "union_context: a byte set is an int");
+                r = -1;
+            } else if (byte_set_bits(v, bits + (size_t)k * 32) < 0) {
+                r = -1;
+            }
+        }
+        if (r) {
+            free(bits);
+            break;
+        }
+        sg_part *p = &u->parts[i];
+        free(p->chain_bits);
+        p->chain_bits = bits;
+        p->chain_m = (int32_t)m;
+    }
+    Py_DECREF(seq);
+    return r;
+}
+
 static PyObject *union_context(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 7) {
+    if (nargs != 7 && nargs != 8) {
         PyErr_SetString(PyExc_TypeError,
-                        "union_context(fields, classes, max_states, mode, starts, lo, hi)");
+                        "union_context(fields, classes, max_states, mode, starts, lo, hi"
+                        "[, chains])");
         return NULL;
     }
     long long max_states = PyLong_AsLongLong(args[2]);
@@ -3242,6 +3447,7 @@ static PyObject *union_context(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         sg_union_set_parts_from(u, (int32_t)i, (const int64_t *)PyBytes_AS_STRING(f));
     }
+    if (nargs == 8 && args[7] != Py_None && union_chains(u, args[7], n) < 0) goto done;
     if (mode != U_UNION) {
         PyObject *sseq = PySequence_Fast(args[4], "union_context: starts must be a sequence");
         if (!sseq) goto done;
@@ -3591,6 +3797,10 @@ static PyMethodDef methods[] = {
      "states_key(ctx, state): a state's element set as a tuple of ints, or None"},
     {"union_accepted", (PyCFunction)(void (*)(void))union_accepted, METH_FASTCALL,
      "union_accepted(ctx, state): a union state's accepting components, or None"},
+    {"union_needs", (PyCFunction)(void (*)(void))union_needs, METH_FASTCALL,
+     "Every component row a union's row build found missing."},
+    {"union_set_part", (PyCFunction)(void (*)(void))union_set_part, METH_FASTCALL,
+     "Point a union at one component's current arrays and builder."},
     {"uninitialised", (PyCFunction)(void (*)(void))uninitialised, METH_FASTCALL,
      "uninitialised(nbytes): a bytearray whose contents are not written"},
     {NULL, NULL, 0, NULL},

@@ -230,6 +230,7 @@ class DeferredChainSource(_Source):
         already (else each is the block of one byte from its mask: `byte_chain_blocks`)."""
         self.masks = tuple(masks)
         self.blocks = None if blocks is None else tuple(blocks)
+        self.byte_masks = self.masks if blocks is None else None  # (C may lay it out)
         used = self._used = reduce(or_, self.masks)
         self.classes_mask = used
         self.byte_classes = classes_of_mask(used)

@@ -206,6 +206,9 @@ class _Source(ABC):
     #: its own class, the others one (a literal chain's); `union_classes` joins such parts as
     #: one mask
     classes_mask: int | None = None
+    #: a chain of one-byte blocks not laid out yet (`chains.DeferredChainSource`): its byte
+    #: sets, which a union's C context lays out itself (`ByteDFA.chain_bytes`)
+    byte_masks: tuple[int, ...] | None = None
 
     @abstractmethod
     def start_key(self) -> Hashable: ...
@@ -427,6 +430,13 @@ class ByteDFA:
         if out is None:
             out = self._alphabet = self._source.alphabet()
         return out
+
+    @property
+    def chain_bytes(self) -> tuple[int, ...] | None:
+        """The byte sets of a chain of one-byte blocks (a keyword, a literal) whose rows are
+        not laid out yet, else None: a union's C context lays such a component out itself when
+        a row first needs it (`_subset.c`, `lay_out_chain`), the same rows as its own."""
+        return self._source.byte_masks
 
     def parts_of(self, state: int, *, unbounded: bool = False) -> list[tuple[ByteDFA, int]] | None:
         """For a union's state, its live components as (component DFA, its state); else None.

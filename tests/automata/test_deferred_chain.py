@@ -248,3 +248,87 @@ def test_sql_masks_are_the_same_with_and_without_deferred_chains(
     _, eager = masks(False, paths)
     structgen.clear_caches()
     assert deferred == eager
+
+
+def test_a_lexer_lays_its_byte_chains_out_in_c_as_they_are() -> None:
+    """A union's C context lays out the byte chains among its components itself when a row
+    first needs them (`lay_out_chain` in `_subset.c`; their own automata stay deferred): the
+    union is the one over chains laid out in Python, state by state. Then one chain is laid out
+    in Python after all, and the context takes its arrays over: the rows still agree."""
+    from structgen.automata import AutomataLimits, _native_subset, compile_regex
+    from structgen.automata import dfa as dfa_module
+    from structgen.automata.dfa import ByteDFA, UnionSource
+    from tests.automata.test_native_subset import _assert_isomorphic
+
+    if not _native_subset.native_subset_available() or _native_subset._UNION_CONTEXT is None:
+        pytest.skip("the C union is not built")
+    structgen.clear_caches()
+    regexes = [r"[a-z_][a-z0-9_]*", r"[ \t\n]+", r"-?[0-9]+"]
+
+    def union(defer: bool, native: bool) -> ByteDFA:
+        parts = [compile_ast(node, defer=defer) for node in BYTE_CHAINS]  # type: ignore[arg-type]
+        parts += [compile_regex(p) for p in regexes]
+        old = dfa_module.NATIVE_UNION
+        dfa_module.NATIVE_UNION = native
+        try:
+            d = ByteDFA(UnionSource(parts), fingerprint="chains", limits=AutomataLimits())
+            d.row(d.start)
+        finally:
+            dfa_module.NATIVE_UNION = old
+        return d
+
+    in_c = union(True, True)
+    chains = in_c._source.parts[: len(BYTE_CHAINS)]  # type: ignore[attr-defined]
+    assert in_c._native is not None
+    assert all(part.chain_bytes is not None for part in chains)
+    in_python = union(False, False)
+    old = dfa_module.NATIVE_UNION
+    try:
+        dfa_module.NATIVE_UNION = False  # (the Python union keeps building in Python)
+        n = _assert_isomorphic(in_c, in_python)
+    finally:
+        dfa_module.NATIVE_UNION = old
+    assert n == in_c.num_states > 30
+    # C laid every chain the union read out itself: their own automata never built a row
+    assert all(part.is_deferred for part in chains)
+    for data in (b"select", b"SELECT x", b"true", b"{", b"a\xc3\xa9X", b"Sel", b"zz"):
+        assert in_c.accepts(data) == in_python.accepts(data), data
+    # one chain laid out in Python now: the context reads its arrays from here on
+    fresh = union(True, True)
+    keyword = fresh._source.parts[0]  # type: ignore[attr-defined]
+    keyword.row(keyword.start)
+    assert not keyword.is_deferred and keyword.chain_bytes is None
+    fresh._native.refresh_part(0)  # type: ignore[union-attr]
+    try:
+        dfa_module.NATIVE_UNION = False
+        assert _assert_isomorphic(fresh, in_python) == n
+    finally:
+        dfa_module.NATIVE_UNION = old
+
+
+def test_union_context_checks_the_chains_it_is_given() -> None:
+    from structgen.automata import _native_subset, compile_regex
+
+    make = _native_subset._UNION_CONTEXT
+    if make is None:
+        pytest.skip("the extension has no union_context")
+    parts = [compile_regex("ab"), compile_regex("[0-9]+")]
+    fields = [p.part_fields for p in parts]
+    classes = bytes(256)
+    union = _native_subset.UNION
+    for chains, error in (
+        ([None], ValueError),  # (one per component)
+        ([(), None], ValueError),
+        ([[1, 2], None], ValueError),  # (a tuple)
+        ([("a",), None], TypeError),
+        ([(-1,), None], OverflowError),
+        ([(1 << 256,), None], OverflowError),
+        (5, TypeError),
+    ):
+        with pytest.raises(error):
+            make(fields, classes, 100, union, None, 0, -1, chains)
+    owner, address = make(fields, classes, 100, union, None, 0, -1, [(1 << 97, 1 << 200), None])
+    assert address
+    owner, address = make(fields, classes, 100, union, None, 0, -1, None)
+    assert address
+    del owner
