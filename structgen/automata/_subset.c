@@ -1074,8 +1074,6 @@ int64_t sg_union_intern(sg_union *u, const int64_t *a, int64_t n)
     return r < 0 ? -1 + r : r;
 }
 
-/* Component `i`'s row of state `s` (built by its C builder first), or NULL after setting the
- * need (Python must build it, or refresh a stale view). */
 /* Lays out component `p`'s pending byte chain (`chain_bits`) here: state k reads byte set k to
  * k + 1, the last state accepts and reads nothing (the rows `byte_chain_arrays` makes, which
  * Python's automaton would make on its first row); the component's arrays become these.
@@ -1112,6 +1110,8 @@ static int lay_out_chain(sg_part *p)
     return 0;
 }
 
+/* Component `i`'s row of state `s` (built by its C builder first), or NULL after setting the
+ * need (Python must build it, or refresh a stale view). */
 static const int32_t *part_row(sg_union *u, int32_t i, int32_t s)
 {
     sg_part *p = &u->parts[i];
@@ -2577,10 +2577,6 @@ done:
     return result;
 }
 
-/* union_accepted(ctx, state): a union context's state's accepting components as a frozenset,
- * or None when C cannot tell (`sg_union_accepted`: not a union, a component's arrays stale).
- * `ctx` is the address `sg_union_new` gave (`NativeUnion.ctx`). Asked once per new lexer state
- * of a grammar (`_SharedUnion.accepted`): through ctypes, a buffer and a list, it cost ~3 us. */
 /* union_needs(ctx) -> (part, state, part, state, ...): after SG_NEED_ROW, every component row
  * to build before the row build is tried again (`sg_union_needs`; one call, where a ctypes call
  * per row, and a build tried again after each, cost a lexer's first row a few µs per terminal). */
@@ -2632,6 +2628,10 @@ static PyObject *union_set_part(PyObject *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* union_accepted(ctx, state): a union context's state's accepting components as a frozenset,
+ * or None when C cannot tell (`sg_union_accepted`: not a union, a component's arrays stale).
+ * `ctx` is the address `sg_union_new` gave (`NativeUnion.ctx`). Asked once per new lexer state
+ * of a grammar (`_SharedUnion.accepted`): through ctypes, a buffer and a list, it cost ~3 us. */
 static PyObject *union_accepted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -3350,12 +3350,6 @@ done:
     return result;
 }
 
-/* union_context(fields, classes, max_states, mode, starts, lo, hi): a new `sg_union` of
- * len(fields) components, each told its arrays and C builder by its `part_fields` (bytes of five
- * int64: table, accepting, capacity, builder, context), over `classes` (256 uint8), in `mode`
- * (starts: each component's start, for the modes other than a union; None for a union): (a
- * capsule that frees it, its address). One call where ctypes took three and `addresses` one:
- * every grammar's lexer and every object's "other keys" go to C inside a first mask. */
 /* The byte chains among a new union's components (`union_context`'s `chains`: per component
  * None, or the byte sets of a chain of one-byte blocks whose automaton has no rows yet): kept
  * as bits, laid out here when a row first needs them (`lay_out_chain`). 0, or -1 with an
@@ -3406,6 +3400,13 @@ static int union_chains(sg_union *u, PyObject *chains, Py_ssize_t n)
     return r;
 }
 
+/* union_context(fields, classes, max_states, mode, starts, lo, hi[, chains]): a new `sg_union`
+ * of len(fields) components, each told its arrays and C builder by its `part_fields` (bytes of
+ * five int64: table, accepting, capacity, builder, context), over `classes` (256 uint8), in
+ * `mode` (starts: each component's start, for the modes other than a union; None for a union;
+ * chains: None, or per component None or the byte sets of a chain it lays out itself,
+ * `union_chains`): (a capsule that frees it, its address). One call where ctypes took three and `addresses` one:
+ * every grammar's lexer and every object's "other keys" go to C inside a first mask. */
 static PyObject *union_context(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;

@@ -485,7 +485,7 @@ class GrammarEngine:
                 if len(indices):
                     if words is None:
                         words = inside_words.copy()
-                    if _OR_WORDS is not None:  # (bytes or arrays: the C walk's are bytes)
+                    if _OR_WORDS is not None:  # (bytes: int64 indices, uint32 values)
                         _OR_WORDS(words, indices, values)
                     else:
                         at = np.frombuffer(indices, np.int64)

@@ -26,8 +26,11 @@ def test_or_words_is_numpys_scatter_or(size: int, pairs: list[tuple[int, int]]) 
     values = np.array([unique[i] for i in sorted(unique)], dtype=np.uint32)
     expected = words.copy()
     expected[indices] |= values
+    as_bytes = words.copy()  # (a continued walk's words set comes as the C call's bytes)
     _OR_WORDS(words, indices, values)
     assert np.array_equal(words, expected)
+    _OR_WORDS(as_bytes, indices.tobytes(), values.tobytes())
+    assert np.array_equal(as_bytes, expected)
 
 
 def test_or_words_refuses_bad_input() -> None:
