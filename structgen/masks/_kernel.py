@@ -684,11 +684,15 @@ class NativeWalk:
         words, idx, val, p_words, p_idx, p_val = buffers
         try:
             packed = ranges.packed
-            if packed is not None and _CONTINUE_SPANS is not None:
+            if packed is None:
+                _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
+                k = _EXT.take_words(p_words, self.words, p_idx, p_val)
+            else:
                 bufs = self._buffers()  # (the walk builds the start's row when it reads it)
+                one_call = _CONTINUE_SPANS is not None  # (else an extension built before it)
                 bufs.busy = True
                 try:
-                    indices, values, packed, bounds, build_ns = _CONTINUE_SPANS(
+                    out = (_CONTINUE_SPANS if one_call else _EXT.walk_spans)(
                         self._view_address,
                         packed,
                         ranges._total,
@@ -705,33 +709,13 @@ class NativeWalk:
                     )
                 finally:
                     bufs.busy = False
-                scratch.build_seconds = build_ns * 1e-9
-                if packed is None:
-                    return indices, values, _NO_EVENTS
-                return indices, values, Events.from_packed(packed, len(packed) // 24, bounds)
-            if packed is None:
-                _, events = self.walk(dfa, state, words=words, ranges=ranges, boundaries=True)
-                k = _EXT.take_words(p_words, self.words, p_idx, p_val)
-            else:  # (an extension built before `continue_spans`)
-                bufs = self._buffers()
-                bufs.busy = True
-                try:
-                    k, n_events, build_ns = _EXT.walk_spans(
-                        self._view_address,
-                        packed,
-                        *ranges.span,
-                        state,
-                        dfa,
-                        bufs.p_stack,
-                        p_words,
-                        bufs.p_events,
-                        self.words,
-                        p_idx,
-                        p_val,
-                    )
-                finally:
-                    bufs.busy = False
-                scratch.build_seconds = build_ns * 1e-9
+                scratch.build_seconds = out[-1] * 1e-9
+                if one_call:  # (the words set and the packed events as new bytes)
+                    indices, values, packed, bounds, _ = out
+                    if packed is None:
+                        return indices, values, _NO_EVENTS
+                    return indices, values, Events.from_packed(packed, len(packed) // 24, bounds)
+                k, n_events, _ = out
                 events = _collected_events(bufs, n_events)
         except BaseException:
             words[:] = 0  # (clean for the next walk)
