@@ -2577,6 +2577,82 @@ done:
     return result;
 }
 
+/* union_intern(ctx, elements) -> id or -1 - code: `sg_union_intern` of a sorted, unique list of
+ * elements (`component << 32 | state`) given as Python ints: no array made and no ctypes call
+ * (a grammar's first mask makes a lexer start per new set of expected terminals). */
+static PyObject *union_intern(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "union_intern takes ctx and elements");
+        return NULL;
+    }
+    void *ctx = PyLong_AsVoidPtr(args[0]);
+    if (ctx == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "union_intern: no context");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "union_intern: elements must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int64_t small[64], *a = small;
+    if (n > 64 && (a = (int64_t *)PyMem_Malloc((size_t)n * sizeof(int64_t))) == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        a[k] = PyLong_AsLongLong(items[k]);
+        if (a[k] == -1 && PyErr_Occurred()) break;
+    }
+    PyObject *out = NULL;
+    if (!PyErr_Occurred()) out = PyLong_FromLongLong(sg_union_intern((sg_union *)ctx, a, n));
+    if (a != small) PyMem_Free(a);
+    Py_DECREF(seq);
+    return out;
+}
+
+/* alphabet_of_ranges(ranges) -> int: the bytes some (lo, hi) range of `ranges` (an iterable of
+ * pairs, 0 <= lo <= hi <= 255) covers, as a bitset (bit b: byte b) — a deferred terminal's
+ * alphabet, asked by the slice checks on a first mask (a Python loop of big-int shifts cost
+ * ~4 µs for a JSON string's 28 ranges). */
+static PyObject *alphabet_of_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "alphabet_of_ranges takes the ranges");
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(args[0]);
+    if (it == NULL) return NULL;
+    uint8_t bits[32] = {0};
+    PyObject *pair;
+    int bad = 0;
+    while (!bad && (pair = PyIter_Next(it)) != NULL) {
+        long lo = -1, hi = -1;
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+            lo = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+            hi = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        }
+        Py_DECREF(pair);
+        if (PyErr_Occurred()) {
+            bad = 1;
+        } else if (lo < 0 || hi > 255 || lo > hi) {
+            PyErr_SetString(PyExc_ValueError, "alphabet_of_ranges: a range is (lo, hi), 0-255");
+            bad = 1;
+        } else {
+            for (long b = lo; b <= hi; b++) bits[b >> 3] |= (uint8_t)(1u << (b & 7));
+        }
+    }
+    Py_DECREF(it);
+    if (bad || PyErr_Occurred()) return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyLong_FromUnsignedNativeBytes(bits, 32, Py_ASNATIVEBYTES_LITTLE_ENDIAN);
+#else
+    return _PyLong_FromByteArray(bits, 32, 1, 0);
+#endif
+}
+
 /* union_needs(ctx) -> (part, state, part, state, ...): after SG_NEED_ROW, every component row
  * to build before the row build is tried again (`sg_union_needs`; one call, where a ctypes call
  * per row, and a build tried again after each, cost a lexer's first row a few µs per terminal). */
@@ -3798,6 +3874,10 @@ static PyMethodDef methods[] = {
      "states_key(ctx, state): a state's element set as a tuple of ints, or None"},
     {"union_accepted", (PyCFunction)(void (*)(void))union_accepted, METH_FASTCALL,
      "union_accepted(ctx, state): a union state's accepting components, or None"},
+    {"union_intern", (PyCFunction)(void (*)(void))union_intern, METH_FASTCALL,
+     "A union state from its sorted elements, created if new."},
+    {"alphabet_of_ranges", (PyCFunction)(void (*)(void))alphabet_of_ranges, METH_FASTCALL,
+     "The bytes some range covers, as a bitset."},
     {"union_needs", (PyCFunction)(void (*)(void))union_needs, METH_FASTCALL,
      "Every component row a union's row build found missing."},
     {"union_set_part", (PyCFunction)(void (*)(void))union_set_part, METH_FASTCALL,

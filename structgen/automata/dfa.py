@@ -248,6 +248,11 @@ ALL_BYTES = (1 << 256) - 1
 
 
 def _alphabet_of_ranges(ranges: Iterable[tuple[int, int]]) -> int:
+    """The bytes some ``(lo, hi)`` range covers, as a bitset (in C where built: the slice checks
+    ask a first mask's new terminals, and a JSON string has 28 ranges)."""
+    if _ALPHABET_OF_RANGES is not None:
+        found: int = _ALPHABET_OF_RANGES(ranges)
+        return found
     out = 0
     for lo, hi in ranges:
         out |= ((1 << (hi - lo + 1)) - 1) << lo
@@ -275,6 +280,7 @@ BIG_TABLE_BYTES = 4 << 20
 _UNINITIALISED = extension_function("uninitialised", switchable=False)
 _JOINT_CLASSES = extension_function("joint_classes")
 _JOINT_CLASSES_MASKED = extension_function("joint_classes_masked")
+_ALPHABET_OF_RANGES = extension_function("alphabet_of_ranges")
 _CLASS_FIRSTS = extension_function("class_firsts")
 
 

@@ -10,6 +10,8 @@ import re
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import structgen.automata.dfa as dfa_module
 from structgen.automata import (
@@ -249,6 +251,10 @@ def test_one_call_keys_and_accepting_components(monkeypatch: pytest.MonkeyPatch)
         assert set(accepted or ()) == set(ctypes_accepted or ()), state
     with pytest.raises(IndexError):
         native.key(d.num_states)
+    # `union_intern` (a state from its elements as Python ints) finds each state as ctypes does
+    ids = [native.intern(key) for key, _ in one_call]
+    monkeypatch.setattr(_native_subset, "_UNION_INTERN", None)
+    assert ids == [native.intern(key) for key, _ in one_call] == list(range(d.num_states))
 
 
 def test_one_call_queries_of_a_wide_union() -> None:
@@ -356,3 +362,22 @@ def test_union_context_checks_its_arguments() -> None:
     owner, address = make(fields, classes, 100, _native_subset.UNION, None, 0, -1)
     assert address
     del owner  # (frees the context)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 255), st.integers(0, 255)), max_size=40))
+def test_alphabet_of_ranges_in_c_is_the_python_loop(pairs: list[tuple[int, int]]) -> None:
+    """`alphabet_of_ranges` (C) against the Python loop it replaces, and its bad input."""
+    c_alphabet = dfa_module._ALPHABET_OF_RANGES
+    if c_alphabet is None:
+        pytest.skip("the extension is built without it")
+    ranges = frozenset((min(a, b), max(a, b)) for a, b in pairs)
+    expected = 0
+    for lo, hi in ranges:
+        expected |= ((1 << (hi - lo + 1)) - 1) << lo
+    assert c_alphabet(ranges) == expected == dfa_module._alphabet_of_ranges(ranges)
+    for bad, error in (([(3, 2)], ValueError), ([(0, 256)], ValueError), ([(1,)], ValueError)):
+        with pytest.raises(error):
+            c_alphabet(bad)
+    with pytest.raises(TypeError):
+        c_alphabet(5)

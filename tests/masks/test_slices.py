@@ -446,8 +446,8 @@ def test_one_call_continued_walks_and_accepting_components(
 ) -> None:
     """`continue_spans` (a continued walk and its packed events in one C call),
     `union_accepted` (a lexer state's accepting terminals in one call), `union_needs` and
-    `union_set_part` (every missing component row at once, a component's fields in one call)
-    and `or_words` give the same masks along an instance as the calls they replace
+    `union_set_part` (every missing component row at once, a component's fields in one call),
+    `union_intern` and `or_words` give the same masks along an instance as the calls they replace
     (`walk_spans` + `pack_events`, the ctypes queries, numpy's scatter-OR of the words set)."""
     from structgen.automata import _native_subset
     from structgen.engines import grammar as grammar_engine
@@ -460,6 +460,7 @@ def test_one_call_continued_walks_and_accepting_components(
         monkeypatch.setattr(_native_subset, "_UNION_ACCEPTED", None)
         monkeypatch.setattr(_native_subset, "_UNION_NEEDS", None)
         monkeypatch.setattr(_native_subset, "_UNION_SET_PART", None)
+        monkeypatch.setattr(_native_subset, "_UNION_INTERN", None)
         monkeypatch.setattr(grammar_engine, "_OR_WORDS", None)
 
     _assert_fresh_runs_agree(SCHEMA, INSTANCE, lambda: None, two_calls)
