@@ -188,9 +188,9 @@ _UNION_CONTEXT = extension_function("union_context") if _LIB is not None else No
 #: every component row a union's row build lacked (`union_needs`), and one component pointed
 #: at its arrays from its packed fields (`union_set_part`), or None (ctypes, below)
 _UNION_NEEDS = extension_function("union_needs") if _LIB is not None else None
+_UNION_SET_PART = extension_function("union_set_part") if _LIB is not None else None
 #: a union state interned from its elements as Python ints (`union_intern`), or None (ctypes)
 _UNION_INTERN = extension_function("union_intern") if _LIB is not None else None
-_UNION_SET_PART = extension_function("union_set_part") if _LIB is not None else None
 #: a context takes a DFA's arrays (and a chain lays out its states) in one call, or None
 _ADOPT_TABLE = extension_function("adopt_table") if _LIB is not None else None
 

@@ -984,7 +984,7 @@ int64_t sg_union_needs(sg_union *u, int64_t *out, int64_t cap)
 {
     pthread_mutex_lock(&u->st.lock);
     int64_t n = 0;
-    if (u->n_needs > 0 && u->needs[0] == u->need_part && u->needs[1] == u->need_state) {
+    if (u->n_needs > 0) {  /* (reset by every build and query: only this stop's key's rows) */
         for (; n < u->n_needs && n < cap; n++) {
             out[2 * n] = u->needs[2 * n];
             out[2 * n + 1] = u->needs[2 * n + 1];
@@ -1074,6 +1074,20 @@ int64_t sg_union_intern(sg_union *u, const int64_t *a, int64_t n)
     return r < 0 ? -1 + r : r;
 }
 
+/* Row `k` of a chain of one-byte blocks: each byte of the set `bits` (32 bytes) moves to state
+ * k + 1, the others are dead; returns whether the set has a byte. The rows `byte_chain_arrays`
+ * lays out for Python and `lay_out_chain` for a union's context. */
+static int chain_row(int32_t *row, const uint8_t *bits, int32_t k)
+{
+    int any = 0;
+    for (int b = 0; b < 256; b++) {
+        int on = (bits[b >> 3] >> (b & 7)) & 1;
+        row[b] = on ? k + 1 : -1;
+        any |= on;
+    }
+    return any;
+}
+
 /* Lays out component `p`'s pending byte chain (`chain_bits`) here: state k reads byte set k to
  * k + 1, the last state accepts and reads nothing (the rows `byte_chain_arrays` makes, which
  * Python's automaton would make on its first row); the component's arrays become these.
@@ -1089,12 +1103,8 @@ static int lay_out_chain(sg_part *p)
         free(acc);
         return -1;
     }
-    for (int32_t k = 0; k < m; k++) {
-        const uint8_t *bits = p->chain_bits + (size_t)k * 32;
-        int32_t *row = table + (size_t)k * 256;
-        for (int b = 0; b < 256; b++)
-            row[b] = (bits[b >> 3] >> (b & 7)) & 1 ? k + 1 : -1;
-    }
+    for (int32_t k = 0; k < m; k++)
+        chain_row(table + (size_t)k * 256, p->chain_bits + (size_t)k * 32, k);
     for (int b = 0; b < 256; b++)
         table[(size_t)m * 256 + b] = -1;
     acc[m] = 1;
@@ -3252,13 +3262,7 @@ static PyObject *byte_chain_arrays(PyObject *self, PyObject *const *args, Py_ssi
         uint8_t bits[32];
         if (byte_set_bits(v, bits) < 0)
             goto done;
-        int32_t *row = table + (size_t)i * 256, next = (int32_t)i + 1, any = 0;
-        for (int b = 0; b < 256; b++) {
-            int on = (bits[b >> 3] >> (b & 7)) & 1;
-            row[b] = on ? next : -1;
-            any |= on;
-        }
-        if (!any) {
+        if (!chain_row(table + (size_t)i * 256, bits, (int32_t)i)) {
             PyErr_SetString(PyExc_ValueError, "byte_chain_arrays: a byte set is empty");
             goto done;
         }

@@ -695,9 +695,7 @@ class NativeWalk:
                     out = (_CONTINUE_SPANS if one_call else _EXT.walk_spans)(
                         self._view_address,
                         packed,
-                        ranges._total,
-                        ranges._first,
-                        ranges._first + ranges._n,
+                        *ranges.span,
                         state,
                         dfa,
                         bufs.p_stack,
