@@ -949,8 +949,8 @@ void sg_union_set_parts(sg_union *u, int32_t n, const int64_t *parts)
 
 /* A union state's accepting components (a grammar lexer asks which terminals may end a lexeme
  * there): their indices into out[0..cap), ascending; returns their number, or -1 (no such
- * state, not a union, out too small, or a component's arrays are stale: Python answers from
- * the key). */
+ * state, not a union, out too small, or a Python-built component's arrays are stale: Python
+ * answers from the key). */
 int64_t sg_union_accepted(sg_union *u, int32_t state, int64_t *out, int64_t cap)
 {
     int64_t r = -1;
@@ -962,7 +962,10 @@ int64_t sg_union_accepted(sg_union *u, int32_t state, int64_t *out, int64_t cap)
         for (int64_t k = off; k < end; k++) {
             int64_t i = s->elems[k] >> 32, q = s->elems[k] & 0xFFFFFFFF;
             const sg_part *p = &u->parts[i];
-            if (q >= p->capacity || r >= cap) { r = -1; break; }
+            /* (a component with a C builder: its arrays are the ones its last build handed
+             * back, which made every state a row of it led to; its capacity is Python's old
+             * count, and a key past it had sent every such query to Python) */
+            if ((p->build == NULL && q >= p->capacity) || r >= cap) { r = -1; break; }
             if (p->accepting[q]) out[r++] = i;
         }
     }

@@ -1646,7 +1646,7 @@ class UnionSource(_Source):
 
     def is_accepting(self, key: tuple[tuple[int, int], ...]) -> bool:
         parts = self.parts  # (the flags read directly: a lexer's start key names every part)
-        return any([parts[i]._accepting[s] for i, s in key])
+        return any([parts[i]._accepting[s] for i, s in _laid_out(parts, key)])
 
     def bounded_key(self, key: tuple[tuple[int, int], ...], depth: int) -> Hashable:
         """Components run side by side: two tuples whose components behave alike on the next
@@ -1662,7 +1662,7 @@ class UnionSource(_Source):
     def accepted(self, key: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
         """Indices of the components that accept in ``key``."""
         parts = self.parts
-        return tuple(i for i, s in key if parts[i].is_accepting(s))
+        return tuple(i for i, s in _laid_out(parts, key) if parts[i].is_accepting(s))
 
     def expand(
         self, key: tuple[tuple[int, int], ...], intern: Callable[[Hashable], int]
@@ -1691,6 +1691,21 @@ class UnionSource(_Source):
         return intern(target) if target else -1
 
 
+def _laid_out(
+    parts: Sequence[ByteDFA], key: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int], ...]:
+    """`key`, after laying out here every component it names past its start that is still
+    deferred in Python: a chain of one-byte blocks that the union's C context laid out itself
+    (`union_chains` in _subset.c; numbered the same as Python lays it out), whose states only
+    C knew. Python reads a C union's key when C cannot answer (`NativeUnion.accepted`): the
+    flags of such a component were the shared unbuilt arrays (none accepting, 16 states)."""
+    for i, s in key:
+        part = parts[i]
+        if s != part.start and part._source.deferred:
+            part.row(part.start)  # (its first row lays it out: `ByteDFA._materialize`)
+    return key
+
+
 class DifferenceSource(UnionSource):
     """The texts of ``parts[0]`` (the minuend) that no other part (a subtrahend) accepts — an
     object's "any other key": any quoted string but its declared names — run side by side as
@@ -1714,6 +1729,7 @@ class DifferenceSource(UnionSource):
         if not key or key[0][0] != 0:
             return False
         parts = self.parts
+        key = _laid_out(parts, key)
         if not parts[0].is_accepting(key[0][1]):
             return False
         return not any(parts[i].is_accepting(s) for i, s in key[1:])

@@ -23,6 +23,7 @@ from structgen.automata._blocks import (
     chain_blocks,
     chain_fingerprint,
 )
+from structgen.automata import _native_subset
 from structgen.automata.chains import DeferredChainSource, LiteralSource
 from structgen.grammar.lark_frontend import lark_to_ir, load_builtin
 from structgen.schema import compile_schema
@@ -332,3 +333,66 @@ def test_union_context_checks_the_chains_it_is_given() -> None:
     owner, address = make(fields, classes, 100, union, None, 0, -1, None)
     assert address
     del owner
+
+
+NEWSLETTER = {
+    "type": "object",
+    "properties": {
+        "email": {"type": "string"},
+        "newsletter": {
+            "type": "object",
+            "properties": {
+                "newsletter_id": {"type": "string"},
+                "newsletter_send_id": {"type": "string"},
+                "newsletter_user_list_id": {"type": "string"},
+            },
+        },
+    },
+    "additionalProperties": True,
+}
+NEWSLETTER_TEXT = (
+    '{"email": "P{2", "newsletter": {"newsletter_id": "8`Y", "newsletter_send_id": "K~4", '
+    '"newsletter_user_list_id": "a1m"}, "x": 1}'
+)
+
+
+def test_a_lexer_whose_key_python_reads_knows_the_chains_c_laid_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where C cannot say which terminals accept in a lexer state (`NativeUnion.accepted`
+    None), Python reads the state's key: a key chain the union's C context laid out itself is
+    still deferred in Python, and its flags were the shared unbuilt arrays (16 states, none
+    accepting) — a key of 16 bytes or more raised IndexError, a shorter one was never seen to
+    end. Python now lays such a chain out before reading it: the masks along a text are those
+    C's answers give."""
+    tokenizer = load_tokenizer("llama3_1")
+    vocab = Vocabulary.from_hf(tokenizer)
+    ids = tokenizer.encode(NEWSLETTER_TEXT, add_special_tokens=False)
+
+    def masks() -> list[np.ndarray]:
+        structgen.clear_caches()
+        matcher = Matcher(Compiler(vocab).json_schema(NEWSLETTER))
+        out = []
+        for token in ids:
+            out.append(matcher.allowed_mask().copy())
+            assert matcher.accept_token(token)
+        assert matcher.can_terminate()
+        return out
+
+    answered = _native_subset.NativeUnion.accepted
+    unknown = []
+
+    def counted(self: _native_subset.NativeUnion, state: int) -> object:
+        found = answered(self, state)
+        if found is None:
+            unknown.append(state)
+        return found
+
+    monkeypatch.setattr(_native_subset.NativeUnion, "accepted", counted)
+    with_c = masks()
+    # (C answers for components with a C builder past the count Python last gave it: the
+    # "any other key" difference grows its own table)
+    assert not unknown or _native_subset._UNION_ACCEPTED is None
+    monkeypatch.setattr(_native_subset.NativeUnion, "accepted", lambda self, state: None)
+    from_keys = masks()
+    assert all(np.array_equal(a, b) for a, b in zip(with_c, from_keys, strict=True))
