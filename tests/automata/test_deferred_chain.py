@@ -15,7 +15,7 @@ import pytest
 import structgen
 from structgen import Compiler, Matcher, SchemaOptions, Vocabulary, allocate_bitmask
 from structgen import automata as automata_module
-from structgen.automata import Difference, compile_ast, parse_regex
+from structgen.automata import Difference, _native_subset, compile_ast, parse_regex
 from structgen.automata._blocks import (
     byte_chain,
     byte_chain_blocks,
@@ -23,7 +23,6 @@ from structgen.automata._blocks import (
     chain_blocks,
     chain_fingerprint,
 )
-from structgen.automata import _native_subset
 from structgen.automata.chains import DeferredChainSource, LiteralSource
 from structgen.grammar.lark_frontend import lark_to_ir, load_builtin
 from structgen.schema import compile_schema
