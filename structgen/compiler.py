@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from structgen.automata import AutomataLimits
 from structgen.compile_cache import ENV_VAR, CompileCache, key_text
 from structgen.engines import Engine, GrammarEngine, RegexEngine
 from structgen.engines._before import cached_mask_of
-from structgen.errors import ArgumentError
+from structgen.errors import ArgumentError, StructgenError
 from structgen.grammar.ir import Grammar
 from structgen.vocab import Vocabulary
 
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 __all__ = ["CompileLimits", "CompiledGrammar", "Compiler"]
 
 _COMPILER_VERSION = "0.1"
+#: random outputs whose states a serving backend's compile thread visits (`prefetch_masks`):
+#: most states of what a model writes do not depend on its words (benchmarks/engines.py: the
+#: first run's mask time 3.0 -> 0.15-0.6 ms for a person schema, 2 samples already most of it)
+SERVING_PREFETCH_SAMPLES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,16 +211,37 @@ class CompiledGrammar:
         forced: bytes = self._engine.forced_bytes(state, limit)
         return forced
 
-    def prefetch_masks(self, limit: int = 64) -> int:
+    def prefetch_masks(
+        self,
+        limit: int = 64,
+        *,
+        samples: int = 0,
+        max_bytes: int = 1024,
+        max_seconds: float | None = 0.02,
+    ) -> int:
         """Compute now, and cache, the token masks of the states along the text every output
         starts with (the forced prefix, up to `limit` bytes), at every byte of it: a model's
         tokens may split it anywhere; and the first rows of the grammar's terminal automata
         that the compile left to first use. A serving engine calls it on its compile thread, so
         the first decode steps of the request find their masks cached and their rows built
         instead of building them inside a batch step that every running request waits for
-        (structgen's vLLM and SGLang backends do). Returns how many states' masks it computed
-        (1: the first only)."""
+        (structgen's vLLM and SGLang backends do).
+
+        `samples`: also walk that many random outputs of the constraint (a grammar's sentences,
+        a regex's texts; seeded, so the same each time), computing the mask at every byte, up
+        to `max_bytes` in all and `max_seconds` of wall time (None: no time limit). Past the
+        forced prefix, which states come depends on what the model writes, but most of them
+        do not depend on the words: the states between keys and values, after each value,
+        inside a string, along a counted string's first places. A sample that meets a limit of
+        the grammar stops there (the request's own steps report it). Returns how many states'
+        masks it computed (1: the first only)."""
         expect_int(limit, "limit", minimum=0)
+        expect_int(samples, "samples", minimum=0)
+        expect_int(max_bytes, "max_bytes", minimum=0)
+        if max_seconds is not None and not (
+            isinstance(max_seconds, (int, float)) and max_seconds >= 0
+        ):
+            raise ArgumentError(f"max_seconds must be a number >= 0 or None, got {max_seconds!r}")
         rows = getattr(self._engine, "build_first_rows", None)
         if rows is not None:
             rows()
@@ -230,6 +256,32 @@ class CompiledGrammar:
             self.token_mask(state)
             self.is_accepting(state)
             count += 1
+        if samples and max_bytes:
+            count += self._prefetch_samples(samples, max_bytes, max_seconds)
+        return count
+
+    def _prefetch_samples(self, samples: int, max_bytes: int, max_seconds: float | None) -> int:
+        """The masks at every byte of `samples` random outputs (`prefetch_masks`)."""
+        sample = getattr(self._engine, "sample_texts", None)
+        if sample is None:
+            return 0
+        deadline = None if max_seconds is None else time.perf_counter() + max_seconds
+        count = 0
+        try:
+            texts: list[bytes] = sample(samples, seed=0, max_bytes=max_bytes)
+            for text in texts:
+                state = self.initial_state
+                for byte in text[: max_bytes - count]:
+                    state = self.advance(state, bytes((byte,)))
+                    if state is None:  # (a sample the grammar refuses: nothing more to learn)
+                        break
+                    self.token_mask(state)
+                    self.is_accepting(state)
+                    count += 1
+                    if deadline is not None and time.perf_counter() > deadline:
+                        return count
+        except StructgenError:  # (a limit met: the request's steps report it if they meet it)
+            pass
         return count
 
     def memory_parts(self) -> dict[int, int]:

@@ -11,6 +11,7 @@ import pytest
 import structgen
 from structgen import ArgumentError, Compiler, Matcher
 from structgen.engines import grammar as grammar_engine
+from structgen.grammar.lark_frontend import load_builtin
 from structgen.masks import _walker
 from tests.conftest import load_tokenizer, load_vocab
 
@@ -126,3 +127,66 @@ def test_compile_leaves_unread_terminal_rows_to_first_use_and_prefetch_builds_th
     assert engine.build_first_rows() >= len(eager)  # (and the NFAs materialised since)
     masks = _masks_along(warm, ids)
     assert all(np.array_equal(a, b) for a, b in zip(cold, masks, strict=True))
+
+
+SAMPLED = [
+    (lambda c: c.json_schema(PERSON), '{"name": "Ada Lovelace", "age": 36}'),
+    (lambda c: c.regex(r"\(\d{3}\) \d{3}-\d{4}"), "(555) 123-4567"),
+    (lambda c: c.grammar(load_builtin("json")), '{"a": [1, 2.5, "x"], "b": null}'),
+    (lambda c: c.ebnf('root ::= "SELECT " name (", " name)*\nname ::= [a-z_]+\n'), "SELECT a, bc"),
+]
+
+
+@pytest.mark.parametrize(("build", "text"), SAMPLED)
+def test_prefetched_samples_are_cached_and_exact(build: object, text: str) -> None:
+    """`prefetch_masks(samples=...)` computes the masks at every byte of a few random outputs
+    (`sample_texts`: a grammar's plain sentences, a regex's walks): they are cached afterwards,
+    and the masks a matcher meets along a valid text are still a cold compile's."""
+    vocab = load_vocab("llama3_1")
+    ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
+    structgen.clear_caches()
+    cold = _masks_along(build(Compiler(vocab)), ids)  # type: ignore[operator]
+    structgen.clear_caches()
+    compiled = build(Compiler(vocab))  # type: ignore[operator]
+    prefix = compiled.forced_bytes(compiled.initial_state)
+    texts = compiled._engine.sample_texts(3, seed=0, max_bytes=4096)
+    assert len(texts) == 3 and any(texts)
+    count = compiled.prefetch_masks(samples=3, max_bytes=4096, max_seconds=None)
+    walked = 0
+    for sample in texts:
+        state = compiled.initial_state
+        for byte in sample:
+            state = compiled.advance(state, bytes((byte,)))
+            if state is None:
+                break
+            assert compiled.cached_token_mask(state) is not None
+            walked += 1
+    assert walked > 0 and count == len(prefix) + 1 + walked
+    warm = _masks_along(compiled, ids)
+    assert all(np.array_equal(a, b) for a, b in zip(cold, warm, strict=True))
+
+
+def test_prefetched_samples_stop_at_their_limits() -> None:
+    compiled = Compiler(load_vocab("llama3_1")).json_schema(PERSON)
+    first = compiled.prefetch_masks()
+    assert compiled.prefetch_masks(samples=4, max_bytes=10, max_seconds=None) == first + 10
+    assert compiled.prefetch_masks(samples=4, max_bytes=0) == first
+    assert compiled.prefetch_masks(samples=0, max_bytes=500) == first
+    assert compiled.prefetch_masks(samples=4, max_seconds=0) == first + 1  # (one, then time)
+    for bad in ({"samples": -1}, {"max_bytes": -1}, {"max_seconds": -1}, {"max_seconds": "1"}):
+        with pytest.raises(ArgumentError):
+            compiled.prefetch_masks(**bad)  # type: ignore[arg-type]
+
+
+def test_samples_are_reproducible_and_in_the_language() -> None:
+    """The sampled outputs are the same on every call (seeded) and the constraint accepts them
+    whole where they were not cut at `max_bytes`."""
+    vocab = load_vocab("llama3_1")
+    for build, _ in SAMPLED:
+        compiled = build(Compiler(vocab))  # type: ignore[operator]
+        texts = compiled._engine.sample_texts(4, seed=0, max_bytes=100_000)
+        assert texts == compiled._engine.sample_texts(4, seed=0, max_bytes=100_000)
+        for sample in texts:
+            state = compiled.advance(compiled.initial_state, sample)
+            regex_walk = compiled.kind == "regex" and not compiled.is_accepting(state)
+            assert state is not None and (compiled.is_accepting(state) or regex_walk)

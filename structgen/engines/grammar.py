@@ -34,6 +34,7 @@ from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.automata.nfa import extension_function
 from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar
+from structgen.grammar.sampler import sample_sentences
 from structgen.grammar.terminals import terminal_dfa
 from structgen.grammar.tokens import grammar_tokens
 from structgen.masks import Events, TokenMaskWalker, pack_bool_mask
@@ -255,6 +256,25 @@ class GrammarEngine:
                 dfa.row(dfa.start)
                 built += 1
         return built
+
+    def sample_texts(self, count: int, *, seed: int, max_bytes: int) -> list[bytes]:
+        """`count` random sentences of the grammar (`sample_sentences`, plain, seeded; each cut
+        at `max_bytes`), for `CompiledGrammar.prefetch_masks` to walk: most of the states a
+        model's output visits do not depend on its words. Empty when the sampler cannot draw
+        one (a grammar of token terminals only, a difference it gives up on)."""
+        grammar = self.grammar
+        try:
+            sentences = sample_sentences(
+                grammar,
+                count=count,
+                seed=seed,
+                max_terminals=max(8, max_bytes // 4),
+                ignore_rate=0.5 if grammar.ignore else 0.0,
+                plain=True,  # (a writer's text: characters, not escapes; words, not letters)
+            )
+        except (ValueError, TypeError, RecursionError):  # (GrammarError is a ValueError)
+            return []
+        return [s.encode("utf-8", "surrogatepass")[:max_bytes] for s in sentences]
 
     @property
     def fingerprint(self) -> str:

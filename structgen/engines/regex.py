@@ -3,6 +3,7 @@ byte DFA; a state is a DFA state id, masks come from the DFA's token walker."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,31 @@ class RegexEngine:
         """The shortest bytes from `state` to a match (None: none found within the search)."""
         found = shortest_paths(self._dfa, state, self._dfa.is_accepting)
         return found[0][0] if found else None
+
+    def sample_texts(self, count: int, *, seed: int, max_bytes: int) -> list[bytes]:
+        """`count` random walks of the automaton from its start (seeded; printable ASCII
+        where it can; each stops at a match one time in five, at a dead end, or after its
+        share of `max_bytes`), for `CompiledGrammar.prefetch_masks` to walk."""
+        rng = random.Random(seed)
+        dfa = self._dfa
+        share = max(1, max_bytes // max(count, 1))
+        out: list[bytes] = []
+        for _ in range(count):
+            state, text = int(dfa.start), bytearray()
+            while len(text) < share:
+                if dfa.is_accepting(state) and rng.random() < 0.2:
+                    break
+                row = dfa.row(state)
+                live = np.flatnonzero(row >= 0)
+                if not len(live):
+                    break
+                printable = live[(live >= 0x20) & (live < 0x7F)]
+                pool = printable if len(printable) and rng.random() < 0.9 else live
+                byte = int(pool[rng.randrange(len(pool))])
+                text.append(byte)
+                state = int(row[byte])
+            out.append(bytes(text))
+        return out
 
     def memory_parts(self) -> dict[int, int]:
         return {id(self._dfa): self._dfa.memory_bytes() + self._walker.memory_bytes()}

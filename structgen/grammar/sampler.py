@@ -10,7 +10,9 @@ strings of the ``ignore`` terminals are sprinkled between terminals and around t
 
 from __future__ import annotations
 
+import heapq
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -28,7 +30,7 @@ from structgen.automata import (
     compile_ast,
 )
 from structgen.errors import GrammarError
-from structgen.grammar.ir import Grammar
+from structgen.grammar.ir import Grammar, Rule
 
 __all__ = ["random_string", "sample_sentences"]
 
@@ -54,6 +56,7 @@ def sample_sentences(
     max_depth: int = 12,
     max_terminals: int = 200,
     ignore_rate: float = 0.25,
+    plain: bool = False,
 ) -> list[str]:
     """``count`` random sentences of ``grammar`` (reproducible for a given ``seed``).
 
@@ -61,31 +64,43 @@ def sample_sentences(
     of terminals before the sampler only finishes what is open (both soft: the minimal
     completion of an open derivation is still added). ``ignore_rate`` is the chance of an
     ``ignore`` terminal's string in each gap between terminals (and before/after the sentence).
+    ``plain``: terminals drawn the way a writer writes them (`random_string`).
     Raises ``GrammarError`` when a symbol is undefined or the start rule derives no sentence.
     """
     table = _alternatives(grammar)
     terminals = {t.name: t.pattern for t in grammar.terminals}
     ignores = [terminals[name] for name in grammar.ignore if name in terminals]
     rng = random.Random(seed)
-    limits = (max_depth, max_terminals, ignore_rate)
+    limits = (max_depth, max_terminals, ignore_rate, plain)
     return [_sentence(grammar.start, table, terminals, ignores, rng, *limits) for _ in range(count)]
 
 
-def random_string(node: Pattern, rng: random.Random, *, max_extra_repeats: int = 4) -> str:
+def random_string(
+    node: Pattern, rng: random.Random, *, max_extra_repeats: int = 4, plain: bool = False
+) -> str:
     """A random string of the regex AST's language (``re.fullmatch`` would accept it).
 
     Unbounded or wide repetitions take their minimum plus a geometric number of extra rounds
     (at most ``max_extra_repeats``); a character class yields printable ASCII when it can (most
     of the time), otherwise other ASCII, BMP or any code point (never a surrogate). A
     `Difference` draws from its minuend until the text is none of its subtrahends'.
+
+    ``plain``: the way a writer writes — an alternation takes one of its shortest items 19
+    times in 20 (a character, not its escape), and a repetition goes on nine times in ten,
+    up to 24 extra rounds (a few words, not a letter or two).
     """
     if isinstance(node, Difference):
         inside = _automaton(node)
         for _ in range(1000):
-            text = random_string(node.minuend, rng, max_extra_repeats=max_extra_repeats)
+            text = random_string(
+                node.minuend, rng, max_extra_repeats=max_extra_repeats, plain=plain
+            )
             if inside.accepts(text.encode("utf-8", "surrogatepass")):
                 return text
         raise ValueError("no text outside the subtrahends was drawn in 1,000 tries")
+    go_on = 0.9 if plain else 0.5
+    if plain:
+        max_extra_repeats = max(max_extra_repeats, 24)
     out: list[str] = []
     stack: list[Node] = [node]
     while stack:
@@ -97,19 +112,43 @@ def random_string(node: Pattern, rng: random.Random, *, max_extra_repeats: int =
         elif isinstance(item, Concat):
             stack.extend(reversed(item.items))
         elif isinstance(item, Alternation):
-            stack.append(rng.choice(item.items))
+            if plain and rng.random() < 0.95:
+                shortest = min(_min_length(i) for i in item.items)
+                stack.append(rng.choice([i for i in item.items if _min_length(i) == shortest]))
+            else:
+                stack.append(rng.choice(item.items))
         elif isinstance(item, Repeat):
             times = item.min
             extra = 0
-            while extra < max_extra_repeats and rng.random() < 0.5:
+            while extra < max_extra_repeats and rng.random() < go_on:
                 extra += 1
             times += extra
             if item.max is not None:
                 times = min(times, item.max)
             stack.extend([item.item] * times)
+        elif isinstance(item, Difference):
+            out.append(random_string(item, rng, max_extra_repeats=max_extra_repeats, plain=plain))
         elif not isinstance(item, Empty):
             raise TypeError(f"unknown regex node {item!r}")
     return "".join(out)
+
+
+@lru_cache(maxsize=4096)
+def _min_length(node: Node) -> int:
+    """The fewest characters of a text of `node` (`random_string`'s plain alternations)."""
+    if isinstance(node, String):
+        return len(node.text)
+    if isinstance(node, CharClass):
+        return 1
+    if isinstance(node, Concat):
+        return sum(_min_length(i) for i in node.items)
+    if isinstance(node, Alternation):
+        return min((_min_length(i) for i in node.items), default=0)
+    if isinstance(node, Repeat):
+        return node.min * _min_length(node.item)
+    if isinstance(node, Difference):
+        return _min_length(node.minuend)
+    return 0
 
 
 @lru_cache(maxsize=64)
@@ -134,21 +173,51 @@ def _alternatives(grammar: Grammar) -> dict[str, list[_Alternative]]:
                 raise GrammarError(f"symbol {symbol!r} in rule {rule.lhs!r} is not defined")
     if grammar.start not in by_lhs:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")
-    depth = dict.fromkeys(by_lhs, _INFINITE)
-    changed = True
-    while changed:
-        changed = False
-        for lhs, options in by_lhs.items():
-            best = min(_alt_depth(rhs, depth) for rhs in options)
-            if best < depth[lhs]:
-                depth[lhs] = best
-                changed = True
+    depth = _min_depths(by_lhs, grammar.rules)
     if depth[grammar.start] >= _INFINITE:
         raise GrammarError(f"the start rule {grammar.start!r} derives no finite sentence")
     return {
         lhs: [_Alternative(rhs, d) for rhs in options if (d := _alt_depth(rhs, depth)) < _INFINITE]
         for lhs, options in by_lhs.items()
     }
+
+
+def _min_depths(by_lhs: dict[str, list[tuple[str, ...]]], rules: Sequence[Rule]) -> dict[str, int]:
+    """Each nonterminal's minimal derivation depth (1 + the deepest symbol of its best rule;
+    terminals 0; `_INFINITE`: none finite), smallest first as in Knuth's generalisation of
+    Dijkstra's algorithm: a rule's depth is known once its last nonterminal's is, and the
+    first depth popped for a symbol is its least (a rule's depth never falls as its symbols'
+    are found). Linear in the grammar's size, up to the heap: going over every rule until
+    nothing changed took half a second on a schema of 5,000 rules."""
+    depth = dict.fromkeys(by_lhs, _INFINITE)
+    waiting: list[int] = []  # per rule: its nonterminal occurrences not yet known
+    deepest: list[int] = []  # per rule: the deepest known of them
+    users: dict[str, list[int]] = {}  # nonterminal -> the rules it occurs in, once per occurrence
+    heap: list[tuple[int, str]] = []
+    for r, rule in enumerate(rules):
+        count = 0
+        for symbol in rule.rhs:
+            if symbol in by_lhs:
+                users.setdefault(symbol, []).append(r)
+                count += 1
+        waiting.append(count)
+        deepest.append(0)
+        if not count:
+            heap.append((1, rule.lhs))
+    heapq.heapify(heap)
+    while heap:
+        d, symbol = heapq.heappop(heap)
+        if depth[symbol] < _INFINITE:
+            continue
+        depth[symbol] = d
+        for r in users.get(symbol, ()):
+            deepest[r] = max(deepest[r], d)
+            waiting[r] -= 1
+            if not waiting[r]:
+                lhs = rules[r].lhs
+                if depth[lhs] >= _INFINITE:
+                    heapq.heappush(heap, (deepest[r] + 1, lhs))
+    return depth
 
 
 def _alt_depth(rhs: tuple[str, ...], depth: dict[str, int]) -> int:
@@ -165,6 +234,7 @@ def _sentence(
     max_depth: int,
     max_terminals: int,
     ignore_rate: float,
+    plain: bool,
 ) -> str:
     pieces: list[str] = []
     emitted = 0
@@ -174,8 +244,8 @@ def _sentence(
         options = table.get(symbol)
         if options is None:  # a terminal
             if ignores and rng.random() < ignore_rate:  # the gap before this terminal
-                pieces.append(random_string(rng.choice(ignores), rng))
-            pieces.append(random_string(terminals[symbol], rng))
+                pieces.append(random_string(rng.choice(ignores), rng, plain=plain))
+            pieces.append(random_string(terminals[symbol], rng, plain=plain))
             emitted += 1
             continue
         least = min(option.depth for option in options)
@@ -188,7 +258,7 @@ def _sentence(
             chosen = rng.choice(options)
         stack.extend((child, level + 1) for child in reversed(chosen.rhs))
     if emitted and ignores and rng.random() < ignore_rate:
-        pieces.append(random_string(rng.choice(ignores), rng))
+        pieces.append(random_string(rng.choice(ignores), rng, plain=plain))
     return "".join(pieces)
 
 

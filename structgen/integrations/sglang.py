@@ -26,7 +26,7 @@ from sglang.srt.constrained.base_grammar_backend import (
     register_grammar_backend,
 )
 
-from structgen.compiler import CompiledGrammar, Compiler
+from structgen.compiler import SERVING_PREFETCH_SAMPLES, CompiledGrammar, Compiler
 from structgen.errors import StructgenError
 from structgen.grammar.ebnf import looks_like_ebnf
 from structgen.masks import apply_bitmask
@@ -222,10 +222,10 @@ class StructgenGrammarBackend(BaseGrammarBackend):  # type: ignore[misc]
             return InvalidGrammarObject(f"{type(exc).__name__}: {exc}")
         matcher = Matcher(compiled)
         # the first masks now, on SGLang's grammar thread (as vLLM's backend does): the first
-        # state's, and those along the text every output starts with
+        # state's, those along the text every output starts with, and along a few random outputs
         matcher.allowed_mask()
         with contextlib.suppress(StructgenError):  # (a limit met: the request's steps report it)
-            compiled.prefetch_masks()
+            compiled.prefetch_masks(samples=SERVING_PREFETCH_SAMPLES)
         return StructgenGrammar(matcher)
 
     def dispatch_json(self, key_string: str) -> Any:

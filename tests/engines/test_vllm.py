@@ -28,7 +28,7 @@ if importlib.util.find_spec("vllm") is not None:
     # none, and its config classes need one. The CPU platform is what a GPU-less machine is.
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 pytest.importorskip("vllm")
-
+import torch
 from vllm.engine.arg_utils import EngineArgs
 from vllm.exceptions import VLLMValidationError
 from vllm.plugins import load_general_plugins
@@ -242,6 +242,33 @@ def test_a_ready_grammar_has_its_first_mask_cached(config: Any, tokenizer: Any) 
     schema = {"type": "object", "properties": {"first_mask_probe": {"type": "integer"}}}
     grammar = _ready(manager, _request(config, tokenizer, "r", {"json": schema}))
     assert grammar.matcher._allowed(cached_only=True) is not None
+
+
+def test_a_ready_grammar_has_the_masks_of_a_few_outputs_cached(config: Any, tokenizer: Any) -> None:
+    # and of a few random outputs' states (`prefetch_masks(samples=...)`): the states after
+    # the first value, whatever its words, are among them
+    manager = StructuredOutputManager(config)
+    schema = {
+        "type": "object",
+        "properties": {"sample_probe": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["sample_probe", "n"],
+    }
+    grammar = _ready(manager, _request(config, tokenizer, "r", {"json": schema}))
+    compiled = grammar.matcher.grammar
+    state = compiled.advance(compiled.initial_state, b'{"sample_probe": "Oslo", "n": ')
+    assert compiled.cached_token_mask(state) is not None
+
+
+def test_the_batch_bitmask_is_made_when_the_backend_starts(config: Any, tokenizer: Any) -> None:
+    backend = plugin.StructgenBackend(config, tokenizer=tokenizer, vocab_size=len(tokenizer))
+    rows = config.scheduler_config.max_num_seqs
+    made = backend.allocate_token_bitmask(rows)
+    assert made.shape == (rows, (len(tokenizer) + 31) // 32) and made.dtype == torch.int32
+    assert bool((made == -1).all())
+    again = backend.allocate_token_bitmask(rows)  # (handed out once: a second is new)
+    assert again.data_ptr() != made.data_ptr() and again.shape == made.shape
+    other = backend.allocate_token_bitmask(3)
+    assert other.shape == (3, made.shape[1]) and bool((other == -1).all())
 
 
 def test_a_batch_gets_one_row_per_request(config: Any, tokenizer: Any, compiler: Compiler) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from structgen.automata import parse_regex
 from structgen.errors import GrammarError
+from structgen.grammar import sampler
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 from structgen.grammar.lark_frontend import builtin_names, lark_to_ir, load_builtin
 from structgen.grammar.sampler import random_string, sample_sentences
@@ -134,3 +135,70 @@ def test_random_strings_prefer_printable_ascii() -> None:
     text = "".join(random_string(parse_regex(r"[^\n]"), rng) for _ in range(500))
     printable = sum(" " <= c <= "~" for c in text)
     assert 0.7 * len(text) < printable < len(text)  # mostly, but not only
+
+
+@pytest.mark.parametrize(("pattern", "flags"), PATTERNS)
+def test_plain_random_strings_full_match(pattern: str, flags: str) -> None:
+    node = parse_regex(pattern, flags=flags)
+    compiled = re.compile(pattern, (re.I if "i" in flags else 0) | (re.S if "s" in flags else 0))
+    rng = random.Random(0)
+    for _ in range(100):
+        text = random_string(node, rng, plain=True)
+        assert compiled.fullmatch(text), (pattern, text)
+
+
+def test_plain_strings_are_a_writers() -> None:
+    """`plain`: a JSON string's characters mostly raw, not escaped, and a few words long."""
+    string = parse_regex(r'"([^"\\\x00-\x1f]|\\(["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+    rng = random.Random(2)
+    texts = [random_string(string, rng, plain=True) for _ in range(200)]
+    fuzz = [random_string(string, rng) for _ in range(200)]
+    plain_rate = sum(t.count("\\") for t in texts) / sum(map(len, texts))
+    fuzz_rate = sum(t.count("\\") for t in fuzz) / sum(map(len, fuzz))
+    assert plain_rate * 3 < fuzz_rate  # (escapes per character: ~0.02 against ~0.1)
+    assert sum(map(len, texts)) > 2 * sum(map(len, fuzz))
+    for text in texts:
+        json.loads(text)
+
+
+def _fixpoint_depths(grammar: Grammar) -> dict[str, int]:
+    """Minimal derivation depths by going over every rule until nothing changes (the
+    sampler's way before `_min_depths`)."""
+    by_lhs: dict[str, list[tuple[str, ...]]] = {}
+    for rule in grammar.rules:
+        by_lhs.setdefault(rule.lhs, []).append(rule.rhs)
+    depth = dict.fromkeys(by_lhs, sampler._INFINITE)
+    changed = True
+    while changed:
+        changed = False
+        for lhs, options in by_lhs.items():
+            best = min(sampler._alt_depth(rhs, depth) for rhs in options)
+            if best < depth[lhs]:
+                depth[lhs] = best
+                changed = True
+    return depth
+
+
+def _random_grammar(rng: random.Random) -> Grammar:
+    names = [f"n{i}" for i in range(rng.randint(1, 12))]
+    rules = []
+    for lhs in names:
+        for _ in range(rng.randint(1, 3)):
+            rhs = tuple(rng.choice([*names, "A", "B"]) for _ in range(rng.randint(0, 3)))
+            rules.append(Rule(lhs, rhs))
+    terminals = [TerminalDef("A", parse_regex("a")), TerminalDef("B", parse_regex("b"))]
+    return Grammar(rules=tuple(rules), terminals=tuple(terminals), start="n0")
+
+
+def test_minimal_depths_are_the_fixpoints() -> None:
+    """`_min_depths` (smallest first, each rule waiting on its nonterminals) finds the depths
+    the plain fixpoint does: on random grammars with recursion, empty rules and symbols with
+    no finite derivation, and on the shipped ones."""
+    rng = random.Random(0)
+    grammars = [_random_grammar(rng) for _ in range(300)]
+    grammars += [shipped(name) for name in builtin_names()]
+    for grammar in grammars:
+        by_lhs: dict[str, list[tuple[str, ...]]] = {}
+        for rule in grammar.rules:
+            by_lhs.setdefault(rule.lhs, []).append(rule.rhs)
+        assert sampler._min_depths(by_lhs, grammar.rules) == _fixpoint_depths(grammar)
