@@ -229,7 +229,8 @@ class CompiledGrammar:
 
         `samples`: also walk that many random outputs of the constraint (a grammar's sentences,
         a regex's texts; seeded, so the same each time), computing the mask at every byte, up
-        to `max_bytes` in all and `max_seconds` of wall time (None: no time limit). Past the
+        to `max_bytes` in all (shared by the samples) and `max_seconds` of wall time (None: no
+        time limit). Past the
         forced prefix, which states come depends on what the model writes, but most of them
         do not depend on the words: the states between keys and values, after each value,
         inside a string, along a counted string's first places. A sample that meets a limit of
@@ -269,9 +270,12 @@ class CompiledGrammar:
         count = 0
         try:
             texts: list[bytes] = sample(samples, seed=0, max_bytes=max_bytes)
-            for text in texts:
+            for k, text in enumerate(texts):
+                # (the bytes left shared by the samples left: outputs start alike, and a long
+                # first one would leave the others nothing)
+                share = (max_bytes - count) // (len(texts) - k)
                 state = self.initial_state
-                for byte in text[: max_bytes - count]:
+                for byte in text[:share]:
                     state = self.advance(state, bytes((byte,)))
                     if state is None:  # (a sample the grammar refuses: nothing more to learn)
                         break
