@@ -35,6 +35,19 @@ def _masks_along(compiled: structgen.CompiledGrammar, ids: list[int]) -> list[np
     return out
 
 
+def _cold_masks_and_a_new_compile(
+    build: object, text: str
+) -> tuple[list[int], list[np.ndarray], structgen.CompiledGrammar]:
+    """`text`'s tokens, the masks along them from a cold compile, and another cold compile
+    (every cache cleared before each)."""
+    vocab = load_vocab("llama3_1")
+    ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
+    structgen.clear_caches()
+    cold = _masks_along(build(Compiler(vocab)), ids)  # type: ignore[operator]
+    structgen.clear_caches()
+    return ids, cold, build(Compiler(vocab))  # type: ignore[operator]
+
+
 @pytest.mark.parametrize(
     ("build", "text", "forced"),
     [
@@ -46,12 +59,7 @@ def _masks_along(compiled: structgen.CompiledGrammar, ids: list[int]) -> list[np
 def test_prefetched_masks_are_cached_and_exact(build: object, text: str, forced: bytes) -> None:
     """Every state along the forced prefix has its mask cached after `prefetch_masks`, and the
     masks a matcher meets along a valid text are a cold compile's."""
-    vocab = load_vocab("llama3_1")
-    ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
-    structgen.clear_caches()
-    cold = _masks_along(build(Compiler(vocab)), ids)  # type: ignore[operator]
-    structgen.clear_caches()
-    compiled = build(Compiler(vocab))  # type: ignore[operator]
+    ids, cold, compiled = _cold_masks_and_a_new_compile(build, text)
     prefix = compiled.forced_bytes(compiled.initial_state)
     if forced is not None:
         assert prefix == forced
@@ -142,12 +150,7 @@ def test_prefetched_samples_are_cached_and_exact(build: object, text: str) -> No
     """`prefetch_masks(samples=...)` computes the masks at every byte of a few random outputs
     (`sample_texts`: a grammar's plain sentences, a regex's walks): they are cached afterwards,
     and the masks a matcher meets along a valid text are still a cold compile's."""
-    vocab = load_vocab("llama3_1")
-    ids = load_tokenizer("llama3_1").encode(text, add_special_tokens=False)
-    structgen.clear_caches()
-    cold = _masks_along(build(Compiler(vocab)), ids)  # type: ignore[operator]
-    structgen.clear_caches()
-    compiled = build(Compiler(vocab))  # type: ignore[operator]
+    ids, cold, compiled = _cold_masks_and_a_new_compile(build, text)
     prefix = compiled.forced_bytes(compiled.initial_state)
     texts = compiled._engine.sample_texts(3, seed=0, max_bytes=4096)
     assert len(texts) == 3 and any(texts)
