@@ -30,7 +30,7 @@ from structgen.compiler import SERVING_PREFETCH_SAMPLES, CompiledGrammar, Compil
 from structgen.errors import StructgenError
 from structgen.grammar.ebnf import looks_like_ebnf
 from structgen.masks import apply_bitmask
-from structgen.masks._bitmask import warm_numpy_bridge
+from structgen.masks._bitmask import numpy_rows, warm_numpy_bridge
 from structgen.matcher import Matcher
 from structgen.schema import SchemaOptions
 from structgen.vocab import Vocabulary
@@ -141,7 +141,7 @@ class StructgenGrammar(BaseGrammarObject):  # type: ignore[misc]
         return StructgenGrammarBackend.allocate_vocab_mask(vocab_size, batch_size, device)
 
     def fill_vocab_mask(self, vocab_mask: torch.Tensor, idx: int) -> None:
-        self.matcher.fill_bitmask(vocab_mask, idx)
+        self.matcher.fill_bitmask(numpy_rows(vocab_mask), idx)  # (one view for the batch's rows)
 
     @staticmethod
     def reset_vocab_mask(vocab_mask: torch.Tensor) -> None:

@@ -36,7 +36,7 @@ from vllm.v1.structured_output.backend_types import (
 from structgen.compiler import SERVING_PREFETCH_SAMPLES, CompiledGrammar, Compiler
 from structgen.errors import StructgenError
 from structgen.grammar.ebnf import looks_like_ebnf
-from structgen.masks._bitmask import warm_numpy_bridge
+from structgen.masks._bitmask import numpy_rows, warm_numpy_bridge
 from structgen.matcher import Matcher
 from structgen.vocab import Vocabulary
 
@@ -58,25 +58,6 @@ _registered = False
 
 
 # ----------------------------------------------------------------------------- backend
-
-#: the batch bitmask vLLM fills every step, and its memory as numpy (a 1-slot cache)
-_ROWS: tuple[torch.Tensor, Any] | None = None
-
-
-def _rows_of(bitmask: torch.Tensor) -> Any:
-    """vLLM's batch bitmask as numpy where it is a CPU tensor (the same memory), else itself.
-    vLLM fills the same tensor every step: its view is made once, where each fill's
-    `.numpy()` had cost ~2 µs, and ~60 µs in the first fill of a batch step after a compile
-    (torch's code gone from the caches)."""
-    global _ROWS
-    known = _ROWS
-    if known is not None and known[0] is bitmask:
-        return known[1]
-    if not bitmask.is_cpu or bitmask.requires_grad:
-        return bitmask
-    rows = bitmask.numpy()
-    _ROWS = (bitmask, rows)
-    return rows
 
 
 @dataclass
@@ -120,7 +101,7 @@ class StructgenGrammar(StructuredOutputGrammar):  # type: ignore[misc]
             self.num_processed_tokens -= num_tokens
 
     def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
-        self.matcher.fill_bitmask(_rows_of(bitmask), batch_index)
+        self.matcher.fill_bitmask(numpy_rows(bitmask), batch_index)
 
     def is_terminated(self) -> bool:
         return self.matcher.is_terminated()
@@ -198,7 +179,7 @@ class StructgenBackend(StructuredOutputBackend):  # type: ignore[misc]
         # (numpy's memory, which the tensor shares: `torch.full` cost ~250 us inside vLLM's first
         # batch step, numpy's and the tensor's making ~180 more)
         made = torch.from_numpy(np.full((rows, (self.vocab_size + 31) // 32), -1, np.int32))
-        _rows_of(made)  # (its numpy view, for the fills)
+        numpy_rows(made)  # (its numpy view, for the fills)
         return made
 
     def destroy(self) -> None:

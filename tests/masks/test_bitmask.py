@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from structgen import allocate_bitmask, apply_bitmask
 from structgen.masks import bitmask_words, pack_bool_mask, unpack_bitmask
+from structgen.masks._bitmask import numpy_rows
 
 
 def reference_apply(logits: np.ndarray, allowed: np.ndarray) -> np.ndarray:
@@ -99,3 +100,19 @@ def test_cuda_matches_cpu() -> None:
     expected = apply_bitmask(logits.clone(), bitmask)
     got = apply_bitmask(logits.cuda(), bitmask.cuda()).cpu()
     assert torch.equal(got, expected)
+
+
+def test_numpy_rows_is_the_tensors_memory_made_once() -> None:
+    """What a serving backend hands `fill_bitmask`: a CPU tensor's memory as numpy, the same
+    view for every fill of that tensor; numpy arrays as they are."""
+    first = torch.full((4, 3), -1, dtype=torch.int32)
+    rows = numpy_rows(first)
+    assert isinstance(rows, np.ndarray) and numpy_rows(first) is rows
+    rows[2, 1] = 7
+    assert int(first[2, 1]) == 7  # (the same memory)
+    second = torch.zeros((2, 3), dtype=torch.int32)
+    assert numpy_rows(second) is not rows and numpy_rows(second).shape == (2, 3)
+    array = np.zeros((2, 3), dtype=np.int32)
+    assert numpy_rows(array) is array
+    grad = torch.zeros((2, 3), requires_grad=True)
+    assert numpy_rows(grad) is grad  # (torch refuses .numpy() there: the matcher copies)
