@@ -529,6 +529,21 @@ class NativeChain(_NativeStates):
         self._laid_out = laid_out
         self._adopt(_CHAIN_CONTEXT(blocks, max_states), _LIB.sg_chain_free, "chain", _CHAIN)
 
+    @classmethod
+    def adopted(
+        cls, blocks: Sequence[Any], laid_out: int, max_states: int, owner: Any, ctx: int
+    ) -> NativeChain:
+        """The context a C call made with its states laid out (`chain_started`): `owner`
+        frees it; the blocks (whose data it reads) are kept alive with it."""
+        native = cls.__new__(cls)
+        native.max_states = max_states
+        native._blocks = blocks
+        native._laid_out = laid_out
+        native._owner = owner
+        native.ctx = ctx
+        native._header = _Header.from_address(ctx)
+        return native
+
     def build(self, state: int) -> int:
         return int(_LIB.sg_chain_build(self.ctx, state))
 

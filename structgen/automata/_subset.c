@@ -3286,31 +3286,22 @@ done:
     return out;
 }
 
-/* chain_context(blocks, max_states): a new `sg_chain` (its address; free with sg_chain_free)
- * over the blocks' `c_data` arrays (int32, C-contiguous; the caller keeps them alive). One call
- * where ctypes took a list of addresses and the spine as arrays. */
-static PyObject *chain_context(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* A new `sg_chain` over the blocks' `c_data` arrays (int32, C-contiguous; the caller keeps
+ * them alive), or NULL with an exception set. */
+static sg_chain *chain_of_blocks(PyObject *blocks, long long max_states, const char *name)
 {
-    (void)self;
     static PyObject *data_name;
     if (data_name == NULL && (data_name = PyUnicode_InternFromString("c_data")) == NULL)
         return NULL;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "chain_context takes blocks and max_states");
-        return NULL;
-    }
-    long long max_states = PyLong_AsLongLong(args[1]);
-    if (max_states == -1 && PyErr_Occurred())
-        return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "chain_context takes a sequence of blocks");
+    PyObject *seq = PySequence_Fast(blocks, "a chain's blocks must be a sequence");
     if (seq == NULL)
         return NULL;
     Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     const int32_t **ptrs = NULL;
-    PyObject *out = NULL;
+    sg_chain *c = NULL;
     if (m < 1 || m > (1 << 20)) {
-        PyErr_SetString(PyExc_ValueError, "chain_context: a chain has 1 to 2**20 blocks");
+        PyErr_Format(PyExc_ValueError, "%s: a chain has 1 to 2**20 blocks", name);
         goto done;
     }
     ptrs = (const int32_t **)malloc((size_t)m * sizeof(int32_t *));
@@ -3332,22 +3323,39 @@ static PyObject *chain_context(PyObject *self, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&view);  /* (the array outlives the context: the caller keeps it) */
         if (words < 3 || data[0] < 1 || data[1] < 1 || data[1] > data[0]
             || words < 2 + (Py_ssize_t)data[0] + data[1] - 1 + data[0] + 1) {
-            PyErr_SetString(PyExc_ValueError, "chain_context: a block's data is malformed");
+            PyErr_Format(PyExc_ValueError, "%s: a block's data is malformed", name);
             goto done;
         }
         ptrs[i] = data;
     }
-    sg_chain *c = chain_new((int32_t)m, ptrs, (int64_t)max_states);
-    if (c == NULL) {
+    c = chain_new((int32_t)m, ptrs, (int64_t)max_states);
+    if (c == NULL)
         PyErr_NoMemory();
-        goto done;
-    }
-    out = PyLong_FromVoidPtr(c);
-    if (out == NULL)
-        sg_chain_free(c);
 done:
     free((void *)ptrs);
     Py_DECREF(seq);
+    return c;
+}
+
+/* chain_context(blocks, max_states): a new `sg_chain` (its address; free with sg_chain_free)
+ * over the blocks' `c_data` arrays (int32, C-contiguous; the caller keeps them alive). One call
+ * where ctypes took a list of addresses and the spine as arrays. */
+static PyObject *chain_context(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "chain_context takes blocks and max_states");
+        return NULL;
+    }
+    long long max_states = PyLong_AsLongLong(args[1]);
+    if (max_states == -1 && PyErr_Occurred())
+        return NULL;
+    sg_chain *c = chain_of_blocks(args[0], max_states, "chain_context");
+    if (c == NULL)
+        return NULL;
+    PyObject *out = PyLong_FromVoidPtr(c);
+    if (out == NULL)
+        sg_chain_free(c);
     return out;
 }
 
@@ -3637,6 +3645,45 @@ done:
     return result;
 }
 
+/* chain_started(blocks, max_states, table, accepting): a deferred chain of blocks laid out
+ * straight into a C context (`NativeChain`): a new `sg_chain` over the blocks' `c_data`, with
+ * the DFA's fresh table and accepting arrays installed (rows filled as their states are made:
+ * every row is C's to build, the spine's too) and the laid-out states made (ids 0.. their own
+ * elements, the final one accepting). Returns (capsule that frees the context, its address,
+ * sg_chain_lay_out's result: the count of laid-out states, or a negative stop to act on before
+ * laying out again). One call where the first row of a key with escapes laid the chain out in
+ * Python (`chain_arrays`) and a later first visit handed it to C (`chain_context`, a table
+ * grown and copied, `adopt_table`): a union of keys needs their rows past the spine at once. */
+static PyObject *chain_started(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "chain_started(blocks, max_states, table, accepting)");
+        return NULL;
+    }
+    long long max_states = PyLong_AsLongLong(args[1]);
+    if (max_states == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer t, a;
+    Py_ssize_t rows;
+    if (table_buffers(args[2], args[3], &t, &a, &rows, "chain_started") < 0) return NULL;
+    PyObject *result = NULL;
+    sg_chain *c = chain_of_blocks(args[0], max_states, "chain_started");
+    if (c == NULL) goto done;
+    PyObject *capsule = owning_capsule(c, 2);
+    if (capsule == NULL) {
+        sg_chain_free(c);
+        goto done;
+    }
+    sg_states_set_table(&c->st, (int32_t *)t.buf, (uint8_t *)a.buf, rows, 0);
+    sg_states_budget_checked(&c->st);
+    int64_t laid = sg_chain_lay_out(c, (int64_t)c->spine[c->n_blocks] + 1);
+    result = Py_BuildValue("(NNL)", capsule, PyLong_FromVoidPtr(c), (long long)laid);
+done:
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&a);
+    return result;
+}
+
 /* subset_started(arrays, p, max_states, table, accepting, nfa_start): a new `sg_subset` over a
  * materialised NFA's arrays (`arrays`: kind, live, node, next, eps offsets, eps, moves offsets,
  * lo, hi, child, classes, as `NativeSubset` keeps them alive), with the DFA's table and
@@ -3854,6 +3901,8 @@ static PyMethodDef methods[] = {
      "joint_classes(parts): bytes(256), the byte classes refining every part's"},
     {"check_snapshots", (PyCFunction)(void (*)(void))check_snapshots, METH_FASTCALL,
      "check_snapshots(rows, byte_classes, states, classes): None, or why they are bad"},
+    {"chain_started", (PyCFunction)(void (*)(void))chain_started, METH_FASTCALL,
+     "chain_started(blocks, max_states, table, accepting): (capsule, address, laid out)"},
     {"chain_context", (PyCFunction)(void (*)(void))chain_context, METH_FASTCALL,
      "chain_context(blocks, max_states): a new C chain context's address (sg_chain_free)"},
     {"byte_chain_arrays", (PyCFunction)(void (*)(void))byte_chain_arrays, METH_FASTCALL,

@@ -839,7 +839,8 @@ class ByteDFA:
         deferred = self._source
         assert len(self._keys) == 1
         if not isinstance(deferred, DeferredNFASource):  # (a chain: `DeferredChainSource`)
-            self._adopt_laid_out(*deferred.lay_out())  # type: ignore[attr-defined]
+            if not self._chain_started(deferred):
+                self._adopt_laid_out(*deferred.lay_out())  # type: ignore[attr-defined]
             return
         if self._table is _UNBUILT._table:  # (`unbuilt`: arrays of its own to build into)
             self._table, self._accepting = _fresh_arrays()
@@ -860,6 +861,29 @@ class ByteDFA:
         self._keys[self.start] = key
         self._ids = {key: self.start}
         self._source = source
+
+    def _chain_started(self, deferred: Any) -> bool:
+        """Lay a deferred chain of blocks (a key with escapes) out straight into a C context
+        (`DeferredChainSource.lay_out_native`); False where it has none (then Python lays it
+        out). A union of keys reads rows past their spine in the first masks that meet them
+        (every token that starts an escape): laid out in Python, each was handed to C there,
+        its table grown and copied on the way."""
+        laid_out: int = deferred.num_laid_out
+        if laid_out >= 1024:  # (C would stop for a budget check on the way: Python's path)
+            return False
+        rows = self._grown_rows(laid_out, True)
+        table = _table_memory(rows)
+        accepting = np.zeros(rows, dtype=np.bool_)
+        started = deferred.lay_out_native(self.limits.max_dfa_states, table, accepting)
+        if started is None:
+            return False
+        source, native = started
+        self._source = source
+        self._native = native
+        self._table, self._accepting = table, accepting
+        self._untouched_from = 0  # (C fills each state's row as it makes the state)
+        self._leave_python_mode(table_replaced=True)
+        return True
 
     def _native_start(self, source: NFASource) -> bool:
         """Hand the materialized automaton straight to a C context whose start C makes from

@@ -395,3 +395,72 @@ def test_a_lexer_whose_key_python_reads_knows_the_chains_c_laid_out(
     monkeypatch.setattr(_native_subset.NativeUnion, "accepted", lambda self, state: None)
     from_keys = masks()
     assert all(np.array_equal(a, b) for a, b in zip(with_c, from_keys, strict=True))
+
+
+@pytest.mark.parametrize("node", KEY_CHAINS)
+def test_a_key_chain_goes_to_its_c_context_with_its_first_row(
+    node: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deferred chain of blocks (a key in every spelling) is laid out straight into its C
+    context at its first row (`chain_started`): the same states, rows and language as a chain
+    laid out in Python and handed to C at its first row past the spine; a pickle of it too."""
+    from structgen.automata import chains
+
+    if chains._CHAIN_STARTED is None:
+        pytest.skip("the C extension is not built")
+    structgen.clear_caches()
+    direct = compile_ast(node, defer=True)  # type: ignore[arg-type]
+    direct.row(direct.start)
+    assert direct.native_states is not None and isinstance(direct._source, LiteralSource)
+    monkeypatch.setattr(chains, "_CHAIN_STARTED", None)
+    structgen.clear_caches()
+    handed = compile_ast(node, defer=True)  # type: ignore[arg-type]
+    handed.row(handed.start)
+    assert handed.native_states is None  # (Python's lay-out: spine rows only)
+    samples = _samples(node)
+    for data in samples:
+        assert direct.accepts(data) == handed.accepts(data), data
+    direct.build_all()
+    handed.build_all()
+    n = handed.num_states
+    assert direct.num_states == n
+    assert np.array_equal(direct.table[:n], handed.table[:n])
+    assert np.array_equal(direct.accepting[:n], handed.accepting[:n])
+    clone = pickle.loads(pickle.dumps(direct))
+    for data in samples:
+        assert clone.accepts(data) == handed.accepts(data), data
+
+
+def test_accept_mode_masks_are_the_same_with_key_chains_laid_out_in_c(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An accept-mode schema's masks along a text whose keys are spelled with escapes, with
+    its key chains laid out into C at once and laid out in Python first."""
+    from structgen.automata import chains
+
+    tokenizer = load_tokenizer("llama3_1")
+    vocab = Vocabulary.from_hf(tokenizer)
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "größe": {"enum": ["klein", "groß", None]}},
+        "additionalProperties": {"type": "integer"},
+    }
+    text = '{"n\\u0061me": "x", "gr\\u00f6\\u00DFe": "groß", "other": 1, "na": 2}'
+    ids = tokenizer.encode(text, add_special_tokens=False)
+
+    def masks() -> list[np.ndarray]:
+        structgen.clear_caches()
+        compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
+        matcher = Matcher(compiled)
+        out = []
+        for token in ids:
+            out.append(matcher.allowed_mask().copy())
+            assert matcher.accept_token(token)
+        assert matcher.can_terminate()
+        return out
+
+    direct = masks()
+    monkeypatch.setattr(chains, "_CHAIN_STARTED", None)
+    handed = masks()
+    structgen.clear_caches()
+    assert all(np.array_equal(a, b) for a, b in zip(direct, handed, strict=True))
