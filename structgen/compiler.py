@@ -176,7 +176,8 @@ class CompiledGrammar:
 
     def token_mask(self, state: Any) -> npt.NDArray[np.int32]:
         """Packed mask of the tokens allowed in `state` (EOS not included)."""
-        return self._with_tokens(state, self._engine.token_mask(state))
+        mask = self._engine.token_mask(state)
+        return self._with_tokens(state, mask) if self._tokens else mask  # (every row's fill)
 
     def cached_token_mask(self, state: Any) -> npt.NDArray[np.int32] | None:
         """`token_mask(state)` when the engine has it cached, else None (nothing computed):

@@ -196,3 +196,44 @@ def test_rows_of_other_widths() -> None:
             assert (got[:, width:] == 0).all()
     with pytest.raises(ArgumentError, match="with a row 5"):
         matchers[0].fill_bitmask(np.zeros((2, width), dtype=np.int32), 5)
+
+
+def test_a_finished_row_filled_again_and_again() -> None:
+    """A row whose output is complete (its mask with the stop ids joined, made once and reused
+    while its state stays) gives the same row at every fill, whatever was written into the
+    rows between; a step on gives the new state's row, and `allowed_mask` stays a fresh copy."""
+    vocab = load_vocab("gpt2")
+    tokenizer = load_tokenizer("gpt2")
+    compiled = Compiler(vocab).grammar('start: "a" | "ab"')
+    done = Matcher(compiled)
+    assert done.accept_tokens(tokenizer.encode("a")) == 1
+    assert done.can_terminate()
+    width = allocate_bitmask(1, vocab.size, backend="numpy").shape[1]
+    want = _one_by_one([done], width)
+    eos = next(iter(vocab.eos_token_ids))
+    assert want[0, eos >> 5] >> (eos & 31) & 1
+    batch = np.zeros((2, width), dtype=np.int32)
+    for _ in range(3):
+        fill_bitmasks([done, None], batch)
+        assert np.array_equal(batch[:1], want)
+        batch[:] = 0
+    mask = done.allowed_mask()
+    mask[:] = 0
+    fill_bitmasks([done], batch)
+    assert np.array_equal(batch[:1], want)
+    assert done.accept_tokens(tokenizer.encode("b")) == 1
+    fill_bitmasks([done], batch)
+    assert np.array_equal(batch[:1], _one_by_one([done], width))
+    assert not np.array_equal(batch[:1], want)
+
+
+def test_numpy_bitmasks_of_another_type_or_shape_are_refused() -> None:
+    matchers = [m for m in _batch(CompileLimits()) if m is not None][:2]
+    width = allocate_bitmask(1, load_vocab("gpt2").size, backend="numpy").shape[1]
+    for bad in (
+        np.zeros((2, width), dtype=np.int64),
+        np.zeros((2 * width,), dtype=np.int32),
+        np.zeros((1, width), dtype=np.int32),
+    ):
+        with pytest.raises(ArgumentError, match="bitmask must be"):
+            fill_bitmasks(matchers, bad)
