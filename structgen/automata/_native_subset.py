@@ -241,6 +241,13 @@ class _NativeStates:
         self.ctx = ctx
         self._header = _Header.from_address(ctx)
 
+    def _own(self, owner: Any, ctx: int, max_states: int) -> None:
+        """Take a context a C call made and handed back with `owner`, which frees it."""
+        self.max_states = max_states
+        self._owner = owner
+        self.ctx = ctx
+        self._header = _Header.from_address(ctx)
+
     @property
     def num_states(self) -> int:
         return int(self._header.n_states)
@@ -441,11 +448,8 @@ class NativeSubset(_NativeStates):
         """The context a C call made (`subset_started`, `nfa_started`): `owner` frees it,
         `arrays` (what it reads) are kept alive with it."""
         native = cls.__new__(cls)
-        native.max_states = max_states
         native._arrays = arrays
-        native._owner = owner
-        native.ctx = ctx
-        native._header = _Header.from_address(ctx)
+        native._own(owner, ctx, max_states)
         return native
 
     def start(self, nfa_state: int) -> int:
@@ -536,12 +540,9 @@ class NativeChain(_NativeStates):
         """The context a C call made with its states laid out (`chain_started`): `owner`
         frees it; the blocks (whose data it reads) are kept alive with it."""
         native = cls.__new__(cls)
-        native.max_states = max_states
         native._blocks = blocks
         native._laid_out = laid_out
-        native._owner = owner
-        native.ctx = ctx
-        native._header = _Header.from_address(ctx)
+        native._own(owner, ctx, max_states)
         return native
 
     def build(self, state: int) -> int:

@@ -8,12 +8,20 @@ from __future__ import annotations
 import itertools
 import pickle
 import random
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 import structgen
-from structgen import Compiler, Matcher, SchemaOptions, Vocabulary, allocate_bitmask
+from structgen import (
+    CompiledGrammar,
+    Compiler,
+    Matcher,
+    SchemaOptions,
+    Vocabulary,
+    allocate_bitmask,
+)
 from structgen import automata as automata_module
 from structgen.automata import Difference, _native_subset, compile_ast, parse_regex
 from structgen.automata._blocks import (
@@ -355,6 +363,18 @@ NEWSLETTER_TEXT = (
 )
 
 
+def _masks_along(compile_fresh: Callable[[], CompiledGrammar], ids: list[int]) -> list[np.ndarray]:
+    """The masks along `ids` (a complete text) of a grammar compiled with every cache cleared."""
+    structgen.clear_caches()
+    matcher = Matcher(compile_fresh())
+    out = []
+    for token in ids:
+        out.append(matcher.allowed_mask().copy())
+        assert matcher.accept_token(token)
+    assert matcher.can_terminate()
+    return out
+
+
 def test_a_lexer_whose_key_python_reads_knows_the_chains_c_laid_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -369,14 +389,7 @@ def test_a_lexer_whose_key_python_reads_knows_the_chains_c_laid_out(
     ids = tokenizer.encode(NEWSLETTER_TEXT, add_special_tokens=False)
 
     def masks() -> list[np.ndarray]:
-        structgen.clear_caches()
-        matcher = Matcher(Compiler(vocab).json_schema(NEWSLETTER))
-        out = []
-        for token in ids:
-            out.append(matcher.allowed_mask().copy())
-            assert matcher.accept_token(token)
-        assert matcher.can_terminate()
-        return out
+        return _masks_along(lambda: Compiler(vocab).json_schema(NEWSLETTER), ids)
 
     answered = _native_subset.NativeUnion.accepted
     unknown = []
@@ -449,15 +462,8 @@ def test_accept_mode_masks_are_the_same_with_key_chains_laid_out_in_c(
     ids = tokenizer.encode(text, add_special_tokens=False)
 
     def masks() -> list[np.ndarray]:
-        structgen.clear_caches()
-        compiled = Compiler(vocab).json_schema(schema, options=SchemaOptions(mode="accept"))
-        matcher = Matcher(compiled)
-        out = []
-        for token in ids:
-            out.append(matcher.allowed_mask().copy())
-            assert matcher.accept_token(token)
-        assert matcher.can_terminate()
-        return out
+        accept = SchemaOptions(mode="accept")
+        return _masks_along(lambda: Compiler(vocab).json_schema(schema, options=accept), ids)
 
     direct = masks()
     monkeypatch.setattr(chains, "_CHAIN_STARTED", None)
