@@ -11,13 +11,18 @@ valid text), since the protocol validates existing text; generation uses generat
 
 Every engine runs in its own worker process (one core each) and each schema has a time limit
 (compile plus all instances); a schema over it counts as a timeout and the worker is restarted.
+Each schema runs on every engine before the next schema starts, the engines' order turning from
+one schema to the next: on a shared host whose speed drifts over minutes, running every schema
+on one engine and then on the next gave whichever ran second 20-30% longer tails in some runs
+(`--in-turn` runs them that way).
 outlines-core builds its whole index eagerly, so its time limit matters most.
 
 With `--freeze-gc` each worker freezes its heap after start-up, as vLLM's engine core does
 (`gc.freeze()`): what a serving process that freezes sees.
 
 Run: `python benchmarks/maskbench.py [--limit N] [--engines structgen,llguidance]
-[--timeout S] [--sample] [--freeze-gc]`. Writes `benchmarks/results/maskbench.{json,png}`.
+[--timeout S] [--sample] [--freeze-gc] [--in-turn]`.
+Writes `benchmarks/results/maskbench.{json,png}`.
 """
 
 from __future__ import annotations
@@ -374,6 +379,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per schema")
     parser.add_argument("--failures", action="store_true", help="list structgen's failing schemas")
     parser.add_argument(
+        "--in-turn",
+        action="store_true",
+        help="run every schema on one engine, then on the next (default: each schema on every"
+        " engine in turn, so that a host slowing down or speeding up meets all engines alike)",
+    )
+    parser.add_argument(
         "--freeze-gc",
         action="store_true",
         help="each worker freezes its heap after start-up (gc.freeze(), as vLLM's engine core)",
@@ -396,27 +407,39 @@ def main() -> None:
     summaries: dict[str, dict[str, Any]] = {}
     details: dict[str, dict[str, Any]] = {}
     per_schema: dict[str, list[dict[str, Any]]] = {}
+    available = []
     for name in engines:
-        if not installed(name):
+        if installed(name):
+            available.append(name)
+        else:
             print(f"(peer {name} is not installed: pip install -e '.[bench]')")
-            continue
-        runner = Runner(name, args.timeout, freeze_gc=args.freeze_gc)
-        results = []
+    runners = {name: Runner(name, args.timeout, freeze_gc=args.freeze_gc) for name in available}
+    elapsed = dict.fromkeys(available, 0.0)
+
+    def run_one(name: str, stem: str, schema: Any, tests: Any) -> None:
         started = time.perf_counter()
-        try:
-            for stem, schema, tests in encoded:
-                result = runner.run(schema, tests)
-                results.append(result)
-                details.setdefault(name, {})[stem] = {
-                    k: v for k, v in result.items() if k not in ("tbm_us",)
-                }
-        finally:
+        result = runners[name].run(schema, tests)
+        elapsed[name] += time.perf_counter() - started
+        per_schema.setdefault(name, []).append(result)
+        details.setdefault(name, {})[stem] = {k: v for k, v in result.items() if k != "tbm_us"}
+
+    try:
+        if args.in_turn:  # every schema on one engine, then on the next
+            for name in available:
+                for stem, schema, tests in encoded:
+                    run_one(name, stem, schema, tests)
+                runners[name].stop()
+        else:  # each schema on every engine, the order turning from one schema to the next
+            for i, (stem, schema, tests) in enumerate(encoded):
+                turn = i % max(1, len(available))
+                for name in available[turn:] + available[:turn]:
+                    run_one(name, stem, schema, tests)
+    finally:
+        for runner in runners.values():
             runner.stop()
-        summaries[name] = summarize(results)
-        per_schema[name] = results
-        print(
-            f"{name}: {len(results)} schemas in {time.perf_counter() - started:.0f} s", flush=True
-        )
+    for name in available:
+        summaries[name] = summarize(per_schema.get(name, []))
+        print(f"{name}: {len(encoded)} schemas in {elapsed[name]:.0f} s", flush=True)
     report(summaries)
     common = same_schemas(per_schema)
     if common is not None:
