@@ -47,6 +47,7 @@ from structgen.automata.dfa import (
     _DEFERRED_START,
     ByteDFA,
     _Source,
+    _table_memory,
     classes_of_mask,
 )
 from structgen.automata.nfa import AutomataLimits, extension_function
@@ -159,6 +160,10 @@ class LiteralSource(_Source):
 
 
 _CHAIN_ARRAYS = extension_function("chain_arrays")
+#: what `DeferredChainSource.lay_out_native` makes: the source, its C context, table and flags
+_Started = tuple[
+    LiteralSource, _native_subset.NativeChain, npt.NDArray[np.int32], npt.NDArray[np.bool_]
+]
 #: `DeferredChainSource.lay_out_native`: a chain of blocks laid out into its C context
 _CHAIN_STARTED = extension_function("chain_started")
 #: `DeferredChainSource.lay_out` of a chain of one-byte blocks in C, without the blocks
@@ -254,32 +259,31 @@ class DeferredChainSource(_Source):
     def expand(self, key: Any, intern: Callable[[Hashable], int]) -> list[int]:
         raise AssertionError("a deferred source is replaced before its first row")
 
-    @property
-    def num_laid_out(self) -> int:
-        """The states the chain lays out (`LiteralSource.num_laid_out`): each block's start
-        and first states, and the final one."""
-        if self.blocks is None:
-            return len(self.masks) + 1
-        return 1 + sum([block.width for block in self.blocks])
-
     def lay_out_native(
-        self, max_states: int, table: npt.NDArray[np.int32], accepting: npt.NDArray[np.bool_]
-    ) -> tuple[LiteralSource, _native_subset.NativeChain] | None:
+        self, max_states: int, rows_for: Callable[[int, bool], int]
+    ) -> _Started | None:
         """A chain of blocks laid out straight into a new C context (`chain_started` in
-        _subset.c) that builds every row, the spine's too, into `table` and `accepting` (fresh,
-        at least `num_laid_out` rows): (the source, the context); None for a chain of one-byte
-        blocks (all its states are laid out, none deeper: `lay_out`) or without the
-        extension."""
+        _subset.c) that builds every row, the spine's too, into a fresh table of
+        `rows_for(laid-out states, True)` rows (`ByteDFA._grown_rows`): (the source, the
+        context, the table, the accepting flags). None — nothing made — for a chain of one-byte
+        blocks (all its states are laid out, none deeper: `lay_out`), without the extension,
+        and for a chain of 1,024 laid-out states or more (C would stop on the way for a budget
+        check)."""
         blocks = self.blocks
         if blocks is None or not NATIVE_CHAINS or _CHAIN_STARTED is None:
             return None
-        owner, ctx, laid = _CHAIN_STARTED(blocks, max_states, table, accepting.view(np.uint8))
         spine = [0, *accumulate([block.width for block in blocks])]
-        if laid != spine[-1] + 1:  # (no stop is possible below 1,024 states: out of memory)
+        if spine[-1] + 1 >= 1024:
+            return None
+        rows = rows_for(spine[-1] + 1, True)
+        table = _table_memory(rows)
+        accepting = np.zeros(rows, dtype=np.bool_)
+        owner, ctx, laid = _CHAIN_STARTED(blocks, max_states, table, accepting.view(np.uint8))
+        if laid != spine[-1] + 1:  # (no other stop is possible: out of memory)
             raise MemoryError("the C chain context could not lay out its states")
         source = LiteralSource(blocks, (spine, self._used, self.byte_classes, self.num_classes))
         native = _native_subset.NativeChain.adopted(blocks, laid, max_states, owner, ctx)
-        return source, native
+        return source, native, table, accepting
 
     def lay_out(
         self,

@@ -868,16 +868,10 @@ class ByteDFA:
         out). A union of keys reads rows past their spine in the first masks that meet them
         (every token that starts an escape): laid out in Python, each was handed to C there,
         its table grown and copied on the way."""
-        laid_out: int = deferred.num_laid_out
-        if laid_out >= 1024:  # (C would stop for a budget check on the way: Python's path)
-            return False
-        rows = self._grown_rows(laid_out, True)
-        table = _table_memory(rows)
-        accepting = np.zeros(rows, dtype=np.bool_)
-        started = deferred.lay_out_native(self.limits.max_dfa_states, table, accepting)
+        started = deferred.lay_out_native(self.limits.max_dfa_states, self._grown_rows)
         if started is None:
             return False
-        source, native = started
+        source, native, table, accepting = started
         self._source = source
         self._native = native
         self._table, self._accepting = table, accepting

@@ -470,3 +470,34 @@ def test_accept_mode_masks_are_the_same_with_key_chains_laid_out_in_c(
     handed = masks()
     structgen.clear_caches()
     assert all(np.array_equal(a, b) for a, b in zip(direct, handed, strict=True))
+
+
+def test_only_a_chain_of_blocks_under_1024_states_goes_to_c_at_once() -> None:
+    """`lay_out_native` makes nothing (not even a table) for a chain of one-byte blocks, whose
+    states are all laid out, nor for one of 1,024 laid-out states or more (C would stop for a
+    budget check on the way): Python lays those out, and the automaton is the same."""
+    from structgen.automata import AutomataLimits, chains
+    from structgen.automata.dfa import ByteDFA
+
+    def no_table(states: int, native: bool) -> int:
+        raise AssertionError("no table is made")
+
+    masks = byte_chain(parse_regex("[Ss][Ee][Ll]"))
+    assert masks is not None
+    assert DeferredChainSource(masks).lay_out_native(1000, no_table) is None
+    long_masks = [1 << ord("a") + i % 26 for i in range(1100)]
+    blocks = byte_chain_blocks(long_masks)
+    deferred = DeferredChainSource(long_masks, blocks)
+    assert deferred.lay_out_native(10**6, no_table) is None
+    limits = AutomataLimits(max_dfa_states=10**6)
+    dfa = ByteDFA.unbuilt(deferred, fingerprint=chain_fingerprint(blocks), limits=limits)
+    text = bytes(ord("a") + i % 26 for i in range(1100))
+    assert dfa.accepts(text) and not dfa.accepts(text[:-1])
+    assert dfa.native_states is None or not isinstance(dfa._source, DeferredChainSource)
+    if chains._CHAIN_STARTED is not None:
+        short = DeferredChainSource(long_masks[:20], blocks[:20])
+        made = short.lay_out_native(1000, lambda states, native: 2 * states)
+        assert made is not None
+        source, native, table, accepting = made
+        assert table.shape == (42, 256) and accepting.shape == (42,)
+        assert native.num_states == 21 and source.final == 20
