@@ -82,7 +82,8 @@ class Matcher:
         for e in self._eos:
             words[e >> 5] |= np.int32(np.uint32(1 << (e & 31)).view(np.int32))
         self._eos_words = words
-        # the last accepting mask that `fill_bitmasks` read, with the stop ids joined
+        # the grammar's last accepting mask that `fill_bitmasks` read, and it with the stop ids
+        # joined (text stops taken out first)
         self._joined: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]] | None = None
         # Stop ids that are text tokens too must leave the text masks (None: all are special).
         text_stops = [e for e in self._eos if not self._vocab.is_special(e)]
@@ -146,17 +147,20 @@ class Matcher:
         except StructgenError as exc:
             self.error = exc
             return self._eos_words.copy()
-        if self._keep_words is not None:
-            words = words & self._keep_words
-        if accepting:
-            if not shared:
-                return words | self._eos_words
-            # (a finished row is filled again every step until the batch ends: its words
-            # with the stop ids joined once, not allocated and joined at every fill)
+        keep = self._keep_words
+        if accepting and shared:
+            # (a finished row is filled again every step until the batch ends: the grammar's
+            # words with the stop ids joined once, not allocated and joined at every fill;
+            # keyed by the grammar's own array, before the text stops leave it)
             joined = self._joined
             if joined is None or joined[0] is not words:
-                joined = self._joined = (words, words | self._eos_words)
+                kept = words if keep is None else words & keep
+                joined = self._joined = (words, kept | self._eos_words)
             return joined[1]
+        if keep is not None:
+            words = words & keep
+        if accepting:
+            return words | self._eos_words
         return words if shared else words.copy()
 
     def fill_bitmask(self, bitmask: Any, row: int = 0) -> None:
