@@ -227,6 +227,27 @@ def test_a_finished_row_filled_again_and_again() -> None:
     assert not np.array_equal(batch[:1], want)
 
 
+def test_a_finished_row_whose_stop_id_is_a_text_token() -> None:
+    """Where a stop id is also a text token, a finished row still gives `allowed_mask`'s row
+    at every fill (the text stop taken out of the grammar's words, then the stops joined), and
+    the joined row is made once while the state stays."""
+    from structgen.vocab import Vocabulary
+
+    vocab = Vocabulary.from_tokens([b"a", b"b", b"!", b"ab", b"a!"], eos_token_ids=[2])
+    assert not vocab.is_special(2)
+    matchers = [Matcher(Compiler(vocab).regex(r"a+(!b)?")) for _ in range(2)]
+    for matcher in matchers:
+        assert matcher.accept_token(0) and matcher.can_terminate()
+    batch = allocate_bitmask(2, vocab.size, backend="numpy")
+    joined = []
+    for _ in range(3):
+        fill_bitmasks(matchers, batch)
+        for row, matcher in enumerate(matchers):
+            assert np.array_equal(batch[row], matcher.allowed_mask())
+        joined.append(matchers[0]._joined)
+    assert joined[0] is not None and all(j is joined[0] for j in joined)
+
+
 def test_numpy_bitmasks_of_another_type_or_shape_are_refused() -> None:
     matchers = [m for m in _batch(CompileLimits()) if m is not None][:2]
     width = allocate_bitmask(1, load_vocab("gpt2").size, backend="numpy").shape[1]
