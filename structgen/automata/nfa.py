@@ -612,11 +612,13 @@ class Program:
     post-order, equal subtrees one entry (the same states, built once). Leaves (type 1) keep
     their text or code point ranges in `leaves`, in entry order; the builder gives them pool
     roots. The program is the AST's stable digest too (`digest`), so one walk serves both the
-    fingerprint and the NFA. The integer tables are int64 arrays; the walk runs in C where the
-    extension is built (`program_tables` in `_subset.c`), else in Python."""
+    fingerprint and the NFA. The walk runs in C where the extension is built (`program_tables`
+    in `_subset.c`): the integer tables are then the bytes of int64 arrays it made, which the C
+    builders read as they are (`native`; `column` views them); else Python's lists."""
 
     __slots__ = ("arg_a", "arg_b", "children", "digest", "empty_alternation", "leaf_at",
-                 "leaves", "nfa_size", "nullable", "offsets", "pieces", "top", "typ")  # fmt: skip
+                 "leaves", "native", "nfa_size", "nullable", "offsets", "pieces", "top",
+                 "typ")  # fmt: skip
 
     def __init__(self, root: Node) -> None:
         tables = None
@@ -636,7 +638,6 @@ class Program:
             digest.update(_THREE_INT64.pack(top, len(typ) >> 3, len(children) >> 3))
             for data in raw:
                 digest.update(data)
-            typ, arg_a, arg_b, offsets, children = (np.frombuffer(a, dtype=np.int64) for a in raw)
         else:
             digest.update(array("q", [top, len(typ), len(children)]).tobytes())
             for numbers in (typ, arg_a, arg_b, offsets, children):
@@ -645,6 +646,7 @@ class Program:
                 except OverflowError:  # (a count past 64 bits: spelled out instead)
                     digest.update(repr(numbers).encode())
         self.top, self.leaves, self.leaf_at = top, leaves, leaf_at
+        self.native = native
         self.pieces: LeafPieces | None = None  # (`leaf_pieces`)
         self.nullable: bool = facts[0]  # the AST matches the empty string
         self.nfa_size: int = facts[1]  # `nfa_size(root)` (saturated at 2**62)
@@ -656,6 +658,13 @@ class Program:
 
 
 _THREE_INT64 = struct.Struct("=qqq")  # (native order, as `array("q")` writes)
+
+
+def column(values: bytes | npt.NDArray[np.int64] | list[int]) -> npt.NDArray[np.int64]:
+    """A program table as a contiguous int64 array (a view of C's bytes, or Python's list)."""
+    if isinstance(values, bytes):
+        return np.frombuffer(values, dtype=np.int64)
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 def _leaf_bytes(leaves: list[str | iv.Ranges]) -> bytes:
@@ -844,7 +853,7 @@ def build_nfa_started(
 
     The program is within the limits (a deferred source is made only then), so the checks
     `build_nfa` makes cannot fail here; the budget is checked as there."""
-    if _NFA_STARTED is None or not isinstance(program.typ, np.ndarray):
+    if _NFA_STARTED is None or not program.native:
         return None
     check_budget()
     leaves = leaf_pieces(program)
@@ -871,11 +880,6 @@ def build_nfa_started(
     return nfa, arrays, owner, ctx, sid
 
 
-def _int64(values: Any) -> npt.NDArray[np.int64]:
-    """`values` as a contiguous int64 array (the program's tables are, where C made them)."""
-    return np.ascontiguousarray(values, dtype=np.int64)
-
-
 def _build_native(
     lib: Any,
     b: _Builder,
@@ -890,7 +894,7 @@ def _build_native(
     `nfa_arrays` (None: it has)."""
     check_budget()
     flat = node_program(node) if program is None else program
-    arg_a = np.array(flat.arg_a, dtype=np.int64)
+    arg_a = column(flat.arg_a).copy()
     # Pool roots, in entry order: the leaves' pieces placed one after another (a program holds
     # each distinct leaf once, so the builder's per-NFA dedupe would never hit here).
     leaves = leaf_pieces(flat)
@@ -903,11 +907,11 @@ def _build_native(
         nonempty = np.zeros(1, dtype=np.uint8)
     if _NFA_ARRAYS is not None:  # (one call: the tables in, the NFA's arrays out)
         start, *made = _NFA_ARRAYS(
-            _int64(flat.typ),
+            column(flat.typ),
             arg_a,
-            _int64(flat.arg_b),
-            _int64(flat.offsets),
-            _int64(flat.children),
+            column(flat.arg_b),
+            column(flat.offsets),
+            column(flat.children),
             top,
             nonempty,
         )
@@ -921,11 +925,11 @@ def _build_native(
     from structgen.automata import _native_subset
 
     tables = (
-        np.array(flat.typ, dtype=np.int8),
+        column(flat.typ).astype(np.int8),
         arg_a,
-        np.array(flat.arg_b, dtype=np.int64),
-        np.array(flat.offsets, dtype=np.int32),
-        np.array(flat.children if len(flat.children) else [0], dtype=np.int32),
+        column(flat.arg_b),
+        column(flat.offsets).astype(np.int32),
+        np.array(column(flat.children) if len(flat.children) else [0], dtype=np.int32),
     )
     out = np.zeros(3, dtype=np.int64)
     *where, nonempty_at, out_at = _native_subset.addresses(*tables, nonempty, out)
