@@ -257,8 +257,8 @@ def test_nfa_started_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="inconsistent"):
         started(*tables, top, at, leaves.pieces, classes[:100], 10, table, accepting)
     with pytest.raises(ValueError, match="inconsistent program tables"):
-        started(*tables[:4], tables[4], len(nfa.column(program.typ)), at, leaves.pieces, classes, 10, table,
-                accepting)  # fmt: skip
+        entries = len(nfa.column(program.typ))
+        started(*tables[:4], tables[4], entries, at, leaves.pieces, classes, 10, table, accepting)
     bases, start, arrays, owner, address, sid = started(
         *tables, top, at, leaves.pieces, classes, 10, table, accepting
     )
