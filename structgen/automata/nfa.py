@@ -614,11 +614,10 @@ class Program:
     roots. The program is the AST's stable digest too (`digest`), so one walk serves both the
     fingerprint and the NFA. The walk runs in C where the extension is built (`program_tables`
     in `_subset.c`): the integer tables are then the bytes of int64 arrays it made, which the C
-    builders read as they are (`native`; `column` views them); else Python's lists."""
+    builders read as they are (`column` views them); else Python's lists."""
 
     __slots__ = ("arg_a", "arg_b", "children", "digest", "empty_alternation", "leaf_at",
-                 "leaves", "native", "nfa_size", "nullable", "offsets", "pieces", "top",
-                 "typ")  # fmt: skip
+                 "leaves", "nfa_size", "nullable", "offsets", "pieces", "top", "typ")  # fmt: skip
 
     def __init__(self, root: Node) -> None:
         tables = None
@@ -646,7 +645,6 @@ class Program:
                 except OverflowError:  # (a count past 64 bits: spelled out instead)
                     digest.update(repr(numbers).encode())
         self.top, self.leaves, self.leaf_at = top, leaves, leaf_at
-        self.native = native
         self.pieces: LeafPieces | None = None  # (`leaf_pieces`)
         self.nullable: bool = facts[0]  # the AST matches the empty string
         self.nfa_size: int = facts[1]  # `nfa_size(root)` (saturated at 2**62)
@@ -853,7 +851,7 @@ def build_nfa_started(
 
     The program is within the limits (a deferred source is made only then), so the checks
     `build_nfa` makes cannot fail here; the budget is checked as there."""
-    if _NFA_STARTED is None or not program.native:
+    if _NFA_STARTED is None or not isinstance(program.typ, bytes):  # (tables C made)
         return None
     check_budget()
     leaves = leaf_pieces(program)
