@@ -122,12 +122,14 @@ def guard() -> bool:
     """Use the compiled modules if their stamp matches the sources (and the environment does
     not ask for pure Python); else load them all from source. Returns whether compiled."""
     global COMPILED_FRONT_END
-    if not pure_python_asked() and stamp_matches():
-        built = [*ROOT.glob("schema/_objects.*.so"), *ROOT.glob("schema/_objects.*.pyd")]
-        COMPILED_FRONT_END = bool(built)
-        return COMPILED_FRONT_END
+    if not pure_python_asked() and stamp_matches(ROOT):
+        # (built for this interpreter: a checkout may hold another's, e.g. 3.11's beside 3.14t's)
+        suffixes = importlib.machinery.EXTENSION_SUFFIXES
+        if any((ROOT / "schema" / ("_objects" + suffix)).exists() for suffix in suffixes):
+            COMPILED_FRONT_END = True
+            return True
     if not any(isinstance(finder, _SourceFinder) for finder in sys.meta_path):
-        sources = {module_name(path): path for path in compiled_sources()}
+        sources = {module_name(path, ROOT): path for path in compiled_sources(ROOT)}
         sys.meta_path.insert(0, _SourceFinder(sources))
     COMPILED_FRONT_END = False
     return False

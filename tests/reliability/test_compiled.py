@@ -94,6 +94,29 @@ def test_compiled_modules_whose_source_left_the_list_are_stale(
     assert _compiled.stale_extensions(tmp_path) == []
 
 
+def test_another_interpreters_build_is_not_taken_for_this_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (a checkout with the front end built for CPython 3.11 and the C extensions rebuilt for a
+    # free-threaded 3.14t: 3.14t imports the sources, and says so)
+    monkeypatch.setattr(_compiled, "EXTRA_MODULES", ())
+    monkeypatch.setattr(_compiled, "ROOT", tmp_path)
+    monkeypatch.setattr(_compiled, "COMPILED_FRONT_END", False)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # (guard adds a finder)
+    monkeypatch.delenv(_compiled.PURE_PYTHON_ENV, raising=False)
+    (tmp_path / "schema").mkdir()
+    (tmp_path / "schema" / "_objects.py").write_text("X = 1\n")
+    digest = _compiled.source_digest(_compiled.compiled_sources(tmp_path), tmp_path)
+    (tmp_path / _compiled.STAMP_NAME).write_text(json.dumps({"digest": digest}))
+    (tmp_path / "schema" / "_objects.cpython-39x-other.so").write_bytes(b"")
+    assert _compiled.guard() is False
+    assert _compiled.COMPILED_FRONT_END is False
+    import importlib.machinery
+
+    (tmp_path / "schema" / f"_objects{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    assert _compiled.guard() is True
+
+
 def _python(script: str, args: list[str], *, env: dict[str, str], cwd: Path) -> str:
     """`script`'s output in a fresh interpreter (its own import of structgen)."""
     result = subprocess.run(
