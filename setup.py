@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 
@@ -34,6 +35,12 @@ def _mypyc_extensions() -> list[Extension]:
     Imports of other modules are not followed: their types count as Any there, which keeps the
     build about a minute (mypy's full check takes five)."""
     if _COMPILED.pure_python_asked():
+        return []
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        # (its modules do not declare themselves safe without the GIL: importing one would
+        # turn the GIL back on for the whole process)
+        message = "structgen: a free-threaded build, the schema front end stays pure Python"
+        print(message, file=sys.stderr)
         return []
     try:
         from mypyc.build import mypycify

@@ -16,6 +16,14 @@
 /* containers nested deeper than this are left to the iterative Python walk */
 #define MAX_DEPTH 512
 
+/* A container is read inside its critical section: on a free-threaded build another thread may
+ * change the caller's data meanwhile (a race of theirs, which must not crash here). Before 3.13
+ * the GIL is held throughout: nothing to do. */
+#ifndef Py_BEGIN_CRITICAL_SECTION
+#define Py_BEGIN_CRITICAL_SECTION(op) {
+#define Py_END_CRITICAL_SECTION() }
+#endif
+
 /* The copy of `node` (a new reference; `node` itself when `copy` is 0), NULL with an error
  * set, or NULL with no error: not plain (the caller gives up). */
 static PyObject *plain(PyObject *node, int depth, int limit, int copy) {
@@ -37,10 +45,12 @@ static PyObject *plain(PyObject *node, int depth, int limit, int copy) {
             return NULL;
         PyObject *key, *value;
         Py_ssize_t pos = 0;
+        int failed = 0;
+        Py_BEGIN_CRITICAL_SECTION(node);
         while (PyDict_Next(node, &pos, &key, &value)) {
             if (!PyUnicode_Check(key)) {
-                Py_XDECREF(out);
-                return NULL;
+                failed = 1;
+                break;
             }
             Py_INCREF(key);
             Py_INCREF(value);
@@ -50,9 +60,14 @@ static PyObject *plain(PyObject *node, int depth, int limit, int copy) {
             Py_DECREF(value);
             Py_XDECREF(inner);
             if (rc < 0) {
-                Py_XDECREF(out);
-                return NULL;
+                failed = 1;
+                break;
             }
+        }
+        Py_END_CRITICAL_SECTION();
+        if (failed) {
+            Py_XDECREF(out);
+            return NULL;
         }
         if (!copy)
             Py_INCREF(node);
@@ -63,23 +78,30 @@ static PyObject *plain(PyObject *node, int depth, int limit, int copy) {
         PyObject *out = copy ? PyList_New(n) : NULL;
         if (copy && out == NULL)
             return NULL;
+        int failed = 0;
+        Py_BEGIN_CRITICAL_SECTION(node);
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i >= PyList_GET_SIZE(node)) { /* (shrunk meanwhile: give up) */
-                Py_XDECREF(out);
-                return NULL;
+                failed = 1;
+                break;
             }
             PyObject *item = PyList_GET_ITEM(node, i);
             Py_INCREF(item);
             PyObject *inner = plain(item, depth + 1, limit, copy);
             Py_DECREF(item);
             if (inner == NULL) {
-                Py_XDECREF(out);
-                return NULL;
+                failed = 1;
+                break;
             }
             if (copy)
                 PyList_SET_ITEM(out, i, inner);
             else
                 Py_DECREF(inner);
+        }
+        Py_END_CRITICAL_SECTION();
+        if (failed) {
+            Py_XDECREF(out);
+            return NULL;
         }
         if (!copy)
             Py_INCREF(node);
@@ -202,36 +224,42 @@ static int fingerprint_value(Buffer *b, PyObject *node, int depth) {
             return -1;
         PyObject *key, *value;
         Py_ssize_t pos = 0;
-        while (PyDict_Next(node, &pos, &key, &value)) {
-            if (!PyUnicode_CheckExact(key))
-                return 1;
+        int rc = 0;
+        Py_BEGIN_CRITICAL_SECTION(node);
+        while (rc == 0 && PyDict_Next(node, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) {
+                rc = 1;
+                break;
+            }
             Py_INCREF(value);
-            int rc = put_text(b, 'k', key);
+            rc = put_text(b, 'k', key);
             if (rc == 0)
                 rc = fingerprint_value(b, value, depth + 1);
             Py_DECREF(value);
-            if (rc != 0)
-                return rc;
         }
-        if (PyDict_GET_SIZE(node) != n) /* (changed meanwhile: give up) */
-            return 1;
-        return 0;
+        if (rc == 0 && PyDict_GET_SIZE(node) != n) /* (changed meanwhile: give up) */
+            rc = 1;
+        Py_END_CRITICAL_SECTION();
+        return rc;
     }
     if (PyList_CheckExact(node)) {
         Py_ssize_t n = PyList_GET_SIZE(node);
         if (put(b, "[", 1) < 0 || put_length(b, n) < 0)
             return -1;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (i >= PyList_GET_SIZE(node))
-                return 1;
+        int rc = 0;
+        Py_BEGIN_CRITICAL_SECTION(node);
+        for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+            if (i >= PyList_GET_SIZE(node)) {
+                rc = 1;
+                break;
+            }
             PyObject *item = PyList_GET_ITEM(node, i);
             Py_INCREF(item);
-            int rc = fingerprint_value(b, item, depth + 1);
+            rc = fingerprint_value(b, item, depth + 1);
             Py_DECREF(item);
-            if (rc != 0)
-                return rc;
         }
-        return 0;
+        Py_END_CRITICAL_SECTION();
+        return rc;
     }
     return 1;
 }
@@ -261,4 +289,15 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_json_native", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__json_native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__json_native(void)
+{
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED
+    /* Safe without the GIL: containers are read inside their critical sections */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
+}

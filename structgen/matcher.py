@@ -8,7 +8,6 @@ False and leaves the matcher unchanged.
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
@@ -495,15 +494,15 @@ def _compute(
     threads: int,
 ) -> None:
     """Compute the pending rows' masks; the calling thread works too, taking rows from the
-    same counter as the pool's threads (so a slow row does not hold up the others)."""
-    counter = itertools.count()  # (next() on a count is atomic under the GIL)
+    same list as the pool's threads (so a slow row does not hold up the others)."""
+    left = pending[::-1]  # (list.pop is atomic, with the GIL or without: free-threaded builds)
 
     def work() -> None:
         while True:
-            k = next(counter)
-            if k >= len(pending):
+            try:
+                i = left.pop()
+            except IndexError:
                 return
-            i = pending[k]
             matcher = matchers[i]
             assert matcher is not None
             words[i] = matcher._allowed(cached_only=False, shared=True)

@@ -2048,8 +2048,26 @@ static int64_t sat_mul(int64_t x, int64_t y)
     return x > SIZE_CAP / y ? SIZE_CAP : x * y;
 }
 
+/* Attribute names, interned when the module is made (not on first use: on a free-threaded
+ * build two threads could meet one half made). */
 static PyObject *str_items, *str_ranges, *str_text, *str_item, *str_min, *str_max;
-static PyObject *str_counts, *str_table;
+static PyObject *str_counts, *str_table, *str_spelled, *str_dag, *str_size;
+static PyObject *width_name, *used_name, *row_name, *data_name; /* (a lookup per block) */
+
+static int intern_names(void)
+{
+    struct { PyObject **slot; const char *text; } names[] = {
+        {&str_items, "items"}, {&str_ranges, "ranges"}, {&str_text, "text"},
+        {&str_item, "item"}, {&str_min, "min"}, {&str_max, "max"}, {&str_counts, "counts"},
+        {&str_table, "table"}, {&str_spelled, "spelled"}, {&str_dag, "dag"},
+        {&str_size, "size"}, {&width_name, "width"}, {&used_name, "used"}, {&row_name, "row"},
+        {&data_name, "c_data"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return -1;
+    return 0;
+}
 
 /* The entry of a node with these fields: an equal one made before, or a new one (a leaf's
  * text or ranges then joins `leaves`). -1: an error. */
@@ -2186,16 +2204,6 @@ static PyObject *program_tables(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "program_tables(root, (Empty, String, CharClass, Concat, Alternation, Repeat))");
         return NULL;
     }
-    if (!str_items) {
-        str_items = PyUnicode_InternFromString("items");
-        str_ranges = PyUnicode_InternFromString("ranges");
-        str_text = PyUnicode_InternFromString("text");
-        str_item = PyUnicode_InternFromString("item");
-        str_min = PyUnicode_InternFromString("min");
-        str_max = PyUnicode_InternFromString("max");
-        if (!str_items || !str_ranges || !str_text || !str_item || !str_min || !str_max)
-            return NULL;
-    }
     program_walk w;
     memset(&w, 0, sizeof w);
     for (int k = 0; k < 6; k++) w.types[k] = PyTuple_GET_ITEM(args[1], k);
@@ -2240,7 +2248,6 @@ typedef struct {
     Py_buffer counts, table;
 } piece_view;
 
-static PyObject *str_spelled, *str_dag;
 
 static void piece_views_release(piece_view *views, Py_ssize_t n)
 {
@@ -2322,16 +2329,6 @@ static PyObject *join_pieces(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (n != 3) {
         PyErr_SetString(PyExc_TypeError, "join_pieces(pieces, bases, size)");
         return NULL;
-    }
-    if (!str_counts) {
-        str_counts = PyUnicode_InternFromString("counts");
-        str_table = PyUnicode_InternFromString("table");
-        if (!str_counts || !str_table) return NULL;
-    }
-    if (!str_spelled) {
-        str_spelled = PyUnicode_InternFromString("spelled");
-        str_dag = PyUnicode_InternFromString("dag");
-        if (!str_spelled || !str_dag) return NULL;
     }
     Py_ssize_t size = PyLong_AsSsize_t(args[2]);
     if (size < 0) {
@@ -2911,8 +2908,34 @@ static PyObject *context_capsule(PyObject *self, PyObject *const *args, Py_ssize
  * union lexer joins the classes of every terminal, dozens of parts, at its first mask). Refined
  * one part at a time: a byte's new class is its pair (class so far, part's class), numbered as
  * the bytes are met in order, so the numbering is by smallest byte at every step. The pair
- * table is -1 everywhere between calls (the GIL is held throughout; used entries are reset). */
-static int16_t *pair_ids = NULL;
+ * table is -1 everywhere between calls (used entries are reset); one per thread, freed when
+ * the thread ends (on a free-threaded build calls on two threads overlap). */
+static pthread_key_t pair_ids_key;
+static pthread_once_t pair_ids_once = PTHREAD_ONCE_INIT;
+static int pair_ids_ready;
+
+static void pair_ids_key_make(void) { pair_ids_ready = pthread_key_create(&pair_ids_key, free) == 0; }
+
+/* This thread's pair table, or NULL with MemoryError set. */
+static int16_t *thread_pair_ids(void)
+{
+    pthread_once(&pair_ids_once, pair_ids_key_make);
+    if (!pair_ids_ready) {
+        PyErr_SetString(PyExc_MemoryError, "no thread-local key for joint_classes");
+        return NULL;
+    }
+    int16_t *ids = (int16_t *)pthread_getspecific(pair_ids_key);
+    if (ids == NULL) {
+        ids = (int16_t *)malloc(sizeof(int16_t) * 65536);
+        if (ids == NULL || pthread_setspecific(pair_ids_key, ids) != 0) {
+            free(ids);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        memset(ids, 0xff, sizeof(int16_t) * 65536);
+    }
+    return ids;
+}
 
 /* A class array's buffer (C-contiguous, 256 uint8 ids): 0, or -1 with an exception set. */
 static int class_buffer(PyObject *obj, Py_buffer *view)
@@ -3010,12 +3033,9 @@ static PyObject *joint_classes_masked(PyObject *self, PyObject *const *args, Py_
 
 static PyObject *joint_from(PyObject *seq_arg, const uint8_t *mask)
 {
-    if (pair_ids == NULL) {
-        pair_ids = malloc(sizeof(int16_t) * 65536);
-        if (pair_ids == NULL)
-            return PyErr_NoMemory();
-        memset(pair_ids, 0xff, sizeof(int16_t) * 65536);
-    }
+    int16_t *pair_ids = thread_pair_ids();
+    if (pair_ids == NULL)
+        return NULL;
     PyObject *seq = PySequence_Fast(seq_arg, "joint_classes takes a sequence of class arrays");
     if (seq == NULL)
         return NULL;
@@ -3094,14 +3114,6 @@ static PyObject *class_firsts(PyObject *self, PyObject *const *args, Py_ssize_t 
 static PyObject *chain_arrays(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    static PyObject *width_name, *used_name, *row_name; /* (interned once: a lookup per block) */
-    if (width_name == NULL) {
-        width_name = PyUnicode_InternFromString("width");
-        used_name = PyUnicode_InternFromString("used");
-        row_name = PyUnicode_InternFromString("row");
-        if (width_name == NULL || used_name == NULL || row_name == NULL)
-            return NULL;
-    }
     if (nargs != 1) {
         PyErr_SetString(PyExc_TypeError, "chain_arrays takes a sequence of blocks");
         return NULL;
@@ -3290,9 +3302,6 @@ done:
  * them alive), or NULL with an exception set. */
 static sg_chain *chain_of_blocks(PyObject *blocks, long long max_states, const char *name)
 {
-    static PyObject *data_name;
-    if (data_name == NULL && (data_name = PyUnicode_InternFromString("c_data")) == NULL)
-        return NULL;
     PyObject *seq = PySequence_Fast(blocks, "a chain's blocks must be a sequence");
     if (seq == NULL)
         return NULL;
@@ -3775,8 +3784,6 @@ static PyObject *nfa_started(PyObject *self, PyObject *const *args, Py_ssize_t n
                         "max_states, table, accepting)");
         return NULL;
     }
-    static PyObject *str_size = NULL;
-    if (!str_size && !(str_size = PyUnicode_InternFromString("size"))) return NULL;
     PyObject *pieces = PySequence_Fast(args[7], "nfa_started: pieces must be a sequence");
     if (!pieces) return NULL;
     PyObject *leaf_at = PySequence_Fast(args[6], "nfa_started: leaf_at must be a sequence");
@@ -3945,4 +3952,18 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_subset", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__subset(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__subset(void)
+{
+    if (intern_names() < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED
+    /* Safe without the GIL: builds run under each context's mutex, names are interned above,
+     * scratch tables are per thread (docs/design/matcher.md, free-threaded builds) */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
+}

@@ -11,6 +11,24 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* The grammar's memo dicts are shared by every thread that parses with it: on a free-threaded
+ * build another thread may store into one while this one reads it, so values are read as new
+ * references (a borrowed one could be freed under it when the entry is replaced or cleared).
+ * The EarleySets' own `by_next` and `predicted` are read borrowed: they never change once the
+ * set is made. */
+#if PY_VERSION_HEX < 0x030D0000
+static int PyDict_GetItemRef(PyObject *dict, PyObject *key, PyObject **result)
+{
+    PyObject *found = PyDict_GetItemWithError(dict, key);
+    *result = found;
+    if (found != NULL) {
+        Py_INCREF(found);
+        return 1;
+    }
+    return PyErr_Occurred() ? -1 : 0;
+}
+#endif
+
 static PyObject *str_by_next;
 static PyObject *str_predicted;
 
@@ -182,11 +200,11 @@ static int read_tables(PyObject *tables, grammar_tables *g) {
 }
 
 /* `own_items_of(nt)`: nt's predicted items as (next symbol, rule id, dot), memoised in `own`
- * (and the nonterminals among those symbols in `firsts`). A borrowed reference, or NULL. */
+ * (and the nonterminals among those symbols in `firsts`). A new reference, or NULL. */
 static PyObject *own_items(grammar_tables *g, PyObject *nt) {
-    PyObject *hit = PyDict_GetItemWithError(g->own, nt);
-    if (hit != NULL || PyErr_Occurred())
-        return hit;
+    PyObject *hit;
+    if (PyDict_GetItemRef(g->own, nt, &hit) != 0)
+        return hit; /* (found, or NULL with the error) */
     PyObject *items = PyList_New(0), *firsts = PySet_New(NULL), *own = NULL, *frozen = NULL;
     int rc = items == NULL || firsts == NULL ? -1 : 0;
     PyObject *rids = rc ? NULL : PyDict_GetItemWithError(g->by_lhs, nt); /* (None: no rules) */
@@ -233,26 +251,24 @@ static PyObject *own_items(grammar_tables *g, PyObject *nt) {
         }
     }
     if (rc == 0 && (own = PyList_AsTuple(items)) != NULL && (frozen = PyFrozenSet_New(firsts)))
-        rc = PyDict_SetItem(g->own, nt, own) || PyDict_SetItem(g->firsts, nt, frozen) ? -1 : 0;
+        /* (the firsts first: another thread that finds the items reads the firsts next) */
+        rc = PyDict_SetItem(g->firsts, nt, frozen) || PyDict_SetItem(g->own, nt, own) ? -1 : 0;
     else
         rc = -1;
     Py_XDECREF(items);
     Py_XDECREF(firsts);
     Py_XDECREF(frozen);
-    Py_XDECREF(own); /* (the memo holds it) */
-    return rc ? NULL : PyDict_GetItemWithError(g->own, nt);
+    if (rc)
+        Py_CLEAR(own);
+    return own;
 }
 
 /* `predicts_of(nt)`: the nonterminals a set that expects `nt` predicts (nt included), memoised
  * in `predicts` (an nt without rules: an empty frozenset, not memoised). A new reference. */
 static PyObject *predicts_of_c(grammar_tables *g, PyObject *nt) {
-    PyObject *hit = PyDict_GetItemWithError(g->predicts, nt);
-    if (hit != NULL) {
-        Py_INCREF(hit);
+    PyObject *hit;
+    if (PyDict_GetItemRef(g->predicts, nt, &hit) != 0)
         return hit;
-    }
-    if (PyErr_Occurred())
-        return NULL;
     int has = PyDict_Contains(g->by_lhs, nt);
     if (has <= 0)
         return has < 0 ? NULL : PyFrozenSet_New(NULL);
@@ -265,15 +281,15 @@ static PyObject *predicts_of_c(grammar_tables *g, PyObject *nt) {
     }
     while (rc == 0 && stack.size) {
         PyObject *top = stack.items[--stack.size]; /* owned */
-        PyObject *firsts = own_items(g, top) == NULL ? NULL : PyDict_GetItemWithError(g->firsts, top);
+        PyObject *own = own_items(g, top), *firsts = NULL;
+        if (own != NULL && PyDict_GetItemRef(g->firsts, top, &firsts) == 0)
+            PyErr_SetString(PyExc_KeyError, "predicts_of: no first nonterminals");
+        Py_XDECREF(own);
         Py_DECREF(top);
         if (firsts == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_KeyError, "predicts_of: no first nonterminals");
             rc = -1;
             break;
         }
-        Py_INCREF(firsts);
         PyObject *iter = PyObject_GetIter(firsts), *nxt;
         Py_DECREF(firsts);
         if (iter == NULL) {
@@ -307,13 +323,9 @@ static PyObject *predicts_of_c(grammar_tables *g, PyObject *nt) {
 /* `prediction(nonterminals)`: (the (rule id, dot) pairs by next symbol, the terminals among
  * those symbols) of a set predicting `nonterminals`, memoised in `predictions`. New ref. */
 static PyObject *prediction_c(grammar_tables *g, PyObject *nonterminals) {
-    PyObject *hit = PyDict_GetItemWithError(g->predictions, nonterminals);
-    if (hit != NULL) {
-        Py_INCREF(hit);
+    PyObject *hit;
+    if (PyDict_GetItemRef(g->predictions, nonterminals, &hit) != 0)
         return hit;
-    }
-    if (PyErr_Occurred())
-        return NULL;
     PyObject *grouped = PyDict_New(), *by_symbol = NULL, *terminals = NULL, *result = NULL;
     PyObject *iter = grouped ? PyObject_GetIter(nonterminals) : NULL, *nt;
     int rc = iter == NULL ? -1 : 0;
@@ -323,6 +335,7 @@ static PyObject *prediction_c(grammar_tables *g, PyObject *nonterminals) {
         if (own == NULL || !PyTuple_Check(own)) {
             if (own != NULL)
                 PyErr_SetString(PyExc_TypeError, "a nonterminal's own items are a tuple");
+            Py_XDECREF(own);
             rc = -1;
             break;
         }
@@ -349,6 +362,7 @@ static PyObject *prediction_c(grammar_tables *g, PyObject *nonterminals) {
             rc = pair == NULL ? -1 : PyList_Append(pairs, pair);
             Py_XDECREF(pair);
         }
+        Py_DECREF(own);
     }
     Py_XDECREF(iter);
     if (PyErr_Occurred())
@@ -416,12 +430,11 @@ static PyObject *py_prediction(PyObject *self, PyObject *const *args, Py_ssize_t
  * 9-entry tables `g`, else the grammar's method) to `out`. */
 static int predict(PyObject *out, PyObject *memo, PyObject *predicts_of, PyObject *nt,
                    grammar_tables *g) {
-    PyObject *found = PyDict_GetItemWithError(memo, nt);
-    if (found != NULL) {
-        Py_INCREF(found);
-    } else {
-        if (PyErr_Occurred())
-            return -1;
+    PyObject *found;
+    int known = PyDict_GetItemRef(memo, nt, &found);
+    if (known < 0)
+        return -1;
+    if (!known) {
         found = g != NULL ? predicts_of_c(g, nt) : PyObject_CallOneArg(predicts_of, nt);
         if (found == NULL)
             return -1;
@@ -576,12 +589,9 @@ static PyObject *closure(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyObject *frozen = PyFrozenSet_New(predicted);
         if (frozen == NULL)
             goto done;
-        PyObject *found = PyDict_GetItemWithError(predictions, frozen); /* borrowed */
-        if (found != NULL) {
-            Py_INCREF(found);
-        } else if (!PyErr_Occurred()) {
+        PyObject *found;
+        if (PyDict_GetItemRef(predictions, frozen, &found) == 0)
             found = g != NULL ? prediction_c(g, frozen) : PyObject_CallOneArg(prediction, frozen);
-        }
         Py_DECREF(frozen);
         if (found == NULL)
             goto done;
@@ -972,5 +982,13 @@ PyMODINIT_FUNC PyInit__earley(void) {
     str_rhs = PyUnicode_InternFromString("rhs");
     if (str_by_next == NULL || str_predicted == NULL || str_lhs == NULL || str_rhs == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED
+    /* Safe without the GIL: shared memos are read as new references (see the top) */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
 }

@@ -216,5 +216,13 @@ PyMODINIT_FUNC PyInit__lark_lexer(void)
         if (!(punct_objects[(unsigned char)*c] = PyUnicode_InternFromString(one))) return NULL;
     }
     if (!(empty_text = PyUnicode_InternFromString(""))) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED
+    /* Safe without the GIL: the names are interned above, the rest is the call's own */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
 }

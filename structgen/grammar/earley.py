@@ -247,8 +247,9 @@ class EarleyGrammar:
                         firsts.add(following)
                     if following not in self.nullable:
                         break
-            hit = self._own_items[nt] = tuple(items)
+            # (the firsts first: another thread that finds the items reads the firsts next)
             self._first_nts[nt] = frozenset(firsts)
+            hit = self._own_items[nt] = tuple(items)
         return hit
 
     def predicts_of(self, nt: int) -> frozenset[int]:

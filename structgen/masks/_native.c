@@ -944,5 +944,13 @@ PyMODINIT_FUNC PyInit__native(void)
     str_builder = PyUnicode_InternFromString("native_builder");
     str_context = PyUnicode_InternFromString("native_context");
     if (!str_row || !str_table || !str_accepting || !str_builder || !str_context) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED
+    /* Safe without the GIL: the walks' scratch is the caller's (per thread), their link to Python thread-local */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
 }

@@ -9,7 +9,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 import structgen.matcher as matcher_module
 from structgen import (
@@ -110,6 +109,7 @@ def test_threads_under_the_gil_fill_on_the_calling_thread(monkeypatch: pytest.Mo
 
 @pytest.mark.usefixtures("pool_under_gil")
 def test_torch_bitmask_and_threads() -> None:
+    torch = pytest.importorskip("torch")  # (the rest of this file runs without torch)
     matchers = _batch(CompileLimits())
     size = load_vocab("gpt2").size
     bitmask = allocate_bitmask(len(matchers), size)
@@ -157,6 +157,7 @@ def test_rows_are_copies_of_the_cached_masks() -> None:
     # fill_bitmask and fill_bitmasks read the grammar's cached (read-only) masks without a
     # copy of their own: writing into the filled rows (as a sampler may) or into
     # allowed_mask()'s result must not change what the next fill gives.
+    torch = pytest.importorskip("torch")
     matchers = [m for m in _batch(CompileLimits()) if m is not None]
     width = allocate_bitmask(1, load_vocab("gpt2").size, backend="numpy").shape[1]
     want = _one_by_one(matchers, width)
