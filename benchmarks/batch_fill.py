@@ -11,8 +11,14 @@ llguidance: `fill_next_token_bitmask` row by row (T = 1) and `fill_next_token_bi
 with an `LLExecutor` of T threads. Each configuration runs `--rounds` times, alternated; the
 table gives the median of the per-batch totals and of the per-step times.
 
-Run: `python benchmarks/batch_fill.py [--batch 16] [--threads 2] [--rounds 3] [--seed 1]`.
-Writes `benchmarks/results/batch_fill.json`.
+`--python PATH` runs structgen's configurations on another interpreter, such as a free-threaded
+CPython (3.13t, 3.14t) with structgen's C extensions built for it (`PATH setup.py build_ext
+--inplace`); tokenizing stays here (the vocabulary's token bytes and the instances' token ids
+go to it in a file), so it needs only numpy and structgen's pure-Python dependencies. Its
+rows are marked with the interpreter and whether the GIL was on.
+
+Run: `python benchmarks/batch_fill.py [--batch 16] [--threads 2] [--rounds 3] [--seed 1]
+[--python PATH]`. Writes `benchmarks/results/batch_fill.json`.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,20 +60,73 @@ def _cases(tokenizer: Any, batch: int, seed: int, compile_one: Any) -> list[tupl
     return out
 
 
-def _run(engine: str, threads: int, batch: int, seed: int, pool: bool = False) -> dict[str, Any]:
-    """In a fresh process: decode the batch in lockstep, timing each step's fill (`pool`: the
-    structgen pool even under the GIL)."""
+class _Encoded:
+    """A tokenizer stand-in on another interpreter: the instances' token ids, made here."""
+
+    def __init__(self, ids: dict[str, list[int]]) -> None:
+        self.ids = ids
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.ids[text]
+
+
+def _export(path: str) -> None:
+    """The Llama-3.1 vocabulary's token bytes and the first valid instance of every schema,
+    tokenized, for `_run` on another interpreter (`--python`)."""
+    from structgen import Vocabulary
+
     tokenizer = load_tokenizer("llama3_1")
-    steps: list[float] = []
-    if engine == "structgen":
+    vocab = Vocabulary.from_hf(tokenizer)
+    special = vocab.special_mask
+    tokens = [None if special[i] else vocab.token_bytes(i).hex() for i in range(vocab.size)]
+    ids = {}
+    for schema_path in sorted(SCHEMAS.glob("*.json")):
+        valid = [t for t in json.loads(schema_path.read_text())["tests"] if t["valid"]]
+        if valid:
+            text = json.dumps(valid[0]["data"], ensure_ascii=False)
+            ids[text] = tokenizer.encode(text, add_special_tokens=False)
+    data = {"tokens": tokens, "eos": list(vocab.eos_token_ids), "size": vocab.size, "ids": ids}
+    Path(path).write_text(json.dumps(data))
+
+
+def _structgen_vocab(exported: str | None) -> tuple[Any, Any]:
+    """(tokenizer, vocabulary with the per-vocabulary tables built): read from `exported`
+    (`_export`) on another interpreter, else made here."""
+    if exported is None:
         from peers import StructgenPeer
 
+        tokenizer = load_tokenizer("llama3_1")
+        return tokenizer, StructgenPeer(tokenizer).vocab
+    import structgen.masks._walker
+    from structgen import Vocabulary
+
+    data = json.loads(Path(exported).read_text())
+    tokens = [None if t is None else bytes.fromhex(t) for t in data["tokens"]]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=data["eos"], size=data["size"])
+    vocab.trie  # noqa: B018  (the tables StructgenPeer builds up front)
+    structgen.masks._walker.native_walk(vocab)
+    structgen.masks._walker.first_byte_masks(vocab)
+    return _Encoded(data["ids"]), vocab
+
+
+def _run(
+    engine: str,
+    threads: int,
+    batch: int,
+    seed: int,
+    pool: bool = False,
+    exported: str | None = None,
+) -> dict[str, Any]:
+    """In a fresh process: decode the batch in lockstep, timing each step's fill (`pool`: the
+    structgen pool even under the GIL; `exported`: structgen's tokens from `_export`)."""
+    steps: list[float] = []
+    if engine == "structgen":
         import structgen.matcher
         from structgen import Compiler, Matcher, SchemaOptions, StructgenError, fill_bitmasks
 
         structgen.matcher.POOL_UNDER_GIL = pool
 
-        vocab = StructgenPeer(tokenizer).vocab
+        tokenizer, vocab = _structgen_vocab(exported)
         compiler = Compiler(vocab)
 
         def compile_sg(schema: Any) -> Any:
@@ -92,6 +153,7 @@ def _run(engine: str, threads: int, batch: int, seed: int, pool: bool = False) -
         import llguidance.hf
         import llguidance.numpy
 
+        tokenizer = load_tokenizer("llama3_1")
         table = llguidance.hf.from_tokenizer(tokenizer)
 
         def compile_llg(schema: Any) -> Any:
@@ -118,16 +180,27 @@ def _run(engine: str, threads: int, batch: int, seed: int, pool: bool = False) -
             for m, (_, ids) in zip(matchers, cases):
                 if step < len(ids) and not m.is_error():
                     m.consume_token(ids[step])
-    return {"steps": steps, "rows": len(cases)}
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    return {"steps": steps, "rows": len(cases), "python": sys.version.split()[0], "gil": gil}
 
 
-def _in_process(engine: str, threads: int, batch: int, seed: int, pool: bool) -> dict[str, Any]:
+def _in_process(
+    engine: str,
+    threads: int,
+    batch: int,
+    seed: int,
+    pool: bool,
+    python: str = sys.executable,
+    exported: str | None = None,
+) -> dict[str, Any]:
     here = str(Path(__file__).parent)
     code = (
-        f"import json, sys; sys.path.insert(0, {here!r}); import batch_fill; "
-        f"print(json.dumps(batch_fill._run({engine!r}, {threads}, {batch}, {seed}, {pool})))"
+        f"import json, sys; sys.path.insert(0, {here!r}); import batch_fill; print(json.dumps("
+        f"batch_fill._run({engine!r}, {threads}, {batch}, {seed}, {pool}, {exported!r})))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{python} failed:\n{done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -139,19 +212,40 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--engines", default="structgen,llguidance")
+    parser.add_argument(
+        "--python", default=None, help="run structgen's configurations on this interpreter"
+    )
     args = parser.parse_args()
     if not SCHEMAS.is_dir():
         sys.exit(f"needs {SCHEMAS}")
+    exported = None
+    if args.python:
+        handle, exported = tempfile.mkstemp(suffix=".json", prefix="batch_fill_")
+        os.close(handle)
+        _export(exported)
     engines = [e for e in args.engines.split(",") if importlib.util.find_spec(e) is not None]
     configs = [(e, t, False) for e in engines for t in (1, args.threads)]
     if "structgen" in engines:
         configs.append(("structgen", args.threads, True))
     runs: dict[tuple[str, int, bool], list[dict[str, Any]]] = {c: [] for c in configs}
-    for _ in range(args.rounds):
-        for engine, threads, pool in configs:
-            runs[(engine, threads, pool)].append(
-                _in_process(engine, threads, args.batch, args.seed, pool)
-            )
+    try:
+        for _ in range(args.rounds):
+            for engine, threads, pool in configs:
+                other = engine == "structgen" and args.python is not None
+                runs[(engine, threads, pool)].append(
+                    _in_process(
+                        engine,
+                        threads,
+                        args.batch,
+                        args.seed,
+                        pool,
+                        python=args.python if other else sys.executable,
+                        exported=exported if other else None,
+                    )
+                )
+    finally:
+        if exported is not None:
+            os.unlink(exported)
     rows = []
     summary: dict[str, Any] = {}
     for engine, threads, pool in configs:
@@ -160,9 +254,13 @@ def main() -> None:
         steps = [s * 1e3 for r in results for s in r["steps"]]
         one = statistics.median(sum(r["steps"]) for r in runs[(engine, 1, False)]) * 1e3
         total = statistics.median(totals)
+        label = engine
+        if engine == "structgen" and args.python:
+            gil = "GIL" if results[0]["gil"] else "no GIL"
+            label = f"structgen ({results[0]['python']}, {gil})"
         rows.append(
             [
-                engine,
+                label,
                 f"{threads} pool" if pool else str(threads),
                 str(results[0]["rows"]),
                 str(len(results[0]["steps"])),
@@ -179,6 +277,8 @@ def main() -> None:
             "step_p90_ms": percentile(steps, 90),
             "step_p99_ms": percentile(steps, 99),
             "speedup": one / total,
+            "python": results[0].get("python"),
+            "gil": results[0].get("gil"),
         }
     print_table(
         ["engine", "threads", "rows", "steps", "total ms", "step p50", "p90", "p99", "vs 1"],
