@@ -9,6 +9,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_module_gil.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -291,13 +293,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_json_native", NULL,
 
 PyMODINIT_FUNC PyInit__json_native(void)
 {
-    PyObject *m = PyModule_Create(&module);
-#ifdef Py_GIL_DISABLED
     /* Safe without the GIL: containers are read inside their critical sections */
-    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-#endif
-    return m;
+    return sg_without_gil(PyModule_Create(&module));
 }

@@ -37,6 +37,8 @@
  * Loaded with ctypes (see _native_subset.py); the module init only makes the file importable.
  */
 #include <Python.h>
+
+#include "../_module_gil.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -3956,14 +3958,7 @@ PyMODINIT_FUNC PyInit__subset(void)
 {
     if (intern_names() < 0)
         return NULL;
-    PyObject *m = PyModule_Create(&module);
-#ifdef Py_GIL_DISABLED
     /* Safe without the GIL: builds run under each context's mutex, names are interned above,
      * scratch tables are per thread (docs/design/matcher.md, free-threaded builds) */
-    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-#endif
-    return m;
+    return sg_without_gil(PyModule_Create(&module));
 }

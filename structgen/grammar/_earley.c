@@ -11,6 +11,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../_module_gil.h"
+
 /* The grammar's memo dicts are shared by every thread that parses with it: on a free-threaded
  * build another thread may store into one while this one reads it, so values are read as new
  * references (a borrowed one could be freed under it when the entry is replaced or cleared).
@@ -982,13 +984,6 @@ PyMODINIT_FUNC PyInit__earley(void) {
     str_rhs = PyUnicode_InternFromString("rhs");
     if (str_by_next == NULL || str_predicted == NULL || str_lhs == NULL || str_rhs == NULL)
         return NULL;
-    PyObject *m = PyModule_Create(&module);
-#ifdef Py_GIL_DISABLED
     /* Safe without the GIL: shared memos are read as new references (see the top) */
-    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-#endif
-    return m;
+    return sg_without_gil(PyModule_Create(&module));
 }

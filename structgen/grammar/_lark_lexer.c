@@ -16,6 +16,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../_module_gil.h"
+
 enum {
     K_TERM, K_RULE, K_DOTDOT, K_STRING, K_NL_OR, K_NL, K_TO, K_OP, K_MOD, K_REGEXP,
     K_DIRECTIVE, K_NUMBER, K_COUNT
@@ -216,13 +218,6 @@ PyMODINIT_FUNC PyInit__lark_lexer(void)
         if (!(punct_objects[(unsigned char)*c] = PyUnicode_InternFromString(one))) return NULL;
     }
     if (!(empty_text = PyUnicode_InternFromString(""))) return NULL;
-    PyObject *m = PyModule_Create(&module);
-#ifdef Py_GIL_DISABLED
     /* Safe without the GIL: the names are interned above, the rest is the call's own */
-    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-#endif
-    return m;
+    return sg_without_gil(PyModule_Create(&module));
 }

@@ -18,6 +18,8 @@
  * the tree's construction helper (`sg_subtree_ends`) is loaded with ctypes.
  */
 #include <Python.h>
+
+#include "../_module_gil.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -944,13 +946,7 @@ PyMODINIT_FUNC PyInit__native(void)
     str_builder = PyUnicode_InternFromString("native_builder");
     str_context = PyUnicode_InternFromString("native_context");
     if (!str_row || !str_table || !str_accepting || !str_builder || !str_context) return NULL;
-    PyObject *m = PyModule_Create(&module);
-#ifdef Py_GIL_DISABLED
-    /* Safe without the GIL: the walks' scratch is the caller's (per thread), their link to Python thread-local */
-    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-#endif
-    return m;
+    /* Safe without the GIL: the walks' scratch is the caller's (per thread), their link back
+     * to Python thread-local */
+    return sg_without_gil(PyModule_Create(&module));
 }
