@@ -101,6 +101,9 @@ class BuildExtensions(build_ext):
         return path
 
 
+#: what every C extension includes besides its source (a change rebuilds them all)
+HEADERS = ["structgen/_module_gil.h"]
+
 setup(
     cmdclass={"build_ext": BuildExtensions},
     ext_modules=[
@@ -108,35 +111,35 @@ setup(
             "structgen.masks._native",
             sources=["structgen/masks/_native.c"],
             extra_compile_args=["-O3"],
-            depends=["structgen/_module_gil.h"],
+            depends=HEADERS,
             optional=True,  # without a C compiler structgen falls back to its numpy walker
         ),
         Extension(
             "structgen.automata._subset",
             sources=["structgen/automata/_subset.c", "structgen/automata/_thompson.c"],
             extra_compile_args=["-O3"],
-            depends=["structgen/_module_gil.h"],
+            depends=HEADERS,
             optional=True,  # without it regex DFA rows are built in Python
         ),
         Extension(
             "structgen.grammar._earley",
             sources=["structgen/grammar/_earley.c"],
             extra_compile_args=["-O3"],
-            depends=["structgen/_module_gil.h"],
+            depends=HEADERS,
             optional=True,  # without it Earley sets are built in Python
         ),
         Extension(
             "structgen.grammar._lark_lexer",
             sources=["structgen/grammar/_lark_lexer.c"],
             extra_compile_args=["-O3"],
-            depends=["structgen/_module_gil.h"],
+            depends=HEADERS,
             optional=True,  # without it a Lark grammar's tokens are read by a regex
         ),
         Extension(
             "structgen._json_native",
             sources=["structgen/_json_native.c"],
             extra_compile_args=["-O3"],
-            depends=["structgen/_module_gil.h"],
+            depends=HEADERS,
             optional=True,  # without it a schema's data is checked and copied in Python
         ),
         *_mypyc_extensions(),

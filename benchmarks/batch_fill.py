@@ -92,21 +92,17 @@ def _export(path: str) -> None:
 def _structgen_vocab(exported: str | None) -> tuple[Any, Any]:
     """(tokenizer, vocabulary with the per-vocabulary tables built): read from `exported`
     (`_export`) on another interpreter, else made here."""
-    if exported is None:
-        from peers import StructgenPeer
+    from peers import StructgenPeer
 
+    if exported is None:
         tokenizer = load_tokenizer("llama3_1")
         return tokenizer, StructgenPeer(tokenizer).vocab
-    import structgen.masks._walker
     from structgen import Vocabulary
 
     data = json.loads(Path(exported).read_text())
     tokens = [None if t is None else bytes.fromhex(t) for t in data["tokens"]]
     vocab = Vocabulary.from_tokens(tokens, eos_token_ids=data["eos"], size=data["size"])
-    vocab.trie  # noqa: B018  (the tables StructgenPeer builds up front)
-    structgen.masks._walker.native_walk(vocab)
-    structgen.masks._walker.first_byte_masks(vocab)
-    return _Encoded(data["ids"]), vocab
+    return _Encoded(data["ids"]), StructgenPeer.prepared(vocab)
 
 
 def _run(

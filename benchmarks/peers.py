@@ -44,17 +44,24 @@ class StructgenPeer:
 
     def __init__(self, tokenizer: Any, vocab: Any = None) -> None:
         """`vocab`: another structgen engine's vocabulary, tables already built (shared)."""
-        import structgen.masks._walker
         from structgen import Vocabulary, allocate_bitmask
 
         if vocab is None:
-            vocab = Vocabulary.from_hf(tokenizer)
-            vocab.trie  # noqa: B018  (built once, like the peers' tokenizer tables)
-            structgen.masks._walker.native_walk(vocab)  # the C walk's token table, ditto
-            structgen.masks._walker.first_byte_masks(vocab)  # and the tokens by first byte
+            vocab = self.prepared(Vocabulary.from_hf(tokenizer))
         self.vocab = vocab
         self.bitmask = allocate_bitmask(1, vocab.size, backend="numpy")
         self.matcher: Any = None
+
+    @staticmethod
+    def prepared(vocab: Any) -> Any:
+        """`vocab` with its per-vocabulary tables built (once, like the peers' tokenizer
+        tables): the trie, the C walk's token table and the tokens by first byte."""
+        import structgen.masks._walker
+
+        vocab.trie  # noqa: B018
+        structgen.masks._walker.native_walk(vocab)
+        structgen.masks._walker.first_byte_masks(vocab)
+        return vocab
 
     def use(self, compiled: Any) -> None:
         from structgen import Matcher
