@@ -86,7 +86,7 @@ test-free-threaded: fixtures $(FT_STAMP)
 	  assert not sys._is_gil_enabled(), 'importing structgen turned the GIL on'"
 	PYTHONPATH=. OMP_NUM_THREADS=1 $(FT)/bin/python -m pytest -n 2 -q -p no:cacheprovider \
 	  tests/automata tests/schema tests/masks tests/vocab tests/grammar \
-	  tests/reliability/test_threads.py tests/reliability/test_collector.py \
+	  tests/reliability/test_threads.py tests/reliability/test_collector.py tests/reliability/test_crew.py \
 	  --ignore=tests/grammar/test_reasoning.py --ignore=tests/masks/test_bitmask.py \
 	  --deselect "tests/automata/test_word_boundaries.py::TestAgainstTheEngines::test_python" \
 	  --deselect "tests/automata/test_word_boundaries.py::TestAgainstTheEngines::test_full_match"

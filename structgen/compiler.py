@@ -185,6 +185,11 @@ class CompiledGrammar:
         mask = cached_mask_of(self._engine, state)
         return None if mask is None else self._with_tokens(state, mask)
 
+    def has_cached_mask(self, state: Any) -> bool:
+        """Whether `cached_token_mask(state)` finds the engine's mask (without the token
+        terminals' bits, which cost an `advance` each)."""
+        return cached_mask_of(self._engine, state) is not None
+
     def _with_tokens(self, state: Any, mask: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
         """`mask` with the bits of the token terminals (special tokens) `state` allows."""
         if not self._tokens:

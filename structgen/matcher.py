@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from structgen._args import describe, expect_int, expect_ints
+from structgen._crew import crew_of
 from structgen.closing import planner_of
 from structgen.compiler import CompiledGrammar
 from structgen.errors import ArgumentError, StructgenError
@@ -161,6 +160,12 @@ class Matcher:
         if accepting:
             return words | self._eos_words
         return words if shared else words.copy()
+
+    def _mask_cached(self) -> bool:
+        """Whether the grammar has this state's mask cached (`fill_bitmasks` orders rows by it:
+        the others are the slow ones). A dictionary lookup: nothing is computed."""
+        state = self._history[-1]
+        return state is _TERMINATED or self._grammar.has_cached_mask(state)
 
     def fill_bitmask(self, bitmask: Any, row: int = 0) -> None:
         """Write the allowed tokens into `bitmask[row]` (numpy or torch int32, any device)."""
@@ -395,13 +400,15 @@ def fill_bitmasks(
     `Matcher.fill_bitmask` row by row; numpy or torch int32 bitmasks on any device (one
     host-to-device copy for the batch).
 
-    Rows whose mask the grammar has cached are filled at once; with `threads` > 1 (default 1,
-    or `STRUCTGEN_FILL_THREADS`) the others (first visits of lexer and parser states) are
-    computed on a thread pool with the calling thread — where the interpreter runs without the
-    GIL (free-threaded builds). Under the GIL only the native parts of that work (the C trie
-    walk and subset construction, numpy) run in parallel, and every time one releases the GIL
-    the threads hand it over: two threads took 1.5x as long as one (`benchmarks/batch_fill.py`,
-    16 MaskBench schemas, CPython 3.11), so there the calling thread computes them alone.
+    With `threads` > 1 (default 1, or `STRUCTGEN_FILL_THREADS`) the rows are shared out
+    between the calling thread and `threads - 1` helper threads (a `Crew`: helpers that spin
+    for `STRUCTGEN_FILL_SPIN_US`, default 500, after each fill, so the next one starts at
+    once), rows to compute first (first visits of lexer and parser states) — where the
+    interpreter runs without the GIL (free-threaded builds). Under the GIL only the native
+    parts of that work (the C trie walk and subset construction, numpy) run in parallel, and
+    every time one releases the GIL the threads hand it over: two threads took 1.5x as long
+    as one (`benchmarks/batch_fill.py`, 16 MaskBench schemas, CPython 3.11), so there the
+    calling thread fills every row.
     """
     where = list(range(len(matchers))) if rows is None else [int(r) for r in rows]
     if len(where) != len(matchers):
@@ -413,23 +420,15 @@ def fill_bitmasks(
         if matcher is not None and not isinstance(matcher, Matcher):
             raise ArgumentError(f"matchers must be Matcher or None, got {describe(matcher)}")
     count = _threads(threads)  # (checked either way)
-    if not _pool_pays():
-        count = 1
-    words: list[npt.NDArray[np.int32] | None] = []
-    pending: list[int] = []
-    for i, matcher in enumerate(matchers):
-        if matcher is None:
-            words.append(None)
-        elif count == 1:  # (rows are copied in: the grammar's cached masks may be read)
-            words.append(matcher._allowed(cached_only=False, shared=True))
-        else:
-            found = matcher._allowed(cached_only=True, shared=True)
-            words.append(found)
-            if found is None:
-                pending.append(i)
-    if pending:
-        _compute(matchers, pending, words, count)
-    _write_rows(bitmask, where, words)
+    if count > 1 and len(matchers) > 1 and _pool_pays():
+        _fill_shared(matchers, bitmask, where, count)
+        return
+    _write_rows(bitmask, where, _words_of(matchers))
+
+
+def _words_of(matchers: Sequence[Matcher | None]) -> list[npt.NDArray[np.int32] | None]:
+    """Every row's mask on this thread (copied in after: the grammar's cached ones are read)."""
+    return [None if m is None else m._allowed(cached_only=False, shared=True) for m in matchers]
 
 
 _INT32 = np.dtype(np.int32)
@@ -452,11 +451,6 @@ def _check_bitmask(bitmask: Any, last_row: int) -> None:
         )
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_SIZE = 0
-_POOL_LOCK = threading.Lock()
-
-
 def _threads(threads: int | None) -> int:
     if threads is None:
         env = os.environ.get("STRUCTGEN_FILL_THREADS")
@@ -474,28 +468,22 @@ def _pool_pays() -> bool:
     return POOL_UNDER_GIL or (gil_enabled is not None and not gil_enabled())
 
 
-def _pool(size: int) -> ThreadPoolExecutor:
-    """One process-wide pool (grown when a call asks for more threads)."""
-    global _POOL, _POOL_SIZE
-    with _POOL_LOCK:
-        if _POOL is None or size > _POOL_SIZE:
-            old = _POOL
-            _POOL = ThreadPoolExecutor(max_workers=size, thread_name_prefix="structgen-fill")
-            _POOL_SIZE = size
-            if old is not None:
-                old.shutdown(wait=False)
-        return _POOL
-
-
-def _compute(
-    matchers: Sequence[Matcher | None],
-    pending: list[int],
-    words: list[npt.NDArray[np.int32] | None],
-    threads: int,
+def _fill_shared(
+    matchers: Sequence[Matcher | None], bitmask: Any, where: list[int], threads: int
 ) -> None:
-    """Compute the pending rows' masks; the calling thread works too, taking rows from the
-    same list as the pool's threads (so a slow row does not hold up the others)."""
-    left = pending[::-1]  # (list.pop is atomic, with the GIL or without: free-threaded builds)
+    """The rows on the crew's helpers and the calling thread: each takes the next row from one
+    list, finds or computes its mask and writes it. The rows whose masks are not cached go
+    first (a few slow first visits); the cached rows follow and fill the gaps at the end. A
+    step with none to compute is filled on the calling thread alone."""
+    first: list[int] = []
+    then: list[int] = []
+    for i, matcher in enumerate(matchers):
+        (first if matcher is not None and not matcher._mask_cached() else then).append(i)
+    if not first:
+        _write_rows(bitmask, where, _words_of(matchers))
+        return
+    host, rows, finish = _host_rows(bitmask, where)
+    left = (first + then)[::-1]  # (list.pop is atomic, with the GIL or without)
 
     def work() -> None:
         while True:
@@ -504,18 +492,42 @@ def _compute(
             except IndexError:
                 return
             matcher = matchers[i]
-            assert matcher is not None
-            words[i] = matcher._allowed(cached_only=False, shared=True)
+            if matcher is None:
+                host[rows[i]] = -1
+            else:
+                words = matcher._allowed(cached_only=False, shared=True)
+                assert words is not None
+                _put_row(host, rows[i], words)
 
-    helpers = min(threads, len(pending)) - 1
-    if helpers <= 0:
-        work()
-        return
-    pool = _pool(helpers)
-    futures = [pool.submit(work) for _ in range(helpers)]
-    work()
-    for future in futures:
-        future.result()
+    crew_of(min(threads, len(matchers)) - 1).run(work)
+    finish()
+
+
+def _host_rows(bitmask: Any, where: list[int]) -> tuple[npt.NDArray[np.int32], list[int], Any]:
+    """Where the rows are written on the host: the bitmask's own memory (numpy, torch on the
+    CPU) with `where`'s rows, or a staging array with rows 0, 1, ... and a `finish` that copies
+    it to the device in one go."""
+    if isinstance(bitmask, np.ndarray):
+        return bitmask, where, _nothing
+    if bitmask.device.type == "cpu":
+        return bitmask.numpy(), where, _nothing
+    staged = np.empty((len(where), bitmask.shape[1]), dtype=np.int32)
+
+    def finish() -> None:
+        import torch
+
+        source = torch.from_numpy(staged)
+        if where == list(range(where[0], where[0] + len(where))):
+            bitmask[where[0] : where[0] + len(where)].copy_(source)
+        else:
+            index = torch.tensor(where, device=bitmask.device)
+            bitmask.index_copy_(0, index, source.to(bitmask.device))
+
+    return staged, list(range(len(where))), finish
+
+
+def _nothing() -> None:
+    pass
 
 
 def _write_rows(bitmask: Any, where: list[int], words: list[npt.NDArray[np.int32] | None]) -> None:
@@ -523,27 +535,13 @@ def _write_rows(bitmask: Any, where: list[int], words: list[npt.NDArray[np.int32
     host-to-device copy for the whole batch."""
     if not where:
         return
-    if isinstance(bitmask, np.ndarray):
-        host = bitmask
-    elif bitmask.device.type == "cpu":
-        host = bitmask.numpy()
-    else:
-        import torch
-
-        staged = np.empty((len(where), bitmask.shape[1]), dtype=np.int32)
-        _write_rows(staged, list(range(len(where))), words)
-        source = torch.from_numpy(staged)
-        if where == list(range(where[0], where[0] + len(where))):
-            bitmask[where[0] : where[0] + len(where)].copy_(source)
-        else:
-            index = torch.tensor(where, device=bitmask.device)
-            bitmask.index_copy_(0, index, source.to(bitmask.device))
-        return
-    for row, mask in zip(where, words):
+    host, rows, finish = _host_rows(bitmask, where)
+    for row, mask in zip(rows, words):
         if mask is None:
             host[row] = -1
         else:
             _put_row(host, row, mask)
+    finish()
 
 
 def _put_row(bitmask: npt.NDArray[np.int32], row: int, words: npt.NDArray[np.int32]) -> None:

@@ -92,14 +92,14 @@ def test_numpy_rows_equal_one_by_one_in_any_order() -> None:
 
 @pytest.fixture
 def pool_under_gil(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pool runs here even under the GIL (where `fill_bitmasks` leaves it out)."""
+    """The crew runs here even under the GIL (where `fill_bitmasks` leaves it out)."""
     monkeypatch.setattr(matcher_module, "POOL_UNDER_GIL", True)
 
 
 def test_threads_under_the_gil_fill_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the GIL a pool only hands the GIL around: `threads` is not used there."""
+    """Under the GIL helpers only hand the GIL around: `threads` is not used there."""
     used: list[int] = []
-    monkeypatch.setattr(matcher_module, "_compute", lambda *args: used.append(args[3]))
+    monkeypatch.setattr(matcher_module, "_fill_shared", lambda *args: used.append(args[3]))
     matchers = _batch(CompileLimits(max_cached_masks=4081))  # (cold: rows to compute)
     bitmask = allocate_bitmask(len(matchers), load_vocab("gpt2").size, backend="numpy")
     fill_bitmasks(matchers, bitmask, threads=4)
@@ -121,7 +121,7 @@ def test_torch_bitmask_and_threads() -> None:
 
 @pytest.mark.usefixtures("pool_under_gil")
 def test_cold_grammars_on_threads_agree_with_one_thread() -> None:
-    # Limits unique to this test: every mask is a first visit, computed on the pool.
+    # Limits unique to this test: every mask is a first visit, computed on the crew.
     cold = _batch(CompileLimits(max_cached_masks=4079))
     reference = _batch(CompileLimits(max_cached_masks=4077))
     width = allocate_bitmask(1, load_vocab("gpt2").size, backend="numpy").shape[1]
