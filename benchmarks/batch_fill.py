@@ -1,12 +1,13 @@
-"""Batch mask fills: one thread against a thread pool, structgen beside llguidance.
+"""Batch mask fills: one thread against several, structgen beside llguidance.
 
 A batch of 16 MaskBench schemas (Llama-3.1 tokenizer, accept mode, the first valid instance of
 each) is decoded in lockstep: every step fills the whole batch's bitmask in one call and then
 advances every row by its instance's next token. The compile is not timed; the fills are, and
 they include the first visits of every lexer and parser state (each run is a fresh process, so
 nothing is cached beforehand). structgen: `fill_bitmasks(matchers, bitmask, threads=T)` — which
-under the GIL computes the rows on the calling thread (a pool there was slower than one thread),
-so a third configuration, "T pool", forces the pool (`structgen.matcher.POOL_UNDER_GIL`);
+under the GIL computes the rows on the calling thread (threads there were slower than one), so
+a third configuration, "T pool", forces its helper threads (`structgen.matcher.POOL_UNDER_GIL`;
+on a free-threaded build it is the same as T);
 llguidance: `fill_next_token_bitmask` row by row (T = 1) and `fill_next_token_bitmask_par`
 with an `LLExecutor` of T threads. Each configuration runs `--rounds` times, alternated; the
 table gives the median of the per-batch totals and of the per-step times.
@@ -114,7 +115,7 @@ def _run(
     exported: str | None = None,
 ) -> dict[str, Any]:
     """In a fresh process: decode the batch in lockstep, timing each step's fill (`pool`: the
-    structgen pool even under the GIL; `exported`: structgen's tokens from `_export`)."""
+    structgen helper threads even under the GIL; `exported`: structgen's tokens from `_export`)."""
     steps: list[float] = []
     if engine == "structgen":
         import structgen.matcher
