@@ -18,8 +18,16 @@ CPython (3.13t, 3.14t) with structgen's C extensions built for it (`PATH setup.p
 go to it in a file), so it needs only numpy and structgen's pure-Python dependencies. Its
 rows are marked with the interpreter and whether the GIL was on.
 
+`--paired` times one thread and `--threads` in the same process: the batch is compiled three
+times (no two copies share a lexer or a mask: `max_cached_masks` differs), decoded once
+untimed (what a process builds once, such as the vocabulary's first visits' tables), then
+on one thread and on `--threads`, which first turning round by round; the table gives the
+median of the per-process ratios. On a host whose speed drifts over seconds this pairs what
+separate processes cannot.
+
 Run: `python benchmarks/batch_fill.py [--batch 16] [--threads 2] [--rounds 3] [--seed 1]
-[--python PATH]`. Writes `benchmarks/results/batch_fill.json`.
+[--python PATH] [--paired]`. Writes `benchmarks/results/batch_fill.json`
+(`batch_fill_paired.json` with `--paired`).
 """
 
 from __future__ import annotations
@@ -106,6 +114,83 @@ def _structgen_vocab(exported: str | None) -> tuple[Any, Any]:
     return _Encoded(data["ids"]), StructgenPeer.prepared(vocab)
 
 
+def _structgen_batch(
+    tokenizer: Any, vocab: Any, batch: int, seed: int, copy: int = 0
+) -> list[tuple[Any, list[int]]]:
+    """The batch compiled by a fresh `Compiler`; copy k with `max_cached_masks` 4096 - k, so no
+    two copies share a lexer or a cached mask (`--paired`)."""
+    from structgen import CompileLimits, Compiler, SchemaOptions, StructgenError
+
+    compiler = Compiler(vocab, limits=CompileLimits(max_cached_masks=4096 - copy))
+
+    def compile_sg(schema: Any) -> Any:
+        try:
+            return compiler.json_schema(schema, options=SchemaOptions(mode="accept"))
+        except StructgenError:
+            return None
+
+    return _cases(tokenizer, batch, seed, compile_sg)
+
+
+def _structgen_decode(cases: list[tuple[Any, list[int]]], vocab: Any, threads: int) -> list[float]:
+    """Decode the batch in lockstep; each step's fill time."""
+    from structgen import Matcher, allocate_bitmask, fill_bitmasks
+
+    matchers = [Matcher(c) for c, _ in cases]
+    bitmask = allocate_bitmask(len(matchers), vocab.size, backend="numpy")
+    steps: list[float] = []
+    for step in range(max(len(ids) for _, ids in cases)):
+        start = time.perf_counter()
+        fill_bitmasks(matchers, bitmask, threads=threads)
+        steps.append(time.perf_counter() - start)
+        for m, (_, ids) in zip(matchers, cases):
+            if step < len(ids):
+                m.accept_token(ids[step])
+    return steps
+
+
+def _llguidance_setup(batch: int, seed: int) -> tuple[Any, list[tuple[Any, list[int]]]]:
+    import llguidance
+    import llguidance.hf
+
+    tokenizer = load_tokenizer("llama3_1")
+    table = llguidance.hf.from_tokenizer(tokenizer)
+
+    def compile_llg(schema: Any) -> Any:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            schema, defaults={"whitespace_flexible": True}
+        )
+        matcher = llguidance.LLMatcher(table, grammar)
+        return None if matcher.is_error() else grammar
+
+    return table, _cases(tokenizer, batch, seed, compile_llg)
+
+
+def _llguidance_decode(table: Any, cases: list[tuple[Any, list[int]]], threads: int) -> list[float]:
+    """Decode the batch in lockstep with fresh matchers (each compiles its grammar: nothing is
+    shared between two decodes but the tokenizer's tables); each step's fill time."""
+    import llguidance
+    import llguidance.numpy
+
+    matchers = [llguidance.LLMatcher(table, g) for g, _ in cases]
+    bitmask = llguidance.numpy.allocate_token_bitmask(len(matchers), table.vocab_size)
+    executor = llguidance.LLExecutor(num_threads=threads)
+    indexed = [(m, i) for i, m in enumerate(matchers)]
+    steps: list[float] = []
+    for step in range(max(len(ids) for _, ids in cases)):
+        start = time.perf_counter()
+        if threads == 1:
+            for m, i in indexed:
+                llguidance.numpy.fill_next_token_bitmask(m, bitmask, i)
+        else:
+            llguidance.numpy.fill_next_token_bitmask_par(executor, indexed, bitmask)
+        steps.append(time.perf_counter() - start)
+        for m, (_, ids) in zip(matchers, cases):
+            if step < len(ids) and not m.is_error():
+                m.consume_token(ids[step])
+    return steps
+
+
 def _run(
     engine: str,
     threads: int,
@@ -116,69 +201,50 @@ def _run(
 ) -> dict[str, Any]:
     """In a fresh process: decode the batch in lockstep, timing each step's fill (`pool`: the
     structgen helper threads even under the GIL; `exported`: structgen's tokens from `_export`)."""
-    steps: list[float] = []
     if engine == "structgen":
         import structgen.matcher
-        from structgen import Compiler, Matcher, SchemaOptions, StructgenError, fill_bitmasks
 
         structgen.matcher.POOL_UNDER_GIL = pool
-
         tokenizer, vocab = _structgen_vocab(exported)
-        compiler = Compiler(vocab)
-
-        def compile_sg(schema: Any) -> Any:
-            try:
-                return compiler.json_schema(schema, options=SchemaOptions(mode="accept"))
-            except StructgenError:
-                return None
-
-        cases = _cases(tokenizer, batch, seed, compile_sg)
-        matchers = [Matcher(c) for c, _ in cases]
-        from structgen import allocate_bitmask
-
-        bitmask = allocate_bitmask(len(matchers), vocab.size, backend="numpy")
-        longest = max(len(ids) for _, ids in cases)
-        for step in range(longest):
-            start = time.perf_counter()
-            fill_bitmasks(matchers, bitmask, threads=threads)
-            steps.append(time.perf_counter() - start)
-            for m, (_, ids) in zip(matchers, cases):
-                if step < len(ids):
-                    m.accept_token(ids[step])
+        cases = _structgen_batch(tokenizer, vocab, batch, seed)
+        steps = _structgen_decode(cases, vocab, threads)
     else:
-        import llguidance
-        import llguidance.hf
-        import llguidance.numpy
-
-        tokenizer = load_tokenizer("llama3_1")
-        table = llguidance.hf.from_tokenizer(tokenizer)
-
-        def compile_llg(schema: Any) -> Any:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                schema, defaults={"whitespace_flexible": True}
-            )
-            matcher = llguidance.LLMatcher(table, grammar)
-            return None if matcher.is_error() else grammar
-
-        cases = _cases(tokenizer, batch, seed, compile_llg)
-        matchers = [llguidance.LLMatcher(table, g) for g, _ in cases]
-        bitmask = llguidance.numpy.allocate_token_bitmask(len(matchers), table.vocab_size)
-        executor = llguidance.LLExecutor(num_threads=threads)
-        indexed = [(m, i) for i, m in enumerate(matchers)]
-        longest = max(len(ids) for _, ids in cases)
-        for step in range(longest):
-            start = time.perf_counter()
-            if threads == 1:
-                for m, i in indexed:
-                    llguidance.numpy.fill_next_token_bitmask(m, bitmask, i)
-            else:
-                llguidance.numpy.fill_next_token_bitmask_par(executor, indexed, bitmask)
-            steps.append(time.perf_counter() - start)
-            for m, (_, ids) in zip(matchers, cases):
-                if step < len(ids) and not m.is_error():
-                    m.consume_token(ids[step])
+        table, cases = _llguidance_setup(batch, seed)
+        steps = _llguidance_decode(table, cases, threads)
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     return {"steps": steps, "rows": len(cases), "python": sys.version.split()[0], "gil": gil}
+
+
+def _run_paired(
+    engine: str, threads: int, batch: int, seed: int, turn: int, exported: str | None = None
+) -> dict[str, Any]:
+    """In a fresh process: the batch decoded cold three times — once untimed (what a process
+    builds once), then on one thread and on `threads`, in the order `turn` says — so the two
+    timed decodes see the same host within a second (`--paired`)."""
+    if engine == "structgen":
+        tokenizer, vocab = _structgen_vocab(exported)
+        copies = [_structgen_batch(tokenizer, vocab, batch, seed, k) for k in range(3)]
+        _structgen_decode(copies[0], vocab, 1)
+
+        def decode(k: int, count: int) -> list[float]:
+            return _structgen_decode(copies[k], vocab, count)
+    else:
+        table, cases = _llguidance_setup(batch, seed)
+        _llguidance_decode(table, cases, 1)
+
+        def decode(k: int, count: int) -> list[float]:
+            return _llguidance_decode(table, cases, count)
+
+    order = [1, threads] if turn % 2 == 0 else [threads, 1]
+    timed = {count: decode(k + 1, count) for k, count in enumerate(order)}
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    return {
+        "one": timed[1],
+        "many": timed[threads],
+        "rows": len(cases) if engine != "structgen" else len(copies[1]),
+        "python": sys.version.split()[0],
+        "gil": gil,
+    }
 
 
 def _in_process(
@@ -189,11 +255,18 @@ def _in_process(
     pool: bool,
     python: str = sys.executable,
     exported: str | None = None,
+    turn: int | None = None,
 ) -> dict[str, Any]:
+    """`_run` in a fresh process of `python` (`turn`: `_run_paired`)."""
     here = str(Path(__file__).parent)
+    call = (
+        f"_run({engine!r}, {threads}, {batch}, {seed}, {pool}, {exported!r})"
+        if turn is None
+        else f"_run_paired({engine!r}, {threads}, {batch}, {seed}, {turn}, {exported!r})"
+    )
     code = (
         f"import json, sys; sys.path.insert(0, {here!r}); import batch_fill; print(json.dumps("
-        f"batch_fill._run({engine!r}, {threads}, {batch}, {seed}, {pool}, {exported!r})))"
+        f"batch_fill.{call}))"
     )
     done = subprocess.run([python, "-c", code], capture_output=True, text=True)
     if done.returncode:
@@ -212,6 +285,11 @@ def main() -> None:
     parser.add_argument(
         "--python", default=None, help="run structgen's configurations on this interpreter"
     )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="time one thread and --threads in the same process, on two cold copies",
+    )
     args = parser.parse_args()
     if not SCHEMAS.is_dir():
         sys.exit(f"needs {SCHEMAS}")
@@ -221,6 +299,13 @@ def main() -> None:
         os.close(handle)
         _export(exported)
     engines = [e for e in args.engines.split(",") if importlib.util.find_spec(e) is not None]
+    if args.paired:
+        try:
+            _paired(args, engines, exported)
+        finally:
+            if exported is not None:
+                os.unlink(exported)
+        return
     configs = [(e, t, False) for e in engines for t in (1, args.threads)]
     if "structgen" in engines:
         configs.append(("structgen", args.threads, True))
@@ -283,6 +368,63 @@ def main() -> None:
     )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "batch_fill.json").write_text(json.dumps(summary, indent=2))
+
+
+def _paired(args: argparse.Namespace, engines: list[str], exported: str | None) -> None:
+    """`--paired`: every round a fresh process per engine times one thread and `--threads` on
+    two cold copies of the batch, in turns; the table gives the median per-process ratio."""
+    runs: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
+    for turn in range(args.rounds):
+        for engine in engines:
+            other = engine == "structgen" and args.python is not None
+            runs[engine].append(
+                _in_process(
+                    engine,
+                    args.threads,
+                    args.batch,
+                    args.seed,
+                    False,
+                    python=args.python if other else sys.executable,
+                    exported=exported if other else None,
+                    turn=turn,
+                )
+            )
+    rows = []
+    summary: dict[str, Any] = {}
+    for engine in engines:
+        results = runs[engine]
+        one = [sum(r["one"]) * 1e3 for r in results]
+        many = [sum(r["many"]) * 1e3 for r in results]
+        ratios = sorted(a / b for a, b in zip(one, many))
+        label = engine
+        if engine == "structgen" and args.python:
+            gil = "GIL" if results[0]["gil"] else "no GIL"
+            label = f"structgen ({results[0]['python']}, {gil})"
+        rows.append(
+            [
+                label,
+                str(args.threads),
+                str(results[0]["rows"]),
+                f"{statistics.median(one):.1f}",
+                f"{statistics.median(many):.1f}",
+                f"{statistics.median(ratios):.2f}x",
+                f"{ratios[0]:.2f}–{ratios[-1]:.2f}x",
+            ]
+        )
+        summary[f"{engine}/paired"] = {
+            "threads": args.threads,
+            "one_ms": one,
+            "many_ms": many,
+            "ratio_median": statistics.median(ratios),
+            "python": results[0].get("python"),
+            "gil": results[0].get("gil"),
+        }
+    print_table(
+        ["engine", "threads", "rows", "1 thread ms", "T threads ms", "ratio (median)", "range"],
+        rows,
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "batch_fill_paired.json").write_text(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
