@@ -336,13 +336,9 @@ def main() -> None:
         steps = [s * 1e3 for r in results for s in r["steps"]]
         one = statistics.median(sum(r["steps"]) for r in runs[(engine, 1, False)]) * 1e3
         total = statistics.median(totals)
-        label = engine
-        if engine == "structgen" and args.python:
-            gil = "GIL" if results[0]["gil"] else "no GIL"
-            label = f"structgen ({results[0]['python']}, {gil})"
         rows.append(
             [
-                label,
+                _label(engine, results[0], args.python),
                 f"{threads} pool" if pool else str(threads),
                 str(results[0]["rows"]),
                 str(len(results[0]["steps"])),
@@ -368,6 +364,14 @@ def main() -> None:
     )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "batch_fill.json").write_text(json.dumps(summary, indent=2))
+
+
+def _label(engine: str, result: dict[str, Any], python: str | None) -> str:
+    """The engine's row label; structgen on another interpreter names it and the GIL."""
+    if engine != "structgen" or not python:
+        return engine
+    gil = "GIL" if result["gil"] else "no GIL"
+    return f"structgen ({result['python']}, {gil})"
 
 
 def _paired(args: argparse.Namespace, engines: list[str], exported: str | None) -> None:
@@ -396,13 +400,9 @@ def _paired(args: argparse.Namespace, engines: list[str], exported: str | None) 
         one = [sum(r["one"]) * 1e3 for r in results]
         many = [sum(r["many"]) * 1e3 for r in results]
         ratios = sorted(a / b for a, b in zip(one, many))
-        label = engine
-        if engine == "structgen" and args.python:
-            gil = "GIL" if results[0]["gil"] else "no GIL"
-            label = f"structgen ({results[0]['python']}, {gil})"
         rows.append(
             [
-                label,
+                _label(engine, results[0], args.python),
                 str(args.threads),
                 str(results[0]["rows"]),
                 f"{statistics.median(one):.1f}",
