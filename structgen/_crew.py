@@ -17,12 +17,18 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Crew", "crew_of"]
+__all__ = ["Crew", "crew_of", "gil_enabled"]
+
+
+def gil_enabled() -> bool:
+    """Whether this interpreter runs with the GIL (always before 3.13; a free-threaded build may
+    have it turned back on)."""
+    enabled = getattr(sys, "_is_gil_enabled", None)
+    return enabled is None or bool(enabled())
 
 
 def _spin_seconds() -> float:
-    gil_enabled = getattr(sys, "_is_gil_enabled", None)
-    if gil_enabled is None or gil_enabled():
+    if gil_enabled():
         return 0.0
     text = os.environ.get("STRUCTGEN_FILL_SPIN_US", "").strip()
     return (int(text) if text.isdigit() else 500) / 1e6

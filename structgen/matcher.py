@@ -9,7 +9,6 @@ False and leaves the matcher unchanged.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from structgen._args import describe, expect_int, expect_ints
-from structgen._crew import crew_of
+from structgen._crew import crew_of, gil_enabled
 from structgen.closing import planner_of
 from structgen.compiler import CompiledGrammar
 from structgen.errors import ArgumentError, StructgenError
@@ -420,7 +419,7 @@ def fill_bitmasks(
         if matcher is not None and not isinstance(matcher, Matcher):
             raise ArgumentError(f"matchers must be Matcher or None, got {describe(matcher)}")
     count = _threads(threads)  # (checked either way)
-    if count > 1 and len(matchers) > 1 and _pool_pays():
+    if count > 1 and len(matchers) > 1 and _threads_pay():
         _fill_shared(matchers, bitmask, where, count)
         return
     _write_rows(bitmask, where, _words_of(matchers))
@@ -458,14 +457,13 @@ def _threads(threads: int | None) -> int:
     return max(1, expect_int(threads, "threads"))
 
 
-#: run the pool under the GIL too (tests of the pool's correctness; measurements)
+#: share rows with the crew under the GIL too (tests of its correctness; measurements)
 POOL_UNDER_GIL = False
 
 
-def _pool_pays() -> bool:
-    """Whether a pool can compute rows in parallel: no GIL (3.13t and later), or asked for."""
-    gil_enabled = getattr(sys, "_is_gil_enabled", None)
-    return POOL_UNDER_GIL or (gil_enabled is not None and not gil_enabled())
+def _threads_pay() -> bool:
+    """Whether threads can fill rows in parallel: no GIL (3.13t and later), or asked for."""
+    return POOL_UNDER_GIL or not gil_enabled()
 
 
 def _fill_shared(
