@@ -41,7 +41,7 @@ from structgen.automata.snapshot import (
 if TYPE_CHECKING:
     from structgen.automata import AutomataLimits, ByteDFA
     from structgen.engines import GrammarEngine
-    from structgen.grammar.ir import Grammar
+    from structgen.grammar.ir import Grammar, TerminalDef
     from structgen.vocab import Vocabulary
 
 __all__ = ["ENV_VAR", "CompileCache", "key_text"]
@@ -263,19 +263,21 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
     return MAGIC + hashlib.sha256(rest).digest() + rest
 
 
-#: a saved terminal automaton that is cheap to build (from a regex) is saved with up to this
-#: many states built: the first mask reads few of a grammar's terminals (a `{`, a number), the
-#: next steps the others (each key of an object), which a loaded grammar would otherwise build
-#: again from its patterns (reading the whole grammar back first)
+#: a saved terminal automaton that is cheap to build (from a regex or a literal chain) is saved
+#: with up to this many states built: the first mask reads few of a grammar's terminals (a `{`,
+#: a number), the next steps the others (each key of an object), which a loaded grammar would
+#: otherwise build again from their patterns
 BUILD_AHEAD_STATES = 64
 
 
 def _build_ahead(dfa: ByteDFA) -> None:
     """Build `dfa`'s first `BUILD_AHEAD_STATES` states (in the order they are found) when its
-    rows come from a regex; products (whose rows search) and counters are saved as they are."""
+    rows come from a regex or a literal chain (an object's keys: C lays out its rows);
+    products (whose rows search) and counters are saved as they are."""
+    from structgen.automata.chains import LiteralSource
     from structgen.automata.dfa import DeferredNFASource, NFASource, TrieSource
 
-    if not isinstance(dfa._source, (DeferredNFASource, NFASource, TrieSource)):
+    if not isinstance(dfa._source, (DeferredNFASource, NFASource, TrieSource, LiteralSource)):
         return
     state = 0
     while state < min(dfa.num_states, BUILD_AHEAD_STATES):
@@ -289,7 +291,7 @@ def _decode(
     from structgen.engines import GrammarEngine
     from structgen.engines.grammar import RestoredParts
     from structgen.grammar.earley import EarleyGrammar
-    from structgen.grammar.ir_codec import grammar_from_data
+    from structgen.grammar.ir_codec import grammar_from_data, terminal_from_data
     from structgen.grammar.terminals import (
         adopt_terminal_dfa,
         build_terminal_dfa,
@@ -316,14 +318,28 @@ def _decode(
     if not all(type(i) is int and 0 <= i < parser.num_terminals for i in ignore):
         raise SnapshotError("bad ignored terminals")
     full: list[Grammar] = []
+    ir_data: list[Any] = []
+    nodes: dict[int, Any] = {}  # the IR's nodes decoded so far, by index (`terminal_from_data`)
     full_lock = threading.Lock()
+
+    def read_ir() -> Any:
+        if not ir_data:
+            ir_data.append(json.loads(ir_text))
+        return ir_data[0]
 
     def full_grammar() -> Grammar:
         """The grammar with its patterns (read once, on the first need)."""
         with full_lock:
             if not full:
-                full.append(grammar_from_data(json.loads(ir_text), parser.ir_rules()))
+                full.append(grammar_from_data(read_ir(), parser.ir_rules()))
             return full[0]
+
+    def terminal(position: int) -> TerminalDef:
+        """One terminal with its pattern: only the nodes it reaches are read."""
+        with full_lock:
+            if full:
+                return full[0].terminals[position]
+            return terminal_from_data(read_ir(), position, nodes)
 
     def array(where: Any, dtype: str, count: int) -> np.ndarray[Any, Any]:
         offset, length = where
@@ -378,7 +394,7 @@ def _decode(
                 if dfa is None:
 
                     def rebuild(position: int = position) -> ByteDFA:
-                        return build_terminal_dfa(full_grammar().terminals[position], limits)
+                        return build_terminal_dfa(terminal(position), limits)
 
                     dfa = restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
                     dfa = adopt_terminal_dfa(dfa)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Collection, Iterable
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from structgen.automata.nfa import extension_module
@@ -161,7 +163,10 @@ class EarleyGrammar:
         to look up, no productivity to work out again."""
         self = cls.__new__(cls)
         names, nonterminals = data["terminals"], data["nonterminals"]
-        if not all(isinstance(n, str) for n in (*names, *nonterminals)) or not nonterminals:
+        # (each check a builtin's loop over the lists: a load reads hundreds of rules)
+        if not isinstance(names, list) or not isinstance(nonterminals, list) or not nonterminals:
+            raise ValueError("symbol names are strings")
+        if not set(map(type, names)) | set(map(type, nonterminals)) <= {str}:
             raise ValueError("symbol names are strings")
         self.terminal_names = list(names)
         self.nonterminal_names = list(nonterminals)
@@ -170,24 +175,38 @@ class EarleyGrammar:
         entries = data["rules"]
         if not isinstance(entries, list) or not entries:
             raise ValueError("the first rule is the start rule")
-        if not all(type(e) is list and e for e in entries):
+        if set(map(type, entries)) != {list} or not all(entries):
             raise ValueError("a rule is a non-empty list of symbols")
-        flat = [x for entry in entries for x in entry]  # (checked in C-level passes)
+        flat = list(chain.from_iterable(entries))  # (checked in C-level passes)
         if set(map(type, flat)) != {int} or min(flat) < 0 or max(flat) >= symbols:
             raise ValueError("a rule's symbols are out of range")
-        if min(entry[0] for entry in entries) < terminals:
+        if min(map(itemgetter(0), entries)) < terminals:
             raise ValueError("a rule's left-hand side is a terminal")
         rules = [(entry[0], tuple(entry[1:])) for entry in entries]
-        if not rules or rules[0][0] != terminals or len(rules[0][1]) != 1:
+        if rules[0][0] != terminals or len(rules[0][1]) != 1:
             raise ValueError("the first rule is the start rule")
-        dropped = set(data["unproductive"])
-        if 0 in dropped or not all(type(i) is int and 0 <= i < len(rules) for i in dropped):
+        unproductive = data["unproductive"]
+        if not isinstance(unproductive, list):
+            raise ValueError("bad unproductive rules")
+        dropped = set(unproductive)
+        if dropped and (
+            not set(map(type, dropped)) <= {int} or min(dropped) < 1 or max(dropped) >= len(rules)
+        ):
             raise ValueError("bad unproductive rules")
         self.all_rules = rules
         self.unproductive = sorted(dropped)
-        self.rules = [rule for i, rule in enumerate(rules) if i not in dropped]
+        self.rules = (
+            [rule for i, rule in enumerate(rules) if i not in dropped] if dropped else list(rules)
+        )
         nullable = data["nullable"]
-        if not all(type(x) is int and terminals <= x < symbols for x in nullable):
+        if not isinstance(nullable, list) or (
+            nullable
+            and (
+                not set(map(type, nullable)) <= {int}
+                or min(nullable) < terminals
+                or max(nullable) >= symbols
+            )
+        ):
             raise ValueError("a nullable symbol is out of range")
         self._finish(frozenset(nullable))
         return self

@@ -23,7 +23,7 @@ from structgen.automata import (
 )
 from structgen.grammar.ir import Grammar, Rule, TerminalDef
 
-__all__ = ["IRDataError", "grammar_from_data", "grammar_to_data"]
+__all__ = ["IRDataError", "grammar_from_data", "grammar_to_data", "terminal_from_data"]
 
 #: above the highest code point structgen's automata use (token and boundary markers included)
 _MAX_POINT = 2**31 - 1
@@ -102,12 +102,13 @@ def _list(value: Any) -> list[Any]:
     return value
 
 
-def _node(entry: Any, built: list[Pattern]) -> Pattern:
+def _node(entry: Any, built: Any, below: int) -> Pattern:
+    """The node `entry` describes; its children are `built[i]` for indices up to `below` (its
+    own index less one: children come before their parents, so no cycle can be written)."""
     entry = _list(entry)
     if not entry:
         raise IRDataError("an empty node entry")
     kind, args = entry[0], entry[1:]
-    below = len(built) - 1  # children come before their parents: no cycle can be written
 
     def child(value: Any) -> Node:
         node = built[_int(value, 0, below)]
@@ -154,7 +155,7 @@ def grammar_from_data(data: Any, rules: tuple[str, tuple[Rule, ...]] | None = No
     built: list[Pattern] = []
     try:
         for entry in _list(data["nodes"]):
-            built.append(_node(entry, built))
+            built.append(_node(entry, built, len(built) - 1))
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, IRDataError):
             raise
@@ -180,6 +181,51 @@ def grammar_from_data(data: Any, rules: tuple[str, tuple[Rule, ...]] | None = No
         ignore = tuple(_str(s) for s in _list(data["ignore"]))
         return Grammar(rules[0], rules[1], tuple(terminals), ignore)
     except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, IRDataError):
+            raise
+        raise IRDataError(f"not a grammar: {exc}") from None
+
+
+def _child_indices(entry: Any) -> list[Any]:
+    """The indices a node entry names as children (unchecked: `_node` checks them)."""
+    if not isinstance(entry, list) or len(entry) < 2:
+        return []
+    kind = entry[0]
+    if kind in ("cat", "alt"):
+        return _list(entry[1])
+    if kind == "rep":
+        return [entry[1]]
+    if kind == "dif" and len(entry) == 3:
+        return [entry[1], *_list(entry[2])]
+    return []
+
+
+def terminal_from_data(data: Any, position: int, built: dict[int, Pattern]) -> TerminalDef:
+    """Terminal `position` of the grammar `data` describes, reading only the nodes it reaches
+    (`IRDataError` as `grammar_from_data`): a loaded grammar rebuilds one terminal's automaton
+    at a time, and decoding all of a schema's nodes for it cost more than the build. `built`
+    keeps the nodes decoded so far (by index) for the next terminal of the same data."""
+    try:
+        nodes = _list(data["nodes"])
+        entry = _list(_list(data["terminals"])[_int(position, 0, 2**31)])
+        name, pattern, extras = entry
+        top = len(nodes) - 1
+        roots = [_int(pattern, 0, top), *(_int(e, 0, top) for e in _list(extras))]
+        needed: set[int] = set()
+        stack = [i for i in roots if i not in built]
+        while stack:
+            i = stack.pop()
+            if i in needed:
+                continue
+            needed.add(i)
+            for c in _child_indices(nodes[i]):
+                c = _int(c, 0, i - 1)  # (children come first: `_node` would refuse it too)
+                if c not in built and c not in needed:
+                    stack.append(c)
+        for i in sorted(needed):
+            built[i] = _node(nodes[i], built, i - 1)
+        return TerminalDef(_str(name), built[roots[0]], tuple(built[i] for i in roots[1:]))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         if isinstance(exc, IRDataError):
             raise
         raise IRDataError(f"not a grammar: {exc}") from None

@@ -37,7 +37,12 @@ from structgen.automata.snapshot import (
 from structgen.compile_cache import MAGIC, CompileCache, key_text
 from structgen.engines.grammar import PENDING_START
 from structgen.grammar.earley import EarleyGrammar
-from structgen.grammar.ir_codec import IRDataError, grammar_from_data, grammar_to_data
+from structgen.grammar.ir_codec import (
+    IRDataError,
+    grammar_from_data,
+    grammar_to_data,
+    terminal_from_data,
+)
 from structgen.grammar.lark_frontend import load_builtin
 from structgen.schema import SchemaOptions as _Options
 from structgen.schema import compile_schema
@@ -221,6 +226,34 @@ class TestRoundTrip:
         whole = [s for s in snapshots if (s._snapshot.rows[:, 0] != UNBUILT).all()]
         assert len(whole) >= len(snapshots) // 2
         assert not any(s.rebuilt for s in whole)
+
+    def test_key_chains_are_saved_whole(self, tmp_path: Path) -> None:
+        """An object's key automata (literal chains) are saved with their rows built: walking
+        the whole object rebuilds none of them from the schema."""
+        from structgen.automata.chains import DeferredChainSource, LiteralSource
+
+        loaded, tokens, expected = _person_loaded(tmp_path)
+        assert _walk(loaded, tokens) == expected
+        sources = [dfa._source for dfa in loaded._engine.terminal_dfas]  # type: ignore[attr-defined]
+        rebuilt = [s for s in sources if isinstance(s, SnapshotSource) and s.rebuilt]
+        chains = (LiteralSource, DeferredChainSource)
+        assert not any(isinstance(s._fresh._source, chains) for s in rebuilt)
+
+    def test_a_rebuild_reads_only_its_own_terminal(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An automaton built again from its pattern decodes that terminal's nodes, not the
+        whole grammar (which cost more than the build itself)."""
+        monkeypatch.setattr(structgen.compile_cache, "BUILD_AHEAD_STATES", 1)
+        loaded, tokens, expected = _person_loaded(tmp_path)
+
+        def whole_grammar(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the whole grammar was decoded")
+
+        monkeypatch.setattr(structgen.grammar.ir_codec, "grammar_from_data", whole_grammar)
+        assert _walk(loaded, tokens) == expected
+        sources = [dfa._source for dfa in loaded._engine.terminal_dfas]  # type: ignore[attr-defined]
+        assert any(isinstance(s, SnapshotSource) and s.rebuilt for s in sources)
 
     def test_a_load_does_not_rebuild_deferred_terminals(self, tmp_path: Path) -> None:
         """Terminals whose NFAs wait for their first row are saved with that row: loading
@@ -551,6 +584,60 @@ class TestPieces:
     def test_bad_ir_data_is_refused(self, bad: Any) -> None:
         with pytest.raises(IRDataError):
             grammar_from_data(bad)
+
+    def test_each_terminal_decodes_alone_as_in_the_whole_grammar(self) -> None:
+        for schema in (PERSON, {"type": "array", "items": {"type": "number"}}):
+            grammar = compile_schema(schema, options=_Options(mode="accept"))
+            data = json.loads(json.dumps(grammar_to_data(grammar)))
+            whole = grammar_from_data(data).terminals
+            shared: dict[int, Any] = {}
+            for position in reversed(range(len(whole))):  # (nodes decoded before, reused)
+                assert terminal_from_data(data, position, shared) == whole[position]
+                assert terminal_from_data(data, position, {}) == whole[position]
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            pytest.param(({"nodes": [["nil"]], "terminals": [["t", 0, []]]}, 1), id="position"),
+            pytest.param(({"nodes": [["nil"]], "terminals": [["t", 1, []]]}, 0), id="pattern"),
+            pytest.param(({"nodes": [["cat", [0]]], "terminals": [["t", 0, []]]}, 0), id="cycle"),
+            pytest.param(
+                ({"nodes": [["nil"], ["rep", 1, 0, 1]], "terminals": [["t", 1, []]]}, 0),
+                id="forward-child",
+            ),
+            pytest.param(({"nodes": [["zzz"]], "terminals": [["t", 0, []]]}, 0), id="kind"),
+            pytest.param(({"nodes": [["nil"]], "terminals": [["t", 0]]}, 0), id="entry"),
+            pytest.param(({"nodes": [["nil"]], "terminals": [[1, 0, []]]}, 0), id="name"),
+            pytest.param(({"nodes": [], "terminals": []}, "0"), id="position-type"),
+        ],
+    )
+    def test_bad_data_for_one_terminal_is_refused(self, bad: Any) -> None:
+        data, position = bad
+        with pytest.raises(IRDataError):
+            terminal_from_data(data, position, {})
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            pytest.param(lambda t: t["rules"].append([]), id="empty-rule"),
+            pytest.param(lambda t: t["rules"].append([0, 1]), id="terminal-lhs"),
+            pytest.param(lambda t: t["rules"].append([len(t["terminals"]), True]), id="bool"),
+            pytest.param(lambda t: t["rules"].append("r"), id="rule-type"),
+            pytest.param(lambda t: t.__setitem__("unproductive", [0]), id="start-dropped"),
+            pytest.param(lambda t: t.__setitem__("unproductive", [10**6]), id="dropped-range"),
+            pytest.param(lambda t: t.__setitem__("nullable", [0]), id="nullable-terminal"),
+            pytest.param(lambda t: t.__setitem__("nullable", [10**6]), id="nullable-range"),
+            pytest.param(lambda t: t.__setitem__("nullable", "ab"), id="nullable-type"),
+            pytest.param(lambda t: t["terminals"].append(3), id="name-type"),
+            pytest.param(lambda t: t.__setitem__("nonterminals", []), id="no-nonterminals"),
+        ],
+    )
+    def test_bad_parser_tables_are_refused(self, change: Any) -> None:
+        grammar = compile_schema(PERSON, options=_Options())
+        tables = json.loads(json.dumps(EarleyGrammar(grammar).tables()))
+        change(tables)
+        with pytest.raises((ValueError, TypeError)):
+            EarleyGrammar.from_tables(tables)
 
     def test_parser_tables_round_trip(self) -> None:
         grammar = compile_schema(PERSON, options=_Options())
