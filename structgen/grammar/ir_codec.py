@@ -111,7 +111,7 @@ def _node(entry: Any, built: Any, below: int) -> Pattern:
     kind, args = entry[0], entry[1:]
 
     def child(value: Any) -> Node:
-        node = built[_int(value, 0, below)]
+        node: Pattern = built[_int(value, 0, below)]
         if isinstance(node, Difference):
             raise IRDataError("a difference is a whole pattern, not a part of one")
         return node
