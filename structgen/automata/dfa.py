@@ -268,6 +268,31 @@ def _alphabet_of_ranges(ranges: Iterable[tuple[int, int]]) -> int:
     return out
 
 
+#: the shared read-only tables of unbuilt rows (`unbuilt_rows`), by their number of rows
+_UNBUILT_ROWS: dict[int, IntArray] = {}
+_UNBUILT_ROWS_LOCK = threading.Lock()
+#: tables up to this many rows are shared while unbuilt (1 MiB); larger ones are made each
+UNBUILT_SHARED_ROWS = 1024
+
+
+def unbuilt_rows(rows: int) -> IntArray | None:
+    """A read-only ``int32 [rows, 256]`` table of unbuilt rows (-2) shared by every automaton
+    restored with that capacity until it builds its first row (`ByteDFA._own_table`): a
+    loaded grammar restores a table per terminal, most of which its next steps never read
+    (np.full of each was most of a restore). None above `UNBUILT_SHARED_ROWS`."""
+    if rows > UNBUILT_SHARED_ROWS:
+        return None
+    table = _UNBUILT_ROWS.get(rows)
+    if table is None:
+        with _UNBUILT_ROWS_LOCK:
+            table = _UNBUILT_ROWS.get(rows)
+            if table is None:
+                table = np.full((rows, 256), -2, dtype=np.int32)
+                table.setflags(write=False)
+                _UNBUILT_ROWS[rows] = table
+    return table
+
+
 def _fresh_arrays() -> tuple[IntArray, npt.NDArray[np.bool_]]:
     """A new automaton's table (16 rows, none built: -2) and acceptance flags (none)."""
     return np.full((16, 256), -2, dtype=np.int32), np.zeros(16, dtype=np.bool_)
@@ -345,7 +370,8 @@ class ByteDFA:
         components). Cache budgets count it (see ``structgen.cache_usage``)."""
         if self._table is _UNBUILT._table:  # (`unbuilt`: the shared arrays are nobody's own)
             return STATE_BYTES + self._source.memory_bytes()
-        arrays = self._table.nbytes + self._accepting.nbytes
+        # (a restored automaton's shared unbuilt table, `unbuilt_rows`, is nobody's own either)
+        arrays = (self._table.nbytes if self._table.flags.writeable else 0) + self._accepting.nbytes
         arrays += sum(a.nbytes for a in self._retired)  # (full when they were retired)
         native = self._native
         if native is not None:
@@ -781,6 +807,15 @@ class ByteDFA:
         self._table, self._accepting = table, accepting
         self._untouched_from = untouched_from
 
+    def _own_table(self) -> None:
+        """A table of its own in place of the shared unbuilt one a restored automaton starts
+        with (`unbuilt_rows`; under the lock): the same rows, writable."""
+        table = _table_memory(self._table.shape[0])
+        table.fill(-2)
+        self._table = table  # (the shared one lives on: nothing to retire)
+        self._untouched_from = table.shape[0]
+        self._refresh_views()
+
     def _limit_error(self) -> LimitExceededError:
         return LimitExceededError(
             f"the lazy DFA needs more than {self.limits.max_dfa_states} states",
@@ -943,6 +978,8 @@ class ByteDFA:
                 return
             if state < len(self._built) and self._built[state]:
                 return
+            if not self._table.flags.writeable:  # (a restored automaton's first row)
+                self._own_table()
             if self._empty:  # (the start of an empty language, its only state: nothing moves)
                 self._table[state] = -1
             else:

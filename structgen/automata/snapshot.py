@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from structgen.automata.dfa import ByteDFA, _Source, class_representatives, table_capacity
+from structgen.automata.dfa import (
+    ByteDFA,
+    _Source,
+    class_representatives,
+    table_capacity,
+    unbuilt_rows,
+)
 from structgen.automata.nfa import AutomataLimits, extension_function
 
 __all__ = [
@@ -299,8 +305,11 @@ def restore_dfa(
         raise SnapshotError("the snapshot has more states than the limits allow")
     capacity = table_capacity(n)
     # rows are copied out of the snapshot as they are first read (`SnapshotSource.expand`): a
-    # loaded grammar reads a few of each terminal's saved rows, if any
-    table = np.full((capacity, 256), UNBUILT, dtype=np.int32)
+    # loaded grammar reads a few of each terminal's saved rows, if any — into a table of its
+    # own made then; until then every restored automaton reads one shared table of unbuilt rows
+    table = unbuilt_rows(capacity)
+    if table is None:
+        table = np.full((capacity, 256), UNBUILT, dtype=np.int32)
     accepting = np.zeros(capacity, dtype=np.bool_)
     accepting[:n] = snapshot.accepting
     classes = snapshot.byte_classes
