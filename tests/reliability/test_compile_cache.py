@@ -239,6 +239,23 @@ class TestRoundTrip:
         chains = (LiteralSource, DeferredChainSource)
         assert not any(isinstance(s._fresh._source, chains) for s in rebuilt)
 
+    def test_restored_automata_share_an_unbuilt_table_until_their_first_row(
+        self, tmp_path: Path
+    ) -> None:
+        """A load restores every terminal's automaton; those no step has read yet share one
+        read-only table of unbuilt rows (counted as nobody's memory), and the first row read
+        gives an automaton a table of its own."""
+        loaded, tokens, expected = _person_loaded(tmp_path)
+        dfas = loaded._engine.terminal_dfas  # type: ignore[attr-defined]
+        restored = [d for d in dfas if isinstance(d._source, SnapshotSource)]
+        shared = [d for d in restored if not d._table.flags.writeable]
+        assert len(shared) >= 2
+        assert len({id(d._table) for d in shared if len(d._table) == len(shared[0]._table)}) == 1
+        assert all(d.memory_bytes() < d._table.nbytes for d in shared)
+        assert _walk(loaded, tokens) == expected
+        read = [d for d in shared if d._table.flags.writeable]
+        assert read and all((d._table != UNBUILT).any() for d in read)
+
     def test_a_rebuild_reads_only_its_own_terminal(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
