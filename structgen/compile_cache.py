@@ -72,6 +72,10 @@ def code_fingerprint() -> str:
     return hit
 
 
+#: `_stable`'s texts of frozen dataclasses (options, limits), by (type, value)
+_DATACLASS_TEXTS: dict[Any, str] = {}
+
+
 def _stable(value: Any) -> str:
     """A text for `value` that is the same in every process (set order and hash seeds aside)."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -86,12 +90,28 @@ def _stable(value: Any) -> str:
         items = sorted((_stable(k), _stable(v)) for k, v in value.items())
         return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # (options and limits repeat in every key: their texts are kept, by value and type)
+        memo: Any = (type(value), value)
+        try:
+            frozen = type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]
+            hit = _DATACLASS_TEXTS.get(memo) if frozen else None
+        except (TypeError, AttributeError):  # (an unhashable one)
+            frozen, hit = False, None
+        if not frozen:
+            memo = None
+        if hit is not None:
+            return hit
         fields = (  # (what equality compares: not a cached hash)
             f"{f.name}={_stable(getattr(value, f.name))}"
             for f in dataclasses.fields(value)
             if f.compare
         )
-        return f"{type(value).__name__}(" + ",".join(fields) + ")"
+        text = f"{type(value).__name__}(" + ",".join(fields) + ")"
+        if memo is not None:
+            if len(_DATACLASS_TEXTS) >= 256:
+                _DATACLASS_TEXTS.clear()
+            _DATACLASS_TEXTS[memo] = text
+        return text
     raise TypeError(f"no stable text for a {type(value).__name__}")
 
 

@@ -656,6 +656,24 @@ class TestPieces:
         with pytest.raises((ValueError, TypeError)):
             EarleyGrammar.from_tables(tables)
 
+    def test_key_texts_follow_the_values_of_mutable_dataclasses(self) -> None:
+        """Frozen options' and limits' texts are kept by value; a dataclass that can change
+        is written out again each time."""
+        import dataclasses
+
+        from structgen.compile_cache import _stable
+
+        @dataclasses.dataclass
+        class Knobs:
+            size: int
+
+        knobs = Knobs(1)
+        before = _stable(knobs)
+        knobs.size = 2
+        assert _stable(knobs) != before
+        assert _stable(_Options(mode="accept")) == _stable(_Options(mode="accept"))
+        assert _stable(_Options(mode="accept")) != _stable(_Options(mode="generate"))
+
     def test_parser_tables_round_trip(self) -> None:
         grammar = compile_schema(PERSON, options=_Options())
         parser = EarleyGrammar(grammar)
