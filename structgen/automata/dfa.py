@@ -633,7 +633,7 @@ class ByteDFA:
         dfa.num_byte_classes = class_count(byte_classes) if num_classes is None else num_classes
         dfa._retired = []
         keys: list[Hashable] = list(range(states))
-        dfa._ids = {} if ids_from_source else {k: k for k in range(states)}
+        dfa._ids = {} if ids_from_source else dict(zip(range(states), range(states)))
         dfa._keys = keys
         dfa._table = table
         dfa._accepting = accepting

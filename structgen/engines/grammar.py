@@ -294,7 +294,8 @@ class GrammarEngine:
                 dfas = self._terminal_dfas
                 if dfas is None:
                     assert self._restore is not None
-                    dfas = self._terminal_dfas = list(self._restore())
+                    with paused_gc():  # (from `advance` too: a few objects per terminal)
+                        dfas = self._terminal_dfas = list(self._restore())
                     self._restore = None  # (it holds the file's arrays)
                     memo = self._initial.memo
                     first = memo.get(("mask", PENDING_START, True))
