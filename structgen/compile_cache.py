@@ -397,7 +397,9 @@ def _decode(
     which = header["terminal_dfa"]
     if not isinstance(which, list) or len(which) != parser.num_terminals:
         raise SnapshotError("one automaton per terminal")
-    if not all(type(at) is int and 0 <= at < len(states) for at in which):
+    if which and (
+        not set(map(type, which)) <= {int} or min(which) < 0 or max(which) >= len(states)
+    ):
         raise SnapshotError("a terminal names no automaton")
     if states and max(states) > limits.max_dfa_states:
         raise SnapshotError("an automaton has more states than the limits allow")
@@ -436,7 +438,7 @@ def _decode(
         raise SnapshotError("the first mask allows tokens outside the vocabulary")
     first_mask.setflags(write=False)
     # a restored automaton's table: rows of 256 int32 (`restore_dfa`)
-    table_bytes = sum(table_capacity(n) * 1024 for n in states)
+    table_bytes = sum(map(table_capacity, states)) * 1024
     parts = RestoredParts(
         restore_automata,
         table_bytes,
