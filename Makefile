@@ -87,7 +87,7 @@ test-free-threaded: fixtures $(FT_STAMP)
 	PYTHONPATH=. OMP_NUM_THREADS=1 $(FT)/bin/python -m pytest -n 2 -q -p no:cacheprovider \
 	  tests/automata tests/schema tests/masks tests/vocab tests/grammar \
 	  tests/reliability/test_threads.py tests/reliability/test_collector.py tests/reliability/test_crew.py \
-  tests/reliability/test_compile_cache.py \
+	  tests/reliability/test_compile_cache.py \
 	  --ignore=tests/grammar/test_reasoning.py --ignore=tests/masks/test_bitmask.py \
 	  --deselect "tests/automata/test_word_boundaries.py::TestAgainstTheEngines::test_python" \
 	  --deselect "tests/automata/test_word_boundaries.py::TestAgainstTheEngines::test_full_match"
