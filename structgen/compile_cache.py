@@ -90,17 +90,17 @@ def _stable(value: Any) -> str:
         items = sorted((_stable(k), _stable(v)) for k, v in value.items())
         return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        # (options and limits repeat in every key: their texts are kept, by value and type)
-        memo: Any = (type(value), value)
-        try:
-            frozen = type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]
-            hit = _DATACLASS_TEXTS.get(memo) if frozen else None
-        except (TypeError, AttributeError):  # (an unhashable one)
-            frozen, hit = False, None
-        if not frozen:
-            memo = None
-        if hit is not None:
-            return hit
+        # (options and limits repeat in every key: a frozen one's text is kept, by type and
+        # value; one that can change is written out each time)
+        params = getattr(type(value), "__dataclass_params__", None)
+        memo: Any = (type(value), value) if params is not None and params.frozen else None
+        if memo is not None:
+            try:
+                hit = _DATACLASS_TEXTS.get(memo)
+            except TypeError:  # (a field that cannot be hashed)
+                memo = hit = None
+            if hit is not None:
+                return hit
         fields = (  # (what equality compares: not a cached hash)
             f"{f.name}={_stable(getattr(value, f.name))}"
             for f in dataclasses.fields(value)
@@ -133,7 +133,7 @@ def _read_file(path: Path) -> bytes:
         while True:
             chunk = os.read(fd, max(size, 1 << 16))
             if not chunk:
-                return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+                return b"".join(chunks)  # (one chunk: itself)
             chunks.append(chunk)
             size = 1 << 16  # (the file grew, or a short read: read on to its end)
     finally:
