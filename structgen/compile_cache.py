@@ -19,15 +19,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from structgen.automata.dfa import table_capacity
 from structgen.automata.snapshot import (
@@ -41,13 +44,14 @@ from structgen.automata.snapshot import (
 if TYPE_CHECKING:
     from structgen.automata import AutomataLimits, ByteDFA
     from structgen.engines import GrammarEngine
+    from structgen.engines.grammar import UnpackedParts
     from structgen.grammar.ir import Grammar, TerminalDef
     from structgen.vocab import Vocabulary
 
 __all__ = ["ENV_VAR", "CompileCache", "key_text"]
 
 ENV_VAR = "STRUCTGEN_COMPILE_CACHE"
-FORMAT = 5
+FORMAT = 6
 MAGIC = b"structgen-compiled\n"
 SUFFIX = ".sgc"
 #: files larger than this are not written (a grammar whose automata grew huge)
@@ -123,11 +127,19 @@ def key_text(full_key: tuple[Any, ...]) -> str | None:
         return None
 
 
-def _read_file(path: Path) -> bytes:
-    """The file's bytes with plain system calls (`Path.read_bytes` goes through a buffered
-    file object: twice as long for a median cache file, ~26 against ~13 us)."""
+def _key_digest(key: str) -> str:
+    """The sha256 of a key's text: files are named by its head and hold all of it."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _read_file(path: str, limit: int | None = None) -> bytes:
+    """The file's first `limit` bytes (None: all of them), with plain system calls
+    (`Path.read_bytes` goes through a buffered file object: twice as long for a median cache
+    file, ~26 against ~13 us)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     try:
+        if limit is not None:
+            return os.read(fd, limit)  # (a regular file: short only at its end)
         size = os.fstat(fd).st_size
         chunks: list[bytes] = []
         while True:
@@ -145,15 +157,18 @@ class CompileCache:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory).expanduser()
+        self._directory_text = str(self.directory)
         self._warned = False
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
         self.rejected = 0  # files found but not trusted (ignored, then overwritten)
 
-    def path_for(self, key: str) -> Path:
-        name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-        return self.directory / f"{name}{SUFFIX}"
+    def path_for(self, key: str) -> str:
+        return self._path(_key_digest(key))
+
+    def _path(self, digest: str) -> str:
+        return os.path.join(self._directory_text, digest[:40] + SUFFIX)
 
     # ------------------------------------------------------------------------ load
 
@@ -163,19 +178,39 @@ class CompileCache:
         vocab: Vocabulary,
         limits: AutomataLimits,
         max_cached_masks: int,
+        compile: Callable[[], GrammarEngine] | None = None,
     ) -> GrammarEngine | None:
-        """The engine saved under `key`, or None (no file, or one that fails a check)."""
-        from structgen._budget import compile_budget
+        """The engine saved under `key`, or None (no file, or one that fails a check).
 
-        path = self.path_for(key)
+        A load reads what the first mask needs; the rest of the file is read and checked on
+        the grammar's first step. Should it fail there, `compile` (the grammar's compile)
+        builds the engine's parts again and the file is overwritten."""
+        digest = _key_digest(key)
+        path = self._path(digest)
         try:
-            data = _read_file(path)
+            data = _read_file(path, _FIRST_READ)
         except OSError:
             self.misses += 1
             return None
+
+        def rebuild() -> GrammarEngine:
+            with self._lock:
+                self.rejected += 1
+            assert compile is not None
+            engine = compile()
+            self.save(key, engine)
+            return engine
+
         try:
-            with compile_budget(None):  # a failed load takes back the automata it shared
-                engine = _decode(data, key, vocab, limits, max_cached_masks)
+            engine = _decode(
+                data,
+                path,
+                digest,
+                vocab,
+                limits,
+                max_cached_masks,
+                None if compile is None else rebuild,
+            )
         except Exception:  # anything wrong with the file: compile again (and overwrite it)
             self.rejected += 1
             self.misses += 1
@@ -230,8 +265,15 @@ class CompileCache:
 
 # ---------------------------------------------------------------------------- the file format
 #
-#   MAGIC | sha256 of the rest (32 bytes) | header length (8 bytes, little-endian) | header JSON
+#   MAGIC | sha256 of the head (32 bytes) | header length (8 bytes, little-endian) | header JSON
 #   | payload (the arrays, each at the offset the header gives)
+#
+# The head is the header length, the header and the payload's first `head` bytes (the first
+# mask): all a load reads. The rest of the payload (the parser's tables, the automata, the IR)
+# is read on the grammar's first step and checked against the sha256 the header gives.
+
+#: a load reads this much of a file first (the head of most files; more when it is longer)
+_FIRST_READ = 16384
 
 
 def _encode(engine: GrammarEngine, key: str) -> bytes:
@@ -264,7 +306,6 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
             snapshots.append(snapshot_dfa(dfa))
         terminal_dfa.append(at)
     empty: np.ndarray[Any, Any] = np.zeros(0, dtype=np.uint8)
-    first_mask = put(engine.token_mask(engine.initial_state).astype("<i4"))
     rows = np.concatenate([x.rows.ravel() for x in snapshots] or [empty.astype(np.int32)])
     # 16 bits a transition when every state id fits (the rows are most of a file)
     row_type = "<i2" if not len(rows) or int(rows.max()) < 1 << 15 else "<i4"
@@ -280,24 +321,50 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
         "accepting": put(np.concatenate([x.accepting for x in snapshots] or [empty]).astype("u1")),
         "byte_classes": put(np.concatenate([x.byte_classes for x in snapshots] or [empty])),
     }
-    header = json.dumps(
+    # what the first step reads (a load reads only the header and the first mask)
+    tables = json.dumps(
         {
-            "format": FORMAT,
-            "key": key,
-            "fingerprint": engine.fingerprint,
-            "token_ids": sorted(engine.token_ids),
             "grammar": [0, len(ir_text)],
             "parser": engine.parser.tables(),
             "ignore": sorted(engine.ignore),
             "dfas": dfas,
             "terminal_dfa": terminal_dfa,
-            "first_mask": first_mask,
-            "payload": len(payload),
         },
         separators=(",", ":"),
     ).encode()
-    rest = len(header).to_bytes(8, "little") + header + bytes(payload)
-    return MAGIC + hashlib.sha256(rest).digest() + rest
+    tables_at = [len(payload), len(tables)]
+    payload.extend(tables)
+    # the head: the first mask, as its nonzero words where that is shorter (most first masks
+    # allow a few hundred tokens: a `{`, spaces)
+    rest = bytes(payload)
+    payload = bytearray()
+    initial = engine.initial_state
+    words = engine.token_mask(initial).astype("<i4")
+    nonzero = np.flatnonzero(words)
+    if 2 * len(nonzero) < len(words):
+        first_mask = {"at": put(nonzero.astype("<u4")), "values": put(words[nonzero])}
+    else:
+        first_mask = {"words": put(words)}
+    head = len(payload)
+    automata_bytes = sum(table_capacity(int(x.rows.shape[0])) for x in snapshots) * 1024
+    header = json.dumps(
+        {
+            "format": FORMAT,
+            "key": _key_digest(key),  # (its sha256: the key's text is long)
+            "fingerprint": engine.fingerprint,
+            "token_ids": sorted(engine.token_ids),
+            "first_mask": first_mask,
+            "initial_complete": bool(engine.is_accepting(initial)),
+            "automata_bytes": automata_bytes,
+            "head": head,
+            "tables": tables_at,  # (the rest's offsets count from its start)
+            "rest": hashlib.sha256(rest).hexdigest(),
+            "payload": head + len(rest),
+        },
+        separators=(",", ":"),
+    ).encode()
+    first = len(header).to_bytes(8, "little") + header + bytes(payload)
+    return MAGIC + hashlib.sha256(first).digest() + first + rest
 
 
 #: a saved terminal automaton that is cheap to build (from a regex or a literal chain) is saved
@@ -323,10 +390,139 @@ def _build_ahead(dfa: ByteDFA) -> None:
 
 
 def _decode(
-    data: bytes, key: str, vocab: Vocabulary, limits: AutomataLimits, max_cached_masks: int
+    data: bytes,
+    path: str,
+    digest: str,
+    vocab: Vocabulary,
+    limits: AutomataLimits,
+    max_cached_masks: int,
+    rebuild: Callable[[], GrammarEngine] | None = None,
 ) -> GrammarEngine:
+    """The engine in the file at `path`, whose first bytes are `data` (`SnapshotError` unless
+    its head is whole and for the key whose sha256 is `digest`). Only what the first mask
+    needs is read here; the rest of the file — the parser's tables and the automata — is read
+    and checked on the grammar's first step (`unpack`), and `rebuild` compiles the grammar
+    again if it fails then."""
     from structgen.engines import GrammarEngine
     from structgen.engines.grammar import RestoredParts
+
+    if not data.startswith(MAGIC):
+        raise SnapshotError("not a structgen compile-cache file")
+    start = len(MAGIC) + 32  # (the head's digest before it)
+    size = int.from_bytes(data[start : start + 8], "little")
+    if not 0 < size <= _HEADER_LIMIT:
+        raise SnapshotError("bad header length")
+    if len(data) < start + 8 + size:
+        data = _read_file(path)
+    header = json.loads(data[start + 8 : start + 8 + size])
+    if (
+        not isinstance(header, dict)
+        or header.get("format") != FORMAT
+        or header.get("key") != digest
+    ):
+        raise SnapshotError("a file of another format or for another key")
+    head, total = header["head"], header["payload"]
+    if not (type(head) is int and type(total) is int and 0 <= head <= total):
+        raise SnapshotError("bad lengths")
+    rest_at = start + 8 + size + head  # (where the rest begins)
+    if len(data) < rest_at:
+        data = _read_file(path)
+    if hashlib.sha256(memoryview(data)[start:rest_at]).digest() != data[len(MAGIC) : start]:
+        raise SnapshotError("the head's checksum does not match (corrupt or truncated)")
+    fingerprint = header["fingerprint"]
+    token_ids = header["token_ids"]
+    complete = header["initial_complete"]
+    automata_bytes = header["automata_bytes"]
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise SnapshotError("no fingerprint")
+    if not isinstance(token_ids, list) or not all(
+        isinstance(t, int) and 0 <= t < vocab.size for t in token_ids
+    ):
+        raise SnapshotError("bad token ids")
+    if type(complete) is not bool or type(automata_bytes) is not int or automata_bytes < 0:
+        raise SnapshotError("bad first state")
+    first_mask = _first_mask(memoryview(data)[start + 8 + size : rest_at], header, vocab)
+    tables_at, rest_digest = header["tables"], header["rest"]
+    if not isinstance(rest_digest, str):
+        raise SnapshotError("no digest of the rest")
+
+    def unpack() -> UnpackedParts:
+        try:
+            whole = _read_file(path)
+            rest = memoryview(whole)[rest_at:]
+            if (
+                len(rest) != total - head
+                or hashlib.sha256(rest).hexdigest() != rest_digest
+                or whole[len(MAGIC) : start] != data[len(MAGIC) : start]  # (the same head)
+            ):
+                raise SnapshotError("the file's rest does not match its head")
+            return _unpack(rest, tables_at, limits)
+        except SnapshotError:
+            raise
+        except Exception as exc:  # (gone since the load; a malformed table: a wrong type)
+            raise SnapshotError(f"bad tables: {exc!r}") from exc
+
+    parts = RestoredParts(
+        unpack,
+        rebuild,
+        automata_bytes,
+        fingerprint,
+        frozenset(token_ids),
+        first_mask,
+        complete,
+    )
+    return GrammarEngine(
+        None, vocab, limits=limits, max_cached_masks=max_cached_masks, restored=parts
+    )
+
+
+def _first_mask(
+    head: memoryview, header: dict[str, Any], vocab: Vocabulary
+) -> npt.NDArray[np.int32]:
+    """The first mask in the head: all its words, or its nonzero ones (`_encode`)."""
+    words = (vocab.size + 31) // 32
+    saved = header["first_mask"]
+    if not isinstance(saved, dict):
+        raise SnapshotError("bad first mask")
+    if "words" in saved:
+        mask = _array(head, saved["words"], "<i4", words).astype(np.int32)
+    else:
+        where = saved["at"]
+        count = where[1] // 4 if isinstance(where, list) and len(where) == 2 else -1
+        at = _array(head, where, "<u4", count)
+        values = _array(head, saved["values"], "<i4", count)
+        if count <= 64:  # (most first masks: a few words, checked without numpy's overheads)
+            places = at.tolist()
+            ordered = all(a < b for a, b in itertools.pairwise(places))
+        else:
+            places = at.astype(np.intp)
+            ordered = bool((np.diff(places) > 0).all())
+        if count and (not ordered or places[-1] >= words):
+            raise SnapshotError("the first mask's words are out of order or range")
+        mask = np.zeros(words, dtype=np.int32)
+        mask[places] = values
+    if vocab.size % 32 and mask[-1] >> (vocab.size % 32):  # bits past the vocabulary
+        raise SnapshotError("the first mask allows tokens outside the vocabulary")
+    mask.setflags(write=False)
+    return mask
+
+
+def _array(payload: memoryview, where: Any, dtype: str, count: int) -> np.ndarray[Any, Any]:
+    """`count` items of `dtype` at `where` ([offset, length]) of the payload, checked."""
+    if not (isinstance(where, list) and len(where) == 2):
+        raise SnapshotError("an array has no place")
+    offset, length = where
+    item = np.dtype(dtype).itemsize
+    if not (isinstance(offset, int) and isinstance(length, int)) or length != count * item:
+        raise SnapshotError("an array has the wrong size")
+    if offset < 0 or offset + length > len(payload):
+        raise SnapshotError("an array lies outside the file")
+    return np.frombuffer(payload, dtype=dtype, count=count, offset=offset)
+
+
+def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -> UnpackedParts:
+    """The rest of a file (`_decode`), read and checked on the grammar's first step."""
+    from structgen.engines.grammar import UnpackedParts
     from structgen.grammar.earley import EarleyGrammar
     from structgen.grammar.ir_codec import grammar_from_data, terminal_from_data
     from structgen.grammar.terminals import (
@@ -335,23 +531,9 @@ def _decode(
         live_terminal_dfa,
     )
 
-    if not data.startswith(MAGIC):
-        raise SnapshotError("not a structgen compile-cache file")
-    start = len(MAGIC)
-    digest, rest = data[start : start + 32], memoryview(data)[start + 32 :]
-    if hashlib.sha256(rest).digest() != digest:
-        raise SnapshotError("the file's checksum does not match (corrupt or truncated)")
-    size = int.from_bytes(rest[:8], "little")
-    if not 0 < size <= min(_HEADER_LIMIT, len(rest) - 8):
-        raise SnapshotError("bad header length")
-    header = json.loads(bytes(rest[8 : 8 + size]))
-    payload = rest[8 + size :]
-    if header.get("format") != FORMAT or header.get("key") != key:
-        raise SnapshotError("a file of another format or for another key")
-    if header.get("payload") != len(payload):
-        raise SnapshotError("the payload's length does not match")
-    parser = EarleyGrammar.from_tables(header["parser"])
-    ignore = header["ignore"]
+    tables = json.loads(bytes(_array(payload, tables_at, "u1", tables_at[1])))
+    parser = EarleyGrammar.from_tables(tables["parser"])
+    ignore = tables["ignore"]
     if not all(type(i) is int and 0 <= i < parser.num_terminals for i in ignore):
         raise SnapshotError("bad ignored terminals")
     full: list[Grammar] = []
@@ -378,29 +560,21 @@ def _decode(
                 return full[0].terminals[position]
             return terminal_from_data(read_ir(), position, nodes)
 
-    def array(where: Any, dtype: str, count: int) -> np.ndarray[Any, Any]:
-        offset, length = where
-        item = np.dtype(dtype).itemsize
-        if not (isinstance(offset, int) and isinstance(length, int)) or length != count * item:
-            raise SnapshotError("an array has the wrong size")
-        if offset < 0 or offset + length > len(payload):
-            raise SnapshotError("an array lies outside the file")
-        return np.frombuffer(payload, dtype=dtype, count=count, offset=offset)
+    ir_at = tables["grammar"]
+    ir_text = bytes(_array(payload, ir_at, "u1", ir_at[1]))
 
-    ir_at = header["grammar"]
-    ir_text = bytes(array(ir_at, "u1", ir_at[1]))
-
-    entries = header["dfas"]
+    entries = tables["dfas"]
     row_type = entries["row_type"]
     if row_type not in ("<i2", "<i4"):
         raise SnapshotError("an unknown transition type")
     states = [int(n) for n in entries["states"]]
     total_rows = sum(n * int(k) for n, k in zip(states, entries["classes"]))
-    classes = array(entries["byte_classes"], "u1", 256 * len(states)).reshape(-1, 256).copy()
+    classes = _array(payload, entries["byte_classes"], "u1", 256 * len(states))
+    classes = classes.reshape(-1, 256).copy()
     classes.flags.writeable = False  # (each automaton's row is a read-only view of it)
     batch = SnapshotBatch(
-        rows=array(entries["rows"], row_type, total_rows).astype(np.int32),
-        accepting=array(entries["accepting"], "u1", sum(states)).astype(np.bool_),
+        rows=_array(payload, entries["rows"], row_type, total_rows).astype(np.int32),
+        accepting=_array(payload, entries["accepting"], "u1", sum(states)).astype(np.bool_),
         byte_classes=classes,
         states=states,
         classes=[int(k) for k in entries["classes"]],
@@ -411,7 +585,7 @@ def _decode(
     )
     batch.check()
 
-    which = header["terminal_dfa"]
+    which = tables["terminal_dfa"]
     if not isinstance(which, list) or len(which) != parser.num_terminals:
         raise SnapshotError("one automaton per terminal")
     if which and (
@@ -422,8 +596,7 @@ def _decode(
         raise SnapshotError("an automaton has more states than the limits allow")
 
     def restore_automata() -> tuple[ByteDFA, ...]:
-        """The terminals' automata: live shared ones where there are, else the file's (asked
-        for on the grammar's first step: the first mask is in the file)."""
+        """The terminals' automata: live shared ones where there are, else the file's."""
         restored: dict[int, ByteDFA] = {}
         dfas = []
         for position, at in enumerate(which):
@@ -441,31 +614,4 @@ def _decode(
             dfas.append(dfa)
         return tuple(dfas)
 
-    fingerprint = header["fingerprint"]
-    token_ids = header["token_ids"]
-    if not isinstance(fingerprint, str) or not fingerprint:
-        raise SnapshotError("no fingerprint")
-    if not isinstance(token_ids, list) or not all(
-        isinstance(t, int) and 0 <= t < vocab.size for t in token_ids
-    ):
-        raise SnapshotError("bad token ids")
-    words = (vocab.size + 31) // 32
-    first_mask = array(header["first_mask"], "<i4", words).astype(np.int32)
-    if vocab.size % 32 and first_mask[-1] >> (vocab.size % 32):  # bits past the vocabulary
-        raise SnapshotError("the first mask allows tokens outside the vocabulary")
-    first_mask.setflags(write=False)
-    # a restored automaton's table: rows of 256 int32 (`restore_dfa`)
-    table_bytes = sum(map(table_capacity, states)) * 1024
-    parts = RestoredParts(
-        restore_automata,
-        table_bytes,
-        fingerprint,
-        frozenset(token_ids),
-        full_grammar,
-        parser,
-        frozenset(ignore),
-        first_mask,
-    )
-    return GrammarEngine(
-        None, vocab, limits=limits, max_cached_masks=max_cached_masks, restored=parts
-    )
+    return UnpackedParts(parser, frozenset(ignore), restore_automata, full_grammar)

@@ -12,8 +12,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -61,11 +61,17 @@ class CompileLimits:
     eager_dfa_states: int = 128
     eager_seconds: float = 0.0008
     max_compile_seconds: float | None = 60.0
+    #: `automata()`, made once (every compile and load asks)
+    _automata: AutomataLimits = field(init=False, repr=False, compare=False)
 
-    def automata(self) -> AutomataLimits:
-        return AutomataLimits(
+    def __post_init__(self) -> None:
+        limits = AutomataLimits(
             max_nfa_states=self.max_nfa_states, max_dfa_states=self.max_dfa_states
         )
+        object.__setattr__(self, "_automata", limits)
+
+    def automata(self) -> AutomataLimits:
+        return self._automata
 
 
 class CompiledGrammar:
@@ -85,7 +91,7 @@ class CompiledGrammar:
         "_tokens",
         "_fingerprint",
         "kind",
-        "source",
+        "_source",
         "vocab",
     )
 
@@ -95,12 +101,14 @@ class CompiledGrammar:
         engine: Engine,
         *,
         kind: str,
-        source: str,
+        source: str | Callable[[], str],
         recipe: tuple[Any, ...] | None = None,
     ) -> None:
+        """`source`: the text shown for it, or a function that writes it when first asked
+        (a schema's head: ~25 us, a tenth of a compile-cache load)."""
         self.vocab = vocab
         self.kind = kind
-        self.source = source
+        self._source = source
         self._engine = engine
         self._recipe = recipe
         self._planner: Any = None  # closing.CompletionPlanner, made on first use
@@ -112,6 +120,14 @@ class CompiledGrammar:
         if token_ids:
             self._use_tokens(token_ids)
         self._fingerprint: str | None = None
+
+    @property
+    def source(self) -> str:
+        """What was compiled, as text (a schema's or grammar's first 200 characters)."""
+        source = self._source
+        if not isinstance(source, str):
+            source = self._source = source()
+        return source
 
     @property
     def fingerprint(self) -> str:
@@ -630,7 +646,7 @@ class Compiler:
                     )
                 ),
                 kind="json_schema",
-                source=text_head(schema, 200),
+                source=lambda: text_head(schema, 200),
                 recipe=("json_schema", (data,), {"options": opts}),
             )
 
@@ -836,7 +852,7 @@ class Compiler:
         build: Any,
         *,
         kind: str,
-        source: str,
+        source: str | Callable[[], str],
         recipe: tuple[str, tuple[Any, ...], dict[str, Any]],
     ) -> CompiledGrammar:
         full_key = (*key, self.vocab.fingerprint, self.limits, _COMPILER_VERSION)
@@ -849,9 +865,26 @@ class Compiler:
         disk_key = None if disk is None else key_text(full_key)
         loaded = None
         if disk is not None and disk_key is not None:
+
+            def compile_again() -> GrammarEngine:
+                """The grammar compiled, for a loaded file that fails its checks on the first
+                step (when the rest of it is read)."""
+                with paused_gc(), compile_budget(self.limits.max_compile_seconds):
+                    engine = build()
+                if type(engine) is not GrammarEngine:  # (a file under a key never saved)
+                    raise StructgenError(
+                        f"the compile-cache file for this {kind} is foreign: delete "
+                        f"{disk.path_for(disk_key)}"
+                    )
+                return engine
+
             with paused_gc():
                 loaded = disk.load(
-                    disk_key, self.vocab, self.limits.automata(), self.limits.max_cached_masks
+                    disk_key,
+                    self.vocab,
+                    self.limits.automata(),
+                    self.limits.max_cached_masks,
+                    compile_again,
                 )
         with paused_gc(), compile_budget(self.limits.max_compile_seconds):
             compiled = CompiledGrammar(

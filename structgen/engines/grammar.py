@@ -32,6 +32,7 @@ from structgen._lru import LRU
 from structgen.automata import AutomataLimits, ByteDFA
 from structgen.automata.dfa import UnionSource, shortest_paths
 from structgen.automata.nfa import extension_function
+from structgen.automata.snapshot import SnapshotError
 from structgen.grammar.earley import EarleyGrammar, EarleySet
 from structgen.grammar.ir import Grammar
 from structgen.grammar.sampler import sample_sentences
@@ -166,22 +167,45 @@ class _Lexer:
         self.accepted = union.accepted
 
 
+class _PendingParse:
+    """The initial parse state of a loaded grammar whose parser is not read yet: its first mask
+    (the file's copy, under `("mask", PENDING_START, True)`) and whether an empty output is
+    complete. Every other question first reads the rest of the file (`_unpacked`)."""
+
+    __slots__ = ("complete", "memo")
+
+    def __init__(self, first_mask: npt.NDArray[np.int32], complete: bool) -> None:
+        self.memo: dict[Any, Any] = {("mask", PENDING_START, True): first_mask}
+        self.complete = complete
+
+
+@dataclass(frozen=True, slots=True)
+class UnpackedParts:
+    """The rest of a compile-cache file, read and checked on a loaded grammar's first step: the
+    parser, an automaton per terminal on demand (restored snapshots or live shared ones), and
+    the full grammar on demand (its terminal patterns are read only for `to_text`)."""
+
+    parser: EarleyGrammar
+    ignore: frozenset[int]  # the parser's ids of the `%ignore` terminals
+    terminal_dfas: Callable[[], tuple[ByteDFA, ...]]
+    grammar: Callable[[], Grammar]
+
+
 @dataclass(frozen=True, slots=True)
 class RestoredParts:
-    """What a compile-cache file gives a `GrammarEngine` in place of building it: an automaton
-    per terminal (restored snapshots or live shared ones) on demand — a loaded grammar answers
-    its first mask from the file and restores them on its first step —, the grammar's
-    fingerprint and token ids, and the full grammar on demand (its terminal patterns are read
-    only for `to_text`)."""
+    """What a compile-cache file gives a `GrammarEngine` in place of building it. A load reads
+    only what the first mask needs — the mask itself, the grammar's fingerprint and token ids;
+    the first step reads the rest (`unpack`, which raises `SnapshotError` for a file that
+    fails its checks: then `rebuild` compiles the grammar again, and the engine goes on with
+    what it built)."""
 
-    terminal_dfas: Callable[[], tuple[ByteDFA, ...]]
+    unpack: Callable[[], UnpackedParts]
+    rebuild: Callable[[], GrammarEngine] | None
     automata_bytes: int  # what the restored automata will hold (the cache budget's estimate)
     fingerprint: str
     token_ids: frozenset[int]
-    grammar: Callable[[], Grammar]
-    parser: EarleyGrammar
-    ignore: frozenset[int]  # the parser's ids of the `%ignore` terminals
-    first_mask: npt.NDArray[np.int32] | None = None  # the initial state's mask, as saved
+    first_mask: npt.NDArray[np.int32]  # the initial state's mask, as saved
+    initial_complete: bool  # whether the empty output is complete
 
 
 class GrammarEngine:
@@ -201,45 +225,105 @@ class GrammarEngine:
         self.vocab = vocab
         self.limits = limits
         self.max_cached_masks = max_cached_masks
+        self._restored = restored
+        self._pending: _PendingParse | None = None
+        self._restore: Callable[[], tuple[ByteDFA, ...]] | None = None
+        self._full_grammar: Callable[[], Grammar] | None = None
+        self._restored_bytes = 0
+        self._lexers: dict[frozenset[int], _Lexer] = {}
+        self._union: _SharedUnion | None = None
+        self._lock = threading.RLock()
+        self._parser: EarleyGrammar | None
+        self._ignore: frozenset[int]
+        self._initial: EarleySet | None
         if restored is None:
             assert grammar is not None
             self._grammar: Grammar | None = grammar
-            self._full_grammar: Callable[[], Grammar] | None = None
             self._terminal_dfas: list[ByteDFA] | None = [
                 terminal_dfa(t, limits) for t in grammar.terminals
             ]
-            self._restore: Callable[[], tuple[ByteDFA, ...]] | None = None
-            self._restored_bytes = 0
             self._fingerprint: str | None = None  # (digested when first asked)
             self.token_ids = grammar_tokens(grammar)  # token terminals (read by CompiledGrammar)
             dfas = zip(grammar.terminals, self._terminal_dfas)
             usable = [t.name for t, d in dfas if not d.is_empty]
-            self.parser = EarleyGrammar(grammar, usable_terminals=usable)
-            names = self.parser.terminal_names
-            self.ignore = frozenset(names.index(n) for n in grammar.ignore if n in usable)
+            self._parser = parser = EarleyGrammar(grammar, usable_terminals=usable)
+            names = parser.terminal_names
+            self._ignore = frozenset(names.index(n) for n in grammar.ignore if n in usable)
+            self._initial = parser.initial_set()
+            self.lexer(self._initial)  # (the grammar's lexer and its first state's)
         else:
+            # (the parser, the initial parse and the automata come with the first step)
             self._grammar = None
-            self._full_grammar = restored.grammar
             self._terminal_dfas = None
-            self._restore = restored.terminal_dfas
             self._restored_bytes = restored.automata_bytes
             self._fingerprint = restored.fingerprint
             self.token_ids = restored.token_ids
-            self.parser = restored.parser
-            self.ignore = restored.ignore
-        self._lexers: dict[frozenset[int], _Lexer] = {}
-        self._union: _SharedUnion | None = None
-        self._lock = threading.RLock()
-        self._initial = self.parser.initial_set()
-        if restored is not None and restored.first_mask is not None:
-            # the file's copy of the first mask (a walk of the whole vocabulary otherwise)
-            self._initial.memo[("mask", PENDING_START, True)] = restored.first_mask
-        else:
-            self.lexer(self._initial)  # (the grammar's lexer and its first state's)
+            self._parser = None
+            self._ignore = frozenset()
+            self._initial = None
+            self._pending = _PendingParse(restored.first_mask, restored.initial_complete)
         # Parse states are memoised weakly; the most recent ones are kept alive here so that the
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
+
+    @property
+    def parser(self) -> EarleyGrammar:
+        parser = self._parser
+        if parser is None:
+            self._unpacked()
+            parser = self._parser
+            assert parser is not None
+        return parser
+
+    @property
+    def ignore(self) -> frozenset[int]:
+        """The parser's ids of the `%ignore` terminals."""
+        if self._parser is None:
+            self._unpacked()
+        return self._ignore
+
+    def _unpacked(self) -> EarleySet:
+        """The initial parse state (a loaded grammar reads the rest of its file first)."""
+        initial = self._initial
+        if initial is None:
+            with self._lock:
+                initial = self._initial
+                if initial is None:
+                    initial = self._unpack()
+        return initial
+
+    def _unpack(self) -> EarleySet:
+        restored = self._restored
+        assert restored is not None
+        try:
+            with paused_gc():
+                parts = restored.unpack()
+                initial = parts.parser.initial_set()
+                if initial.complete != restored.initial_complete:
+                    raise SnapshotError("the file's first state disagrees with its parser")
+        except SnapshotError:
+            if restored.rebuild is None:
+                raise
+            # (a file that passed the load's checks but not these: the grammar compiled again,
+            # its parts taken over — the first mask it answered came from the same checks)
+            fresh = restored.rebuild()
+            self._grammar = fresh.grammar
+            self._terminal_dfas = fresh.terminal_dfas
+            self._lexers = fresh._lexers
+            self._union = fresh._union
+            self._ignore = fresh.ignore
+            self._parser = fresh.parser
+            self._initial = initial = fresh._unpacked()
+            self._restored = None
+            return initial
+        self._ignore = parts.ignore
+        self._restore = parts.terminal_dfas
+        self._full_grammar = parts.grammar
+        self._parser = parts.parser
+        self._initial = initial
+        self._restored = None  # (it holds the file)
+        return initial
 
     def build_first_rows(self) -> int:
         """Build the first row of each terminal automaton built at compile (a small regex's
@@ -290,6 +374,7 @@ class GrammarEngine:
         """The automaton of each terminal (a loaded grammar restores them on first use)."""
         dfas = self._terminal_dfas
         if dfas is None:
+            initial = self._unpacked()
             with self._lock:
                 dfas = self._terminal_dfas
                 if dfas is None:
@@ -297,11 +382,10 @@ class GrammarEngine:
                     with paused_gc():  # (from `advance` too: a few objects per terminal)
                         dfas = self._terminal_dfas = list(self._restore())
                     self._restore = None  # (it holds the file's arrays)
-                    memo = self._initial.memo
-                    first = memo.get(("mask", PENDING_START, True))
-                    start = self.lexer(self._initial).start
-                    if first is not None:  # the saved first mask serves the real start too
-                        memo.setdefault(("mask", start, True), first)
+                    start = self.lexer(initial).start
+                    if self._pending is not None:  # the saved first mask serves the real start
+                        first = self._pending.memo[("mask", PENDING_START, True)]
+                        initial.memo.setdefault(("mask", start, True), first)
         return dfas
 
     @property
@@ -309,6 +393,9 @@ class GrammarEngine:
         """The IR grammar (a restored engine reads its terminal patterns on first use)."""
         grammar = self._grammar
         if grammar is None:
+            self._unpacked()
+            if self._grammar is not None:  # (compiled again: the file failed its checks)
+                return self._grammar
             assert self._full_grammar is not None
             grammar = self._grammar = self._full_grammar()
         return grammar
@@ -322,7 +409,7 @@ class GrammarEngine:
         mask = ((self.vocab.size + 31) // 32) * 4
         dfas = self._terminal_dfas
         if dfas is None:  # (not restored yet: estimated from the file)
-            parts = {id(self._initial): self._restored_bytes}
+            parts = {id(self._pending): self._restored_bytes}
         else:
             parts = {id(d): d.memory_bytes() for d in dfas}
         union = self._union  # every lexer of the grammar is a start state of this one DFA
@@ -337,7 +424,7 @@ class GrammarEngine:
     def lexer(self, parse: EarleySet) -> _Lexer:
         lexer = parse.memo.get("lexer")
         if lexer is None:
-            wanted = parse.expected | self.ignore
+            wanted = parse.expected | self._ignore  # (a real parse state: the parser is read)
             with self._lock:
                 lexer = self._lexers.get(wanted)
                 if lexer is None:
@@ -366,15 +453,19 @@ class GrammarEngine:
 
     @property
     def initial_state(self) -> ParseState:
-        if self._terminal_dfas is None:
-            return (self._initial, PENDING_START, True)
-        return (self._initial, self.lexer(self._initial).start, True)
+        pending = self._pending
+        if pending is not None and self._terminal_dfas is None:
+            return (pending, PENDING_START, True)  # type: ignore[return-value]
+        initial = self._initial
+        assert initial is not None
+        return (initial, self.lexer(initial).start, True)
 
     def _resolved(self, state: ParseState) -> ParseState:
-        """`state` with a real lexer state (`PENDING_START` restores the automata)."""
-        parse, lex_state, fresh = state
-        if lex_state == PENDING_START:
-            return (parse, self.lexer(parse).start, fresh)
+        """`state` with a real parse and lexer state (the pending initial state of a loaded
+        grammar reads the rest of its file and restores the automata)."""
+        if state[1] == PENDING_START:
+            initial = self._unpacked()
+            return (initial, self.lexer(initial).start, True)
         return state
 
     def end_lexeme(self, parse: EarleySet, lexer_state: int) -> EarleySet | None:
@@ -386,7 +477,7 @@ class GrammarEngine:
         """The parse after a lexeme of one of `accepted` (None: none fits here)."""
         # scan() memoises children weakly: states stay alive only while a matcher holds them.
         result = parse.scan(accepted) if accepted else None
-        if result is None and accepted & self.ignore:
+        if result is None and accepted & self._ignore:
             result = parse
         elif result is not None:
             self._recent.append(result)

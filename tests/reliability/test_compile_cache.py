@@ -393,22 +393,42 @@ def _only_file(cache: Path) -> Path:
 
 
 def _rewrite(path: Path, edit: Any) -> None:
-    """Change the header through `edit(header)` and write a file with a valid checksum: a
-    tampered file that only the checks on its content can catch."""
+    """Change the file through `edit(header, tables, head, rest)` — the header and the head's
+    bytes a load reads, the tables and the rest's bytes the first step reads — and write it
+    with valid checksums: a tampered file that only the checks on its content can catch."""
     data = path.read_bytes()
-    rest = data[len(MAGIC) + 32 :]
-    size = int.from_bytes(rest[:8], "little")
-    header = json.loads(rest[8 : 8 + size])
-    payload = bytearray(rest[8 + size :])
-    edit(header, payload)
+    start = len(MAGIC) + 32
+    size = int.from_bytes(data[start : start + 8], "little")
+    header = json.loads(data[start + 8 : start + 8 + size])
+    payload = data[start + 8 + size :]
+    head, rest = bytearray(payload[: header["head"]]), bytearray(payload[header["head"] :])
+    offset, length = header["tables"]
+    tables = json.loads(rest[offset : offset + length])
+    before = json.loads(json.dumps(header))
+    edit(header, tables, head, rest)
+    text = json.dumps(tables).encode()  # (appended: the arrays keep their places)
+    if header["tables"] == before["tables"]:
+        header["tables"] = [len(rest), len(text)]
+    rest += text
+    for name, value in [
+        ("head", len(head)),
+        ("payload", len(head) + len(rest)),
+        ("rest", hashlib.sha256(rest).hexdigest()),
+    ]:
+        if header[name] == before[name]:
+            header[name] = value
     text = json.dumps(header).encode()
-    body = len(text).to_bytes(8, "little") + text + bytes(payload)
-    path.write_bytes(MAGIC + hashlib.sha256(body).digest() + body)
+    first = len(text).to_bytes(8, "little") + text + bytes(head)
+    path.write_bytes(MAGIC + hashlib.sha256(first).digest() + first + bytes(rest))
 
 
-def _bits_past_the_vocabulary(header: dict[str, Any], payload: bytearray) -> None:
-    offset, length = header["first_mask"]
-    payload[offset + length - 1] |= 0x80  # the last word's top bit: token 127 of 100
+def _bits_past_the_vocabulary(
+    header: dict[str, Any], tables: Any, head: bytearray, rest: bytearray
+) -> None:
+    words = bytearray(16)  # (4 words: 100 tokens)
+    words[-1] |= 0x80  # the last word's top bit: token 127 of 100
+    header["first_mask"] = {"words": [len(head), 16]}
+    head += words
 
 
 class TestUntrustedFiles:
@@ -424,8 +444,10 @@ class TestUntrustedFiles:
 
     def _assert_rejected_then_rebuilt(self, cache: Path, expected: CompiledGrammar) -> None:
         grammar, disk = self._reload(cache)
+        # (refused at the load, or on the first step: the tables are read then)
+        tokens = _random_tokens(expected, seed=0)
+        assert _walk(grammar, tokens) == _walk(expected, tokens)
         assert disk.rejected >= 1 and grammar == expected
-        assert _walk(grammar, []) == _walk(expected, [])
         # ... and the file was written again: the next start trusts it
         rejected = disk.rejected
         self._reload(cache)
@@ -461,15 +483,28 @@ class TestUntrustedFiles:
     @pytest.mark.parametrize(
         "edit",
         [
-            pytest.param(lambda h, p: h["dfas"]["states"].__setitem__(0, 10**9), id="states"),
-            pytest.param(lambda h, p: h["dfas"]["starts"].__setitem__(0, 99), id="start"),
-            pytest.param(lambda h, p: h["parser"]["rules"].append([0, 99999]), id="rule"),
-            pytest.param(lambda h, p: h.__setitem__("terminal_dfa", [0]), id="terminals"),
-            pytest.param(lambda h, p: h.__setitem__("format", 0), id="format"),
-            pytest.param(lambda h, p: h["dfas"].__setitem__("rows", [10**9, 4]), id="offset"),
-            pytest.param(lambda h, p: h["first_mask"].__setitem__(1, 4), id="mask-length"),
-            pytest.param(lambda h, p: h["dfas"].__setitem__("row_type", "<f8"), id="row-type"),
-            pytest.param(lambda h, p: h["dfas"].__setitem__("row_type", "<i4"), id="row-width"),
+            pytest.param(lambda h, t, p, r: t["dfas"]["states"].__setitem__(0, 10**9), id="states"),
+            pytest.param(lambda h, t, p, r: t["dfas"]["starts"].__setitem__(0, 99), id="start"),
+            pytest.param(lambda h, t, p, r: t["parser"]["rules"].append([0, 99999]), id="rule"),
+            pytest.param(lambda h, t, p, r: t["parser"].__setitem__("rules", 7), id="rules-type"),
+            pytest.param(lambda h, t, p, r: t.__setitem__("terminal_dfa", [0]), id="terminals"),
+            pytest.param(lambda h, t, p, r: t.pop("dfas"), id="no-automata"),
+            pytest.param(lambda h, t, p, r: h.__setitem__("format", 0), id="format"),
+            pytest.param(lambda h, t, p, r: t["dfas"].__setitem__("rows", [10**9, 4]), id="offset"),
+            pytest.param(
+                lambda h, t, p, r: h.__setitem__("first_mask", {"words": [0, 4]}),
+                id="mask-length",
+            ),
+            pytest.param(lambda h, t, p, r: h.__setitem__("rest", "0" * 64), id="rest-digest"),
+            pytest.param(lambda h, t, p, r: h.__setitem__("head", 10**6), id="head-length"),
+            pytest.param(lambda h, t, p, r: h.__setitem__("tables", [10**9, 4]), id="tables-place"),
+            pytest.param(lambda h, t, p, r: h.__setitem__("automata_bytes", -1), id="bytes"),
+            pytest.param(
+                lambda h, t, p, r: t["dfas"].__setitem__("row_type", "<f8"), id="row-type"
+            ),
+            pytest.param(
+                lambda h, t, p, r: t["dfas"].__setitem__("row_type", "<i4"), id="row-width"
+            ),
             pytest.param(_bits_past_the_vocabulary, id="mask-bits"),
         ],
     )
@@ -480,23 +515,124 @@ class TestUntrustedFiles:
         _rewrite(_only_file(tmp_path), edit)
         self._assert_rejected_then_rebuilt(tmp_path, grammar)
 
+    def test_a_first_state_that_disagrees_with_the_parser_is_caught_on_the_first_step(
+        self, tmp_path: Path
+    ) -> None:
+        """The first mask and whether an empty output is complete are answered from the header
+        (as a file's first mask always was: no check can tell a wrong mask from a right one);
+        the first step reads the parser and compiles again when the two disagree."""
+        expected, _ = self._compile(tmp_path)
+        _rewrite(_only_file(tmp_path), lambda h, t, p, r: h.__setitem__("initial_complete", True))
+        grammar, disk = self._reload(tmp_path)
+        tokens = _random_tokens(expected, seed=0)
+        assert _walk(grammar, tokens)[1:] == _walk(expected, tokens)[1:]
+        assert disk.rejected == 1
+        self._reload(tmp_path)  # (the file was written again)
+        assert disk.rejected == 1 and disk.hits >= 1
+
     def test_a_transition_out_of_range_is_refused(self, tmp_path: Path) -> None:
         """The C walk reads the tables through raw pointers: no state id out of range may
         reach it."""
         grammar, _ = self._compile(tmp_path)
 
-        def edit(header: dict[str, Any], payload: bytearray) -> None:
-            offset, _ = header["dfas"]["rows"]
-            if header["dfas"]["row_type"] == "<i2":  # (16 bits a transition: ids below 2**15)
-                payload[offset : offset + 2] = (30_000).to_bytes(2, "little")
+        def edit(header: dict[str, Any], tables: Any, head: bytearray, rest: bytearray) -> None:
+            offset, _ = tables["dfas"]["rows"]
+            if tables["dfas"]["row_type"] == "<i2":  # (16 bits a transition: ids below 2**15)
+                rest[offset : offset + 2] = (30_000).to_bytes(2, "little")
             else:
-                payload[offset : offset + 4] = (10**6).to_bytes(4, "little")
+                rest[offset : offset + 4] = (10**6).to_bytes(4, "little")
 
         _rewrite(_only_file(tmp_path), edit)
         self._assert_rejected_then_rebuilt(tmp_path, grammar)
 
 
+class TestFilesChangedAfterTheLoad:
+    """A load reads a file's head; the first step reads the rest. A file changed in between
+    (deleted, damaged, replaced by another grammar's) is caught there: the grammar is compiled
+    again, and the walk goes on as the compiled one's."""
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            pytest.param(lambda path, other: path.unlink(), id="deleted"),
+            pytest.param(
+                lambda path, other: path.write_bytes(path.read_bytes()[:-1] + b"?"), id="damaged"
+            ),
+            pytest.param(lambda path, other: path.write_bytes(other), id="replaced"),
+        ],
+    )
+    def test_the_first_step_compiles_again(self, tmp_path: Path, change: Any) -> None:
+        vocab = _small_vocab()
+        other_cache = tmp_path / "other"
+        Compiler(vocab, cache_dir=other_cache).json_schema({"type": "integer"})
+        other = _only_file(other_cache).read_bytes()
+        cache = tmp_path / "cache"
+        expected = Compiler(vocab, cache_dir=cache).json_schema(PERSON)
+        tokens = _random_tokens(expected, seed=1)
+        structgen.clear_caches()
+        compiler = Compiler(vocab, cache_dir=cache)
+        loaded = compiler.json_schema(PERSON)
+        assert compiler.disk_cache is not None and compiler.disk_cache.hits == 1
+        change(_only_file(cache), other)
+        assert _walk(loaded, tokens) == _walk(expected, tokens)
+        assert compiler.disk_cache.rejected == 1
+
+
 class TestWhatIsSaved:
+    def test_a_load_reads_only_the_head(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The header and the first mask, at the file's start, are all a load reads: the
+        parser's tables and the automata are read and checked on the first step."""
+        vocab = load_vocab("llama3_1")
+        accept = SchemaOptions(mode="accept")
+        Compiler(vocab, cache_dir=tmp_path).json_schema(PERSON, options=accept)
+        structgen.clear_caches()
+        reads: list[int | None] = []
+        unpacked: list[int] = []
+        read_file, unpack = structgen.compile_cache._read_file, structgen.compile_cache._unpack
+
+        def reading(path: str, limit: int | None = None) -> bytes:
+            reads.append(limit)
+            return read_file(path, limit)
+
+        def unpacking(*args: Any) -> Any:
+            unpacked.append(1)
+            return unpack(*args)
+
+        monkeypatch.setattr(structgen.compile_cache, "_read_file", reading)
+        monkeypatch.setattr(structgen.compile_cache, "_unpack", unpacking)
+        loaded = Compiler(vocab, cache_dir=tmp_path).json_schema(PERSON, options=accept)
+        matcher = Matcher(loaded)
+        bitmask = allocate_bitmask(1, vocab.size, backend="numpy")
+        matcher.fill_bitmask(bitmask)
+        matcher.can_terminate()
+        assert reads == [structgen.compile_cache._FIRST_READ] and not unpacked
+        assert _only_file(tmp_path).stat().st_size > reads[0]  # (a part of the file)
+        allowed = np.flatnonzero(np.unpackbits(bitmask[0].view(np.uint8), bitorder="little"))
+        assert matcher.accept_token(int(allowed[0]))
+        assert reads == [reads[0], None] and unpacked == [1]
+
+    @pytest.mark.parametrize(
+        ("call", "form"),
+        [
+            pytest.param(lambda c: c.json_schema(PERSON), "at", id="few-tokens"),
+            pytest.param(lambda c: c.grammar('start: /[^"]+/'), "words", id="most-tokens"),
+        ],
+    )
+    def test_the_first_mask_is_saved_as_its_nonzero_words_or_whole(
+        self, tmp_path: Path, call: Any, form: str
+    ) -> None:
+        vocab = load_vocab("gpt2")
+        case = _Case(vocab, call)
+        expected = _walk(case(Compiler(vocab)), [])
+        loaded = _loaded(case, tmp_path)
+        data = _only_file(tmp_path).read_bytes()
+        start = len(MAGIC) + 32
+        size = int.from_bytes(data[start : start + 8], "little")
+        assert form in json.loads(data[start + 8 : start + 8 + size])["first_mask"]
+        assert _walk(loaded, []) == expected
+
     def test_the_first_mask_is_read_not_walked(self, tmp_path: Path) -> None:
         vocab = _small_vocab()
         compiled = Compiler(vocab, cache_dir=tmp_path).json_schema(PERSON)
