@@ -236,6 +236,12 @@ class _Source(ABC):
         """A C context that builds this source's rows (None: Python builds them)."""
         return None
 
+    def saved_rows(self) -> IntArray | None:
+        """Rows of states `0..n-1` known up front, one entry per byte class (`-2`: a row not
+        known), which the automaton copies into its table when it makes one of its own (a
+        restored snapshot's); None: none."""
+        return None
+
     def bounded_key(self, key: Any, depth: int) -> Hashable:
         """A key equal for every two keys that behave alike on the next `depth` bytes (same
         transitions alive, same acceptance), for sources that count (`counts`): the key
@@ -812,6 +818,12 @@ class ByteDFA:
         with (`unbuilt_rows`; under the lock): the same rows, writable."""
         table = _table_memory(self._table.shape[0])
         table.fill(-2)
+        saved = self._source.saved_rows()
+        if saved is not None:  # (all of them at once: C reads them without asking for each)
+            count = saved.shape[0]
+            saved.take(self.byte_classes, axis=1, out=table[:count])
+            built = (saved[:, 0] != -2).view(np.uint8)
+            self._built[:count] = built.tobytes()
         self._table = table  # (the shared one lives on: nothing to retire)
         self._untouched_from = table.shape[0]
         self._refresh_views()
@@ -980,6 +992,8 @@ class ByteDFA:
                 return
             if not self._table.flags.writeable:  # (a restored automaton's first row)
                 self._own_table()
+                if state < len(self._built) and self._built[state]:
+                    return  # (a saved row: copied with the others)
             if self._empty:  # (the start of an empty language, its only state: nothing moves)
                 self._table[state] = -1
             else:

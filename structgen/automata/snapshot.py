@@ -236,6 +236,10 @@ class SnapshotSource(_Source):
         fresh = self._fresh
         return 0 if fresh is None else fresh.memory_bytes()
 
+    def saved_rows(self) -> npt.NDArray[np.int32]:
+        """The snapshot's rows (its states' ids are the automaton's)."""
+        return self._snapshot.rows
+
     @property
     def rebuilt(self) -> bool:
         """Whether the automaton had to be built again (a row outside the snapshot)."""

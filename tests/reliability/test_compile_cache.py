@@ -256,6 +256,30 @@ class TestRoundTrip:
         read = [d for d in shared if d._table.flags.writeable]
         assert read and all((d._table != UNBUILT).any() for d in read)
 
+    def test_the_first_row_read_copies_every_saved_row(self, tmp_path: Path) -> None:
+        """A restored automaton's table of its own comes with all its saved rows, so C reads
+        them without asking Python for each; its unsaved rows stay unbuilt."""
+        loaded, tokens, expected = _person_loaded(tmp_path)
+        dfas = loaded._engine.terminal_dfas  # type: ignore[attr-defined]
+        restored = [d for d in dfas if isinstance(d._source, SnapshotSource)]
+        shared = [d for d in restored if not d._table.flags.writeable]
+        checked = 0
+        for dfa in shared:
+            rows = dfa._source.saved_rows()
+            saved = rows[:, 0] != UNBUILT
+            if not saved[dfa.start]:
+                continue
+            checked += 1
+            dfa.row(dfa.start)  # (a saved row: the first read)
+            count = len(rows)
+            assert bytes(dfa._built[:count]) == saved.astype(np.uint8).tobytes()
+            table = dfa._table[:count]
+            assert np.array_equal(table[saved], rows[saved].take(dfa.byte_classes, axis=1))
+            assert (table[~saved] == UNBUILT).all()
+            assert not dfa._source.rebuilt
+        assert checked >= 2
+        assert _walk(loaded, tokens) == expected
+
     def test_a_rebuild_reads_only_its_own_terminal(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
