@@ -309,26 +309,35 @@ def _encode(engine: GrammarEngine, key: str) -> bytes:
     rows = np.concatenate([x.rows.ravel() for x in snapshots] or [empty.astype(np.int32)])
     # 16 bits a transition when every state id fits (the rows are most of a file)
     row_type = "<i2" if not len(rows) or int(rows.max()) < 1 << 15 else "<i4"
+    # per automaton: states, byte classes, start, whether its language is empty
+    sizes = [[x.rows.shape[0], x.rows.shape[1], x.start, x.empty] for x in snapshots]
     dfas = {
-        "states": [int(x.rows.shape[0]) for x in snapshots],
-        "classes": [int(x.rows.shape[1]) for x in snapshots],
-        "starts": [x.start for x in snapshots],
-        "empty": [x.empty for x in snapshots],
-        "alphabets": [format(x.alphabet, "x") for x in snapshots],
+        "count": len(snapshots),
+        "sizes": put(np.array(sizes, dtype="<i4").reshape(-1, 4)),
+        "alphabets": put(
+            np.frombuffer(b"".join(x.alphabet.to_bytes(32, "little") for x in snapshots), "u1")
+        ),
         "fingerprints": [x.fingerprint for x in snapshots],
         "rows": put(rows.astype(row_type)),
         "row_type": row_type,
         "accepting": put(np.concatenate([x.accepting for x in snapshots] or [empty]).astype("u1")),
         "byte_classes": put(np.concatenate([x.byte_classes for x in snapshots] or [empty])),
     }
-    # what the first step reads (a load reads only the header and the first mask)
+    parser = engine.parser.tables()
+    symbols, rule_sizes = engine.parser.rule_arrays()
+    parser["rules"] = {
+        "symbols": put(symbols.astype("<i4")),
+        "sizes": put(rule_sizes.astype("<i4")),
+    }
+    # what the first step reads (a load reads only the header and the first mask); the long
+    # lists of numbers as arrays (JSON's were most of that step's reading)
     tables = json.dumps(
         {
             "grammar": [0, len(ir_text)],
-            "parser": engine.parser.tables(),
+            "parser": parser,
             "ignore": sorted(engine.ignore),
             "dfas": dfas,
-            "terminal_dfa": terminal_dfa,
+            "terminal_dfa": put(np.array(terminal_dfa, dtype="<i4")),
         },
         separators=(",", ":"),
     ).encode()
@@ -520,6 +529,15 @@ def _array(payload: memoryview, where: Any, dtype: str, count: int) -> np.ndarra
     return np.frombuffer(payload, dtype=dtype, count=count, offset=offset)
 
 
+def _items(payload: memoryview, where: Any, dtype: str) -> np.ndarray[Any, Any]:
+    """The array at `where` of the payload, as many items of `dtype` as its length holds."""
+    length = where[1] if isinstance(where, list) and len(where) == 2 else None
+    size = np.dtype(dtype).itemsize
+    if not isinstance(length, int) or length % size:
+        raise SnapshotError("an array has the wrong size")
+    return _array(payload, where, dtype, length // size)
+
+
 def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -> UnpackedParts:
     """The rest of a file (`_decode`), read and checked on the grammar's first step."""
     from structgen.engines.grammar import UnpackedParts
@@ -532,7 +550,12 @@ def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -
     )
 
     tables = json.loads(bytes(_array(payload, tables_at, "u1", tables_at[1])))
-    parser = EarleyGrammar.from_tables(tables["parser"])
+    parser_data, entries = tables["parser"], tables["dfas"]
+    rules = parser_data["rules"]
+    parser = EarleyGrammar.from_tables(
+        parser_data,
+        (_items(payload, rules["symbols"], "<i4"), _items(payload, rules["sizes"], "<i4")),
+    )
     ignore = tables["ignore"]
     if not all(type(i) is int and 0 <= i < parser.num_terminals for i in ignore):
         raise SnapshotError("bad ignored terminals")
@@ -563,13 +586,19 @@ def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -
     ir_at = tables["grammar"]
     ir_text = bytes(_array(payload, ir_at, "u1", ir_at[1]))
 
-    entries = tables["dfas"]
     row_type = entries["row_type"]
     if row_type not in ("<i2", "<i4"):
         raise SnapshotError("an unknown transition type")
-    states = [int(n) for n in entries["states"]]
-    total_rows = sum(n * int(k) for n, k in zip(states, entries["classes"]))
-    classes = _array(payload, entries["byte_classes"], "u1", 256 * len(states))
+    count = entries["count"]
+    if type(count) is not int or count < 0:
+        raise SnapshotError("bad automata count")
+    sizes = _array(payload, entries["sizes"], "<i4", 4 * count).reshape(count, 4)
+    states, classes_of, starts, empty = sizes.T.tolist()
+    if min(states, default=1) < 1 or min(classes_of, default=1) < 1:
+        raise SnapshotError("bad automaton size")
+    total_rows = sum(n * k for n, k in zip(states, classes_of))
+    alphabets = _array(payload, entries["alphabets"], "u1", 32 * count).tobytes()
+    classes = _array(payload, entries["byte_classes"], "u1", 256 * count)
     classes = classes.reshape(-1, 256).copy()
     classes.flags.writeable = False  # (each automaton's row is a read-only view of it)
     batch = SnapshotBatch(
@@ -577,20 +606,20 @@ def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -
         accepting=_array(payload, entries["accepting"], "u1", sum(states)).astype(np.bool_),
         byte_classes=classes,
         states=states,
-        classes=[int(k) for k in entries["classes"]],
-        starts=[int(x) for x in entries["starts"]],
-        empty=[bool(x) for x in entries["empty"]],
-        alphabets=[int(x, 16) for x in entries["alphabets"]],
+        classes=classes_of,
+        starts=starts,
+        empty=[x != 0 for x in empty],
+        alphabets=[
+            int.from_bytes(alphabets[i : i + 32], "little") for i in range(0, 32 * count, 32)
+        ],
         fingerprints=[str(x) for x in entries["fingerprints"]],
     )
     batch.check()
 
-    which = tables["terminal_dfa"]
-    if not isinstance(which, list) or len(which) != parser.num_terminals:
+    which = _items(payload, tables["terminal_dfa"], "<i4").tolist()
+    if len(which) != parser.num_terminals:
         raise SnapshotError("one automaton per terminal")
-    if which and (
-        not set(map(type, which)) <= {int} or min(which) < 0 or max(which) >= len(states)
-    ):
+    if which and (min(which) < 0 or max(which) >= len(states)):
         raise SnapshotError("a terminal names no automaton")
     if states and max(states) > limits.max_dfa_states:
         raise SnapshotError("an automaton has more states than the limits allow")

@@ -18,6 +18,9 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from structgen.automata.nfa import extension_module
 from structgen.errors import GrammarError
 from structgen.grammar.ir import Grammar, Rule
@@ -76,6 +79,42 @@ def _closure(rules: list[tuple[int, tuple[int, ...]]], known: set[int]) -> set[i
     """`known` closed under the rules (`known_closure`)."""
     known_closure(rules, known)
     return known
+
+
+#: numbered rules: (left-hand side, right-hand side)
+Rules = list[tuple[int, tuple[int, ...]]]
+
+
+def _rules_of_lists(entries: Any, terminals: int, symbols: int) -> Rules:
+    """`from_tables`'s rules from JSON lists, checked (`ValueError`)."""
+    if not isinstance(entries, list) or not entries:
+        raise ValueError("the first rule is the start rule")
+    if set(map(type, entries)) != {list} or not all(entries):
+        raise ValueError("a rule is a non-empty list of symbols")
+    flat = list(chain.from_iterable(entries))  # (checked in C-level passes)
+    if set(map(type, flat)) != {int} or min(flat) < 0 or max(flat) >= symbols:
+        raise ValueError("a rule's symbols are out of range")
+    if min(map(itemgetter(0), entries)) < terminals:
+        raise ValueError("a rule's left-hand side is a terminal")
+    return [(entry[0], tuple(entry[1:])) for entry in entries]
+
+
+def _rules_of_arrays(
+    flat: npt.NDArray[np.int32], sizes: npt.NDArray[np.int32], terminals: int, symbols: int
+) -> Rules:
+    """`from_tables`'s rules from `rule_arrays`, checked (`ValueError`) in array passes."""
+    if flat.ndim != 1 or sizes.ndim != 1 or not len(sizes):
+        raise ValueError("the first rule is the start rule")
+    ends = np.cumsum(sizes, dtype=np.int64)
+    if sizes.min() < 1 or ends[-1] != len(flat):
+        raise ValueError("a rule is a non-empty list of symbols")
+    if flat.min() < 0 or flat.max() >= symbols:
+        raise ValueError("a rule's symbols are out of range")
+    starts = ends - sizes
+    if flat[starts].min() < terminals:
+        raise ValueError("a rule's left-hand side is a terminal")
+    values = flat.tolist()
+    return [(values[a], tuple(values[a + 1 : b])) for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 class EarleyGrammar:
@@ -157,10 +196,22 @@ class EarleyGrammar:
         )
         return names[start_rule[1][0]], rules
 
+    def rule_arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+        """`tables()`'s rules as two arrays, for a file read without JSON: every rule's symbols
+        (its left-hand side first) one after another, and each rule's count of them."""
+        flat = [symbol for lhs, rhs in self.all_rules for symbol in (lhs, *rhs)]
+        sizes = [1 + len(rhs) for _, rhs in self.all_rules]
+        return np.array(flat, dtype=np.int32), np.array(sizes, dtype=np.int32)
+
     @classmethod
-    def from_tables(cls, data: Any) -> EarleyGrammar:
+    def from_tables(
+        cls,
+        data: Any,
+        rules: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]] | None = None,
+    ) -> EarleyGrammar:
         """The grammar `tables()` wrote (`ValueError` if `data` is not such tables): no names
-        to look up, no productivity to work out again."""
+        to look up, no productivity to work out again. `rules`: its rules as `rule_arrays`
+        gives them, in place of `data["rules"]`."""
         self = cls.__new__(cls)
         names, nonterminals = data["terminals"], data["nonterminals"]
         # (each check a builtin's loop over the lists: a load reads hundreds of rules)
@@ -172,31 +223,29 @@ class EarleyGrammar:
         self.nonterminal_names = list(nonterminals)
         self.num_terminals = terminals = len(names)
         symbols = terminals + len(nonterminals)
-        entries = data["rules"]
-        if not isinstance(entries, list) or not entries:
-            raise ValueError("the first rule is the start rule")
-        if set(map(type, entries)) != {list} or not all(entries):
-            raise ValueError("a rule is a non-empty list of symbols")
-        flat = list(chain.from_iterable(entries))  # (checked in C-level passes)
-        if set(map(type, flat)) != {int} or min(flat) < 0 or max(flat) >= symbols:
-            raise ValueError("a rule's symbols are out of range")
-        if min(map(itemgetter(0), entries)) < terminals:
-            raise ValueError("a rule's left-hand side is a terminal")
-        rules = [(entry[0], tuple(entry[1:])) for entry in entries]
-        if rules[0][0] != terminals or len(rules[0][1]) != 1:
+        rules_read = (
+            _rules_of_lists(data["rules"], terminals, symbols)
+            if rules is None
+            else _rules_of_arrays(*rules, terminals, symbols)
+        )
+        if not rules_read or rules_read[0][0] != terminals or len(rules_read[0][1]) != 1:
             raise ValueError("the first rule is the start rule")
         unproductive = data["unproductive"]
         if not isinstance(unproductive, list):
             raise ValueError("bad unproductive rules")
         dropped = set(unproductive)
         if dropped and (
-            not set(map(type, dropped)) <= {int} or min(dropped) < 1 or max(dropped) >= len(rules)
+            not set(map(type, dropped)) <= {int}
+            or min(dropped) < 1
+            or max(dropped) >= len(rules_read)
         ):
             raise ValueError("bad unproductive rules")
-        self.all_rules = rules
+        self.all_rules = rules_read
         self.unproductive = sorted(dropped)
         self.rules = (
-            [rule for i, rule in enumerate(rules) if i not in dropped] if dropped else list(rules)
+            [rule for i, rule in enumerate(rules_read) if i not in dropped]
+            if dropped
+            else list(rules_read)
         )
         nullable = data["nullable"]
         if not isinstance(nullable, list) or (

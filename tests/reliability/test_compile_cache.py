@@ -446,6 +446,12 @@ def _rewrite(path: Path, edit: Any) -> None:
     path.write_bytes(MAGIC + hashlib.sha256(first).digest() + first + bytes(rest))
 
 
+def _set_int(rest: bytearray, where: list[int], index: int, value: int) -> None:
+    """Item `index` of the int32 array at `where` in the rest of a file, set to `value`."""
+    offset = where[0] + 4 * index
+    rest[offset : offset + 4] = value.to_bytes(4, "little", signed=True)
+
+
 def _bits_past_the_vocabulary(
     header: dict[str, Any], tables: Any, head: bytearray, rest: bytearray
 ) -> None:
@@ -507,9 +513,25 @@ class TestUntrustedFiles:
     @pytest.mark.parametrize(
         "edit",
         [
-            pytest.param(lambda h, t, p, r: t["dfas"]["states"].__setitem__(0, 10**9), id="states"),
-            pytest.param(lambda h, t, p, r: t["dfas"]["starts"].__setitem__(0, 99), id="start"),
-            pytest.param(lambda h, t, p, r: t["parser"]["rules"].append([0, 99999]), id="rule"),
+            pytest.param(lambda h, t, p, r: _set_int(r, t["dfas"]["sizes"], 0, 10**9), id="states"),
+            pytest.param(lambda h, t, p, r: _set_int(r, t["dfas"]["sizes"], 2, 99), id="start"),
+            pytest.param(lambda h, t, p, r: _set_int(r, t["dfas"]["sizes"], 1, 0), id="classes"),
+            pytest.param(lambda h, t, p, r: _set_int(r, t["dfas"]["sizes"], 0, -1), id="negative"),
+            pytest.param(
+                lambda h, t, p, r: _set_int(r, t["parser"]["rules"]["symbols"], 3, 99999), id="rule"
+            ),
+            pytest.param(
+                lambda h, t, p, r: _set_int(r, t["parser"]["rules"]["sizes"], 0, 0), id="rule-size"
+            ),
+            pytest.param(
+                lambda h, t, p, r: _set_int(r, t["parser"]["rules"]["symbols"], 0, 0), id="lhs"
+            ),
+            pytest.param(
+                lambda h, t, p, r: _set_int(r, t["terminal_dfa"], 0, 10**6), id="terminal-dfa"
+            ),
+            pytest.param(
+                lambda h, t, p, r: t["parser"]["rules"]["sizes"].__setitem__(1, 3), id="sizes-len"
+            ),
             pytest.param(lambda h, t, p, r: t["parser"].__setitem__("rules", 7), id="rules-type"),
             pytest.param(lambda h, t, p, r: t.__setitem__("terminal_dfa", [0]), id="terminals"),
             pytest.param(lambda h, t, p, r: t.pop("dfas"), id="no-automata"),
@@ -834,14 +856,36 @@ class TestPieces:
         assert _stable(_Options(mode="accept")) == _stable(_Options(mode="accept"))
         assert _stable(_Options(mode="accept")) != _stable(_Options(mode="generate"))
 
-    def test_parser_tables_round_trip(self) -> None:
+    @pytest.mark.parametrize("as_arrays", [False, True], ids=["lists", "arrays"])
+    def test_parser_tables_round_trip(self, as_arrays: bool) -> None:
         grammar = compile_schema(PERSON, options=_Options())
         parser = EarleyGrammar(grammar)
-        again = EarleyGrammar.from_tables(json.loads(json.dumps(parser.tables())))
-        assert again.rules == parser.rules and again.nullable == parser.nullable
+        tables = json.loads(json.dumps(parser.tables()))
+        if as_arrays:
+            tables["rules"] = None  # (the arrays stand for them)
+        again = EarleyGrammar.from_tables(tables, parser.rule_arrays() if as_arrays else None)
+        assert again.all_rules == parser.all_rules and again.rules == parser.rules
+        assert again.nullable == parser.nullable
         assert again.start_nullable == parser.start_nullable
         for nt in range(parser.num_terminals, parser.num_terminals + 5):
             assert again.predicts_of(nt) == parser.predicts_of(nt)
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            pytest.param(lambda f, s: (f, s[:0]), id="no-rules"),
+            pytest.param(lambda f, s: (f, s + 1), id="sizes-past-the-end"),
+            pytest.param(lambda f, s: (f[:-1], s), id="symbols-short"),
+            pytest.param(lambda f, s: (f - 1, s), id="negative-symbol"),
+            pytest.param(lambda f, s: (f + 10**6, s), id="symbol-range"),
+            pytest.param(lambda f, s: (f, s.reshape(1, -1)), id="2-d"),
+        ],
+    )
+    def test_bad_rule_arrays_are_refused(self, change: Any) -> None:
+        grammar = compile_schema(PERSON, options=_Options())
+        parser = EarleyGrammar(grammar)
+        with pytest.raises(ValueError):
+            EarleyGrammar.from_tables(parser.tables(), change(*parser.rule_arrays()))
 
     def test_a_restored_dfa_matches_as_the_original(self) -> None:
         import re
