@@ -886,14 +886,17 @@ class Compiler:
                     self.limits.max_cached_masks,
                     compile_again,
                 )
-        with paused_gc(), compile_budget(self.limits.max_compile_seconds):
-            compiled = CompiledGrammar(
-                self.vocab,
-                build() if loaded is None else loaded,
-                kind=kind,
-                source=source,
-                recipe=(self.limits, *recipe),
+
+        def grammar_of(engine: Any) -> CompiledGrammar:
+            return CompiledGrammar(
+                self.vocab, engine, kind=kind, source=source, recipe=(self.limits, *recipe)
             )
+
+        if loaded is None:
+            with paused_gc(), compile_budget(self.limits.max_compile_seconds):
+                compiled = grammar_of(build())
+        else:  # (nothing to undo: a loaded engine shares nothing before its first step)
+            compiled = grammar_of(loaded)
         saveable = loaded is None and type(compiled._engine) is GrammarEngine
         if saveable and disk is not None and disk_key is not None:
             # the first mask builds the rows a loaded copy needs first: save them too
