@@ -3,15 +3,17 @@
 Opt-in: `Compiler(vocab, cache_dir=...)`, or the `STRUCTGEN_COMPILE_CACHE` environment variable
 for every compiler made without one. A file holds what a compile built that is costly to build
 again and cheap to read: the grammar IR (so the frontend does not run) and the rows of every
-terminal automaton built so far (DFA snapshots, `automata/snapshot.py`). A loaded automaton
-rebuilds itself from its pattern only if generation leaves the saved rows.
+terminal automaton built so far (DFA snapshots, `automata/snapshot.py`). A load reads only the
+file's head (a small header and the first mask); the first step reads the rest, and a loaded
+automaton rebuilds itself from its pattern only if generation leaves the saved rows.
 
 Files are keyed by (constraint, options, limits, vocabulary fingerprint, structgen's code) and
-hold their full key, a sha256 of their content and a format number. Nothing is unpickled: the
-header is JSON, the arrays raw numbers, and both are checked (types, shapes, every state id in
-range) before use. A file that fails any check — corrupt, truncated, foreign, from another
-version — is ignored, compiled again and overwritten. Writes go to a temporary file renamed into
-place, so readers never see half a file. See docs/design/compile-cache.md.
+hold their key's sha256, a sha256 of their head and one of their rest, and a format number.
+Nothing is unpickled: the header is JSON, the arrays raw numbers, and both are checked (types,
+shapes, every state id in range) before use. A file that fails a check — corrupt, truncated,
+foreign, from another version — is ignored, compiled again and overwritten (on the first step,
+for its rest). Writes go to a temporary file renamed into place, so readers never see half a
+file. See docs/design/compile-cache.md.
 """
 
 from __future__ import annotations
@@ -523,7 +525,11 @@ def _array(payload: memoryview, where: Any, dtype: str, count: int) -> np.ndarra
         raise SnapshotError("an array has no place")
     offset, length = where
     item = np.dtype(dtype).itemsize
-    if not (isinstance(offset, int) and isinstance(length, int)) or length != count * item:
+    if (
+        not (isinstance(offset, int) and isinstance(length, int))
+        or count < 0  # (numpy's "all of it")
+        or length != count * item
+    ):
         raise SnapshotError("an array has the wrong size")
     if offset < 0 or offset + length > len(payload):
         raise SnapshotError("an array lies outside the file")

@@ -646,7 +646,9 @@ class Compiler:
                     )
                 ),
                 kind="json_schema",
-                source=lambda: text_head(schema, 200),
+                # (written when first asked; a dict's from the private copy, which the caller
+                # cannot change meanwhile)
+                source=lambda: text_head(schema if isinstance(schema, (str, type)) else data, 200),
                 recipe=("json_schema", (data,), {"options": opts}),
             )
 

@@ -542,6 +542,10 @@ class TestUntrustedFiles:
                 id="mask-length",
             ),
             pytest.param(lambda h, t, p, r: h.__setitem__("rest", "0" * 64), id="rest-digest"),
+            pytest.param(
+                lambda h, t, p, r: h.__setitem__("first_mask", {"at": [0, -4], "values": [0, -4]}),
+                id="mask-negative",
+            ),
             pytest.param(lambda h, t, p, r: h.__setitem__("head", 10**6), id="head-length"),
             pytest.param(lambda h, t, p, r: h.__setitem__("tables", [10**9, 4]), id="tables-place"),
             pytest.param(lambda h, t, p, r: h.__setitem__("automata_bytes", -1), id="bytes"),
