@@ -550,11 +550,7 @@ def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -
     from structgen.engines.grammar import UnpackedParts
     from structgen.grammar.earley import EarleyGrammar
     from structgen.grammar.ir_codec import grammar_from_data, terminal_from_data
-    from structgen.grammar.terminals import (
-        adopt_terminal_dfa,
-        build_terminal_dfa,
-        live_terminal_dfa,
-    )
+    from structgen.grammar.terminals import build_terminal_dfa, live_or_restored_dfa
 
     tables = json.loads(bytes(_array(payload, tables_at, "u1", tables_at[1])))
     parser_data, entries = tables["parser"], tables["dfas"]
@@ -638,15 +634,14 @@ def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -
         for position, at in enumerate(which):
             dfa = restored.get(at)
             if dfa is None:  # (terminals that share an automaton adopt it once)
-                dfa = live_terminal_dfa(batch.fingerprints[at], limits)
-                if dfa is None:
 
-                    def rebuild(position: int = position) -> ByteDFA:
+                def restore(position: int = position, at: int = at) -> ByteDFA:
+                    def rebuild() -> ByteDFA:
                         return build_terminal_dfa(terminal(position), limits)
 
-                    dfa = restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
-                    dfa = adopt_terminal_dfa(dfa)
-                restored[at] = dfa
+                    return restore_dfa(batch.snapshot(at), rebuild, limits, checked=True)
+
+                dfa = restored[at] = live_or_restored_dfa(batch.fingerprints[at], limits, restore)
             dfas.append(dfa)
         return tuple(dfas)
 

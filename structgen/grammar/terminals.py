@@ -6,6 +6,7 @@ all take them from here."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from structgen._budget import compile_number, forget_on_failure, keep_alive, undo_on_failure
@@ -23,9 +24,9 @@ from structgen.automata import (
 from structgen.grammar.ir import TerminalDef, node_digest
 
 __all__ = [
-    "adopt_terminal_dfa",
     "build_terminal_dfa",
     "clear_terminal_automata",
+    "live_or_restored_dfa",
     "live_terminal_dfa",
     "terminal_dfa",
 ]
@@ -163,11 +164,28 @@ def _live(cache: WeakValues[tuple[Any, ...], ByteDFA], key: tuple[Any, ...]) -> 
     return hit
 
 
-def adopt_terminal_dfa(dfa: ByteDFA) -> ByteDFA:
-    """The live shared automaton with `dfa`'s fingerprint (the same language: it may have
-    more rows built), else `dfa` (restored from a compile-cache file), which becomes the shared
-    one for later loads."""
-    return _share(_BY_FINGERPRINT, (dfa.fingerprint, dfa.limits), dfa)
+def live_or_restored_dfa(
+    fingerprint: str, limits: AutomataLimits, restore: Callable[[], ByteDFA]
+) -> ByteDFA:
+    """The live shared automaton with this fingerprint, else `restore()` (a compile-cache
+    file's), which becomes the shared one — one look-up and one visit of the recent
+    terminals' bookkeeping (a look-up, then the restored automaton shared, had counted a
+    terminal twice: every restored one came back as if an earlier compile had used it)."""
+    key = (fingerprint, limits)
+    with _TERMINAL_LOCK:
+        hit = _BY_FINGERPRINT.get(key)
+    if hit is None:
+        made = restore()
+        with _TERMINAL_LOCK:
+            hit = _BY_FINGERPRINT.setdefault(key, made)
+            admit = _come_back(key)
+    else:
+        with _TERMINAL_LOCK:
+            admit = _come_back(key)
+    keep_alive(hit)
+    if admit:
+        _RECENT.put(key, hit)
+    return hit
 
 
 def _share(

@@ -92,3 +92,19 @@ def test_schemas_that_share_keys_compile_to_the_same_masks_either_way() -> None:
             del compiled
             gc.collect()
     assert (masks[0] == masks[2]).all() and (masks[1] == masks[3]).all()
+
+
+def test_a_restored_terminal_is_counted_once() -> None:
+    """A compile-cache file's automaton, restored on a loaded grammar's first step, is a first
+    use: admitted when a later grammar uses it again, not at once (a look-up, then the restored
+    automaton shared, had counted it twice)."""
+    from structgen.automata import compile_regex
+
+    structgen.clear_caches()
+    made = compile_regex("[a-z]+k[0-9]{3}", limits=LIMITS)
+    key = (made.fingerprint, LIMITS)
+    restored = terminals.live_or_restored_dfa(made.fingerprint, LIMITS, lambda: made)
+    assert restored is made and terminals._RECENT.get(key) is None
+    assert terminals._BY_FINGERPRINT.get(key) is made  # (shared by fingerprint)
+    again = terminals.live_or_restored_dfa(made.fingerprint, LIMITS, lambda: 1 / 0)  # type: ignore[arg-type,return-value]
+    assert again is made and terminals._RECENT.get(key) is made  # (found: it came back)
