@@ -460,7 +460,8 @@ def _decode(
 
     def unpack() -> UnpackedParts:
         try:
-            whole = _read_file(path)
+            # (a file the load read whole — a small one, a long head — is not read again)
+            whole = data if len(data) == rest_at - head + total else _read_file(path)
             rest = memoryview(whole)[rest_at:]
             if (
                 len(rest) != total - head

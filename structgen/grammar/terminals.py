@@ -167,25 +167,12 @@ def _live(cache: WeakValues[tuple[Any, ...], ByteDFA], key: tuple[Any, ...]) -> 
 def live_or_restored_dfa(
     fingerprint: str, limits: AutomataLimits, restore: Callable[[], ByteDFA]
 ) -> ByteDFA:
-    """The live shared automaton with this fingerprint, else `restore()` (a compile-cache
-    file's), which becomes the shared one — one look-up and one visit of the recent
-    terminals' bookkeeping (a look-up, then the restored automaton shared, had counted a
-    terminal twice: every restored one came back as if an earlier compile had used it)."""
+    """The live shared automaton with this fingerprint (the same language: it may have more
+    rows built), else `restore()` (a compile-cache file's), which becomes the shared one for
+    later loads."""
     key = (fingerprint, limits)
-    with _TERMINAL_LOCK:
-        hit = _BY_FINGERPRINT.get(key)
-    if hit is None:
-        made = restore()
-        with _TERMINAL_LOCK:
-            hit = _BY_FINGERPRINT.setdefault(key, made)
-            admit = _come_back(key)
-    else:
-        with _TERMINAL_LOCK:
-            admit = _come_back(key)
-    keep_alive(hit)
-    if admit:
-        _RECENT.put(key, hit)
-    return hit
+    hit = _live(_BY_FINGERPRINT, key)
+    return hit if hit is not None else _share(_BY_FINGERPRINT, key, restore())
 
 
 def _share(

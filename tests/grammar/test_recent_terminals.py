@@ -96,8 +96,7 @@ def test_schemas_that_share_keys_compile_to_the_same_masks_either_way() -> None:
 
 def test_a_restored_terminal_is_counted_once() -> None:
     """A compile-cache file's automaton, restored on a loaded grammar's first step, is a first
-    use: admitted when a later grammar uses it again, not at once (a look-up, then the restored
-    automaton shared, had counted it twice)."""
+    use: admitted when a later grammar uses it again, not at once."""
     from structgen.automata import compile_regex
 
     structgen.clear_caches()
