@@ -7,7 +7,10 @@ fills the first mask, then is fed the sentences one after another (the matcher r
 them, so what the compiled grammar cached stays) token by token: fill the mask, check the token
 is in it, accept it. Only the fills are timed; the fill right after the compile is reported as
 the first mask and left out of the per-token figures. At the end of each sentence the matcher
-must be able to terminate.
+must be able to terminate. The engines take turns run by run (run i of each before run i + 1
+of any, the order turned every run), eleven runs by default: this shared host's slow spells then
+fall on every engine alike, where three runs of one engine after the other had put the JSON
+grammar's compile + first mask anywhere between 0.87x and 1.01x of llguidance's.
 
 Engines: structgen and llguidance take the shipped Lark text unchanged (llguidance reads Lark);
 xgrammar takes an equivalent EBNF written here (`xgrammar`), and, as extra columns, the shipped
@@ -390,46 +393,70 @@ class XGrammarEngine(XGrammarPeer):
 # ---------------------------------------------------------------------------------- driver
 
 
-def measure(engine: Any, source: str, sentences: list[Sentence], runs: int) -> dict[str, Any]:
-    """Cold runs: clear caches, compile, first fill, then every sentence token by token (the
-    matcher reset between sentences). Per-token times are kept per sentence."""
-    out: dict[str, Any] = {
+def new_result(sentences: list[Sentence]) -> dict[str, Any]:
+    """An engine's empty record for one grammar (`measure_run` fills it)."""
+    return {
         "compile_ms": [],
         "first_ms": [],
         "token_us": {s.name: [] for s in sentences},
         "failures": {},
+        "seconds": 0.0,
     }
+
+
+def measure_run(engine: Any, source: str, sentences: list[Sentence], out: dict[str, Any]) -> None:
+    """One cold run into `out`: clear caches, compile, first fill, then every sentence token by
+    token (the matcher reset between sentences). Per-token times are kept per sentence; an
+    `EngineError` becomes the record's "error"."""
     started = time.perf_counter()
-    for _ in range(runs):
-        try:
-            compile_ms, first_ms = cold_compile(engine, source)
-        except EngineError as e:
-            return {"error": f"error: {e}"[:300]}
-        out["compile_ms"].append(compile_ms)
-        out["first_ms"].append(first_ms)
-        for k, sentence in enumerate(sentences):
-            times = out["token_us"][sentence.name]
-            failure = None
-            if k:
-                engine.reset()
-            for n, token in enumerate(sentence.tokens):
-                if n or k:
-                    t0 = time.perf_counter()
-                    engine.fill()
-                    times.append((time.perf_counter() - t0) * 1e6)
-                if not mask_allows(engine.bitmask, token):
-                    failure = (n, token, "not in the mask")
-                    break
-                if not engine.accept(token):
-                    failure = (n, token, "refused by accept")
-                    break
-            else:
-                if not engine.can_terminate():
-                    failure = (len(sentence.tokens), -1, "cannot terminate at the end")
-            if failure is not None:
-                out["failures"].setdefault(sentence.name, failure)
-        if time.perf_counter() - started > RUN_BUDGET_S:
-            break
+    try:
+        compile_ms, first_ms = cold_compile(engine, source)
+    except EngineError as e:
+        out.clear()
+        out["error"] = f"error: {e}"[:300]
+        return
+    out["compile_ms"].append(compile_ms)
+    out["first_ms"].append(first_ms)
+    for k, sentence in enumerate(sentences):
+        times = out["token_us"][sentence.name]
+        failure = None
+        if k:
+            engine.reset()
+        for n, token in enumerate(sentence.tokens):
+            if n or k:
+                t0 = time.perf_counter()
+                engine.fill()
+                times.append((time.perf_counter() - t0) * 1e6)
+            if not mask_allows(engine.bitmask, token):
+                failure = (n, token, "not in the mask")
+                break
+            if not engine.accept(token):
+                failure = (n, token, "refused by accept")
+                break
+        else:
+            if not engine.can_terminate():
+                failure = (len(sentence.tokens), -1, "cannot terminate at the end")
+        if failure is not None:
+            out["failures"].setdefault(sentence.name, failure)
+    out["seconds"] += time.perf_counter() - started
+
+
+def measure(
+    engines: list[Any], sources: dict[str, str], sentences: list[Sentence], runs: int
+) -> dict[str, dict[str, Any]]:
+    """`runs` cold runs of each engine on one grammar, interleaved: run i of every engine comes
+    before run i + 1 of any (the order turned each run), so a slow spell of this shared host
+    falls on all engines alike rather than on whichever ran then. An engine stops repeating once
+    its runs took `RUN_BUDGET_S`."""
+    present = [e for e in engines if sources.get(e.name) is not None]
+    out = {e.name: new_result(sentences) for e in present}
+    for run in range(runs):
+        shift = run % len(present) if present else 0
+        for engine in present[shift:] + present[:shift]:
+            record = out[engine.name]
+            if "error" in record or record["seconds"] > RUN_BUDGET_S:
+                continue
+            measure_run(engine, sources[engine.name], sentences, record)
     return out
 
 
@@ -643,7 +670,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--grammars", help="comma-separated: json,sql (default: both)")
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated engines")
-    parser.add_argument("--runs", type=int, default=3, help="cold runs per grammar and engine")
+    parser.add_argument(
+        "--runs", type=int, default=11, help="cold runs per grammar and engine (interleaved)"
+    )
     parser.add_argument(
         "--no-gc-freeze",
         action="store_true",
@@ -693,20 +722,18 @@ def main() -> None:
 
     results: dict[str, dict[str, Any]] = {s.name: {} for s in suites}
     for suite in suites:
-        for engine in engines:
-            source = suite.sources.get(engine.name)
-            if source is None:
-                continue
-            started = time.perf_counter()
-            result = summarize(measure(engine, source, suite.sentences, args.runs))
-            results[suite.name][engine.name] = result
+        measured = measure(engines, suite.sources, suite.sentences, args.runs)
+        for name, raw_result in measured.items():
+            result = summarize(raw_result)
+            results[suite.name][name] = result
             status = result.get("error") or ("ok" if result["ok"] else "token refused")
-            elapsed = time.perf_counter() - started
-            print(f"  {suite.name:<5} {engine.name:<14} {elapsed:6.1f} s  {status}", flush=True)
+            elapsed = raw_result.get("seconds", 0.0)
+            print(f"  {suite.name:<5} {name:<14} {elapsed:6.1f} s  {status}", flush=True)
 
     print(
-        f"\nLlama-3.1 tokenizer, {vocab_size} ids; {args.runs} cold runs per cell (fresh compile, "
-        f"caches cleared; fewer when runs exceed {RUN_BUDGET_S:.0f} s); per run the sentences "
+        f"\nLlama-3.1 tokenizer, {vocab_size} ids; {args.runs} cold runs per cell, the engines "
+        f"interleaved run by run (fresh compile, caches cleared; fewer when an engine's runs "
+        f"exceed {RUN_BUDGET_S:.0f} s); per run the sentences "
         f"are fed one after another through one matcher (reset between them); xgrammar "
         f"max_threads={XGRAMMAR_THREADS}; "
         + ("gc not frozen" if args.no_gc_freeze else "gc.freeze() after setup")
