@@ -8,6 +8,7 @@ False and leaves the matcher unchanged.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -25,6 +26,24 @@ from structgen.grammar.tokens import NON_TEXT_BYTE, token_id_at
 __all__ = ["Matcher", "fill_bitmasks"]
 
 _TERMINATED: Any = object()  # history marker: the EOS token was accepted
+
+
+@functools.lru_cache(maxsize=64)
+def _stop_words(
+    size: int, stops: frozenset[int], text_stops: bool
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32] | None]:
+    """The packed mask of the stop ids, and its complement where some are text tokens (None
+    where none is): read-only, shared by every matcher with those stops (one per request: the
+    arrays and numpy's scalar ORs were most of a matcher's making)."""
+    words = np.zeros((size + 31) // 32, dtype=np.uint32)
+    for e in stops:
+        words[e >> 5] |= np.uint32(1 << (e & 31))
+    eos = words.view(np.int32)
+    keep = ~eos if text_stops else None
+    for array in (eos, keep):
+        if array is not None:
+            array.setflags(write=False)
+    return eos, keep
 
 
 class Matcher:
@@ -75,16 +94,12 @@ class Matcher:
         self._max_rollback = max(1, expect_int(max_rollback, "max_rollback"))
         self._history: list[Any] = [grammar.initial_state]
         self.error: StructgenError | None = None
-        words = np.zeros((self._vocab.size + 31) // 32, dtype=np.int32)
-        for e in self._eos:
-            words[e >> 5] |= np.int32(np.uint32(1 << (e & 31)).view(np.int32))
-        self._eos_words = words
+        # Stop ids that are text tokens too must leave the text masks (None: all are special).
+        text_stops = any(not self._vocab.is_special(e) for e in self._eos)
+        self._eos_words, self._keep_words = _stop_words(self._vocab.size, self._eos, text_stops)
         # the grammar's last accepting mask that `fill_bitmasks` read, and it with the stop ids
         # joined (text stops taken out first)
         self._joined: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]] | None = None
-        # Stop ids that are text tokens too must leave the text masks (None: all are special).
-        text_stops = [e for e in self._eos if not self._vocab.is_special(e)]
-        self._keep_words = ~words if text_stops else None
 
     # ------------------------------------------------------------------ state
 
