@@ -355,6 +355,26 @@ class TestStopTokenIds:
         copy = matcher.copy()
         assert copy.is_terminated()
 
+    def test_matchers_with_the_same_stops_share_one_read_only_stop_mask(self) -> None:
+        grammar = Compiler(VOCAB).regex(r"[ab]+")
+        b = VOCAB.trie.longest_token_prefix(b"b")
+        assert b is not None
+        first, second = Matcher(grammar, stop_token_ids=[b[0], 0]), Matcher(grammar)
+        other = Matcher(grammar, stop_token_ids=[0, b[0]])
+        assert first._eos_words is other._eos_words  # (the same stops, in any order)
+        assert first._eos_words is not second._eos_words
+        for words in (first._eos_words, first._keep_words, second._eos_words):
+            assert words is not None and not words.flags.writeable
+        # the text stop `b` is in the stop mask and out of the kept text tokens, alone
+        expected = np.zeros_like(first._eos_words)
+        for token in (b[0], 0):
+            expected[token >> 5] |= np.int32(np.uint32(1 << (token & 31)).view(np.int32))
+        assert np.array_equal(first._eos_words, expected)
+        assert first._keep_words is not None
+        assert np.array_equal(first._keep_words, ~expected)
+        mask = first.allowed_mask()  # (a copy the caller may write)
+        mask[0] = 0
+
     def test_stop_ids_outside_the_vocabulary_are_refused(self) -> None:
         with pytest.raises(ValueError, match="stop_token_ids"):
             Matcher(Compiler(VOCAB).regex("a"), stop_token_ids=[10**9])
