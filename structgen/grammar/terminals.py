@@ -170,9 +170,8 @@ def live_or_restored_dfa(
     """The live shared automaton with this fingerprint (the same language: it may have more
     rows built), else `restore()` (a compile-cache file's), which becomes the shared one for
     later loads."""
-    key = (fingerprint, limits)
-    hit = _live(_BY_FINGERPRINT, key)
-    return hit if hit is not None else _share(_BY_FINGERPRINT, key, restore())
+    hit = live_terminal_dfa(fingerprint, limits)
+    return hit if hit is not None else _share(_BY_FINGERPRINT, (fingerprint, limits), restore())
 
 
 def _share(
