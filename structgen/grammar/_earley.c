@@ -10,6 +10,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "../_module_gil.h"
 
@@ -955,6 +957,101 @@ fail:
     return NULL;
 }
 
+/* rules_of_arrays(flat, sizes, terminals, symbols) -> [(lhs, (rhs...)), ...]: the rules a
+ * compile-cache file holds as two int32 arrays (`EarleyGrammar.rule_arrays`), checked as
+ * `_rules_of_arrays` checks them (ValueError, the same messages) and made into the tuples
+ * `from_tables` keeps (a schema's grammar: hundreds of rules, every load's first step). */
+static PyObject *rules_of_arrays(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "rules_of_arrays(flat, sizes, terminals, symbols)");
+        return NULL;
+    }
+    long terminals = PyLong_AsLong(args[2]);
+    long symbols = PyLong_AsLong(args[3]);
+    if ((terminals == -1 || symbols == -1) && PyErr_Occurred())
+        return NULL;
+    Py_buffer flat, sizes;
+    if (PyObject_GetBuffer(args[0], &flat, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &sizes, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&flat);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const char *why = NULL;
+    Py_ssize_t n_flat = flat.len / 4, n_rules = sizes.len / 4;
+    if (flat.len % 4 || sizes.len % 4 || n_rules == 0) {
+        why = "the first rule is the start rule";
+        goto done;
+    }
+    const char *fp = (const char *)flat.buf, *sp = (const char *)sizes.buf;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++) { /* sizes first: nothing read past the end */
+        int32_t size;
+        memcpy(&size, sp + 4 * r, 4);
+        if (size < 1 || total + size > n_flat) {
+            why = "a rule is a non-empty list of symbols";
+            goto done;
+        }
+        total += size;
+    }
+    if (total != n_flat) {
+        why = "a rule is a non-empty list of symbols";
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_flat; i++) {
+        int32_t symbol;
+        memcpy(&symbol, fp + 4 * i, 4);
+        if (symbol < 0 || symbol >= symbols) {
+            why = "a rule's symbols are out of range";
+            goto done;
+        }
+    }
+    out = PyList_New(n_rules);
+    if (out == NULL)
+        goto done;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        int32_t size, lhs_id;
+        memcpy(&size, sp + 4 * r, 4);
+        memcpy(&lhs_id, fp + 4 * at, 4);
+        if (lhs_id < terminals) {
+            why = "a rule's left-hand side is a terminal";
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyObject *rhs = PyTuple_New(size - 1);
+        PyObject *lhs = PyLong_FromLong(lhs_id);
+        PyObject *rule = (rhs == NULL || lhs == NULL) ? NULL : PyTuple_New(2);
+        if (rule == NULL) {
+            Py_XDECREF(rhs);
+            Py_XDECREF(lhs);
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyTuple_SET_ITEM(rule, 0, lhs);
+        PyTuple_SET_ITEM(rule, 1, rhs);
+        PyList_SET_ITEM(out, r, rule);
+        for (int32_t j = 1; j < size; j++) {
+            int32_t symbol;
+            memcpy(&symbol, fp + 4 * (at + j), 4);
+            PyObject *item = PyLong_FromLong(symbol);
+            if (item == NULL) {
+                Py_CLEAR(out);
+                goto done;
+            }
+            PyTuple_SET_ITEM(rhs, j - 1, item);
+        }
+        at += size;
+    }
+done:
+    PyBuffer_Release(&flat);
+    PyBuffer_Release(&sizes);
+    if (why != NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, why);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"closure", (PyCFunction)(void (*)(void))closure, METH_FASTCALL,
      "closure(tables, predicts_of, prediction, kernel, by_next, predicted, complete): an"
@@ -972,6 +1069,9 @@ static PyMethodDef methods[] = {
      "number_rules(rules, ids): the rules' symbols numbered, or None for an unknown one"},
     {"rules_by_lhs", (PyCFunction)rules_by_lhs, METH_O,
      "rules_by_lhs(rules): {lhs: [rule ids]} of (lhs, rhs) rules (EarleyGrammar._finish)"},
+    {"rules_of_arrays", (PyCFunction)(void (*)(void))rules_of_arrays, METH_FASTCALL,
+     "rules_of_arrays(flat, sizes, terminals, symbols): the (lhs, rhs) rules of"
+     " EarleyGrammar.rule_arrays, checked (ValueError)"},
     {NULL, NULL, 0, NULL},
 };
 

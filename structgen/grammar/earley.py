@@ -39,6 +39,9 @@ _NATIVE = extension_module("structgen.grammar._earley")
 _NATIVE_PREDICTION = _NATIVE is not None and hasattr(_NATIVE, "prediction")
 #: `EarleyGrammar._finish`'s rules by left-hand side in C, or None
 _RULES_BY_LHS = getattr(_NATIVE, "rules_by_lhs", None)
+#: `_rules_of_arrays` in C (a load's first step reads hundreds of rules), or None
+_RULES_OF_ARRAYS = getattr(_NATIVE, "rules_of_arrays", None)
+_INT32 = np.dtype(np.int32)
 
 
 def known_closure(rules: list[Any], known: set[Any]) -> list[int]:
@@ -102,9 +105,19 @@ def _rules_of_lists(entries: Any, terminals: int, symbols: int) -> Rules:
 def _rules_of_arrays(
     flat: npt.NDArray[np.int32], sizes: npt.NDArray[np.int32], terminals: int, symbols: int
 ) -> Rules:
-    """`from_tables`'s rules from `rule_arrays`, checked (`ValueError`) in array passes."""
+    """`from_tables`'s rules from `rule_arrays`, checked (`ValueError`) in array passes (in C
+    where built: the same checks and messages)."""
     if flat.ndim != 1 or sizes.ndim != 1 or not len(sizes):
         raise ValueError("the first rule is the start rule")
+    if (
+        _RULES_OF_ARRAYS is not None
+        and flat.dtype == _INT32
+        and sizes.dtype == _INT32
+        and flat.flags.c_contiguous
+        and sizes.flags.c_contiguous
+    ):
+        rules: Rules = _RULES_OF_ARRAYS(flat, sizes, terminals, symbols)
+        return rules
     ends = np.cumsum(sizes, dtype=np.int64)
     if sizes.min() < 1 or ends[-1] != len(flat):
         raise ValueError("a rule is a non-empty list of symbols")

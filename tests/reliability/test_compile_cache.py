@@ -891,6 +891,43 @@ class TestPieces:
         with pytest.raises(ValueError):
             EarleyGrammar.from_tables(parser.tables(), change(*parser.rule_arrays()))
 
+    @pytest.mark.parametrize(
+        "change",
+        [
+            pytest.param(lambda f, s: (f, s), id="as-saved"),
+            pytest.param(lambda f, s: (f, s[:0]), id="no-rules"),
+            pytest.param(lambda f, s: (f, s + 1), id="sizes-past-the-end"),
+            pytest.param(lambda f, s: (f, np.where(s == s.max(), 0, s)), id="empty-rule"),
+            pytest.param(lambda f, s: (f[:-1], s), id="symbols-short"),
+            pytest.param(lambda f, s: (np.append(f, 0).astype(f.dtype), s), id="symbols-long"),
+            pytest.param(lambda f, s: (f - 1, s), id="negative-symbol"),
+            pytest.param(lambda f, s: (f + 10**6, s), id="symbol-range"),
+            pytest.param(lambda f, s: (np.where(f == f.max(), 0, f), s), id="terminal-lhs"),
+            pytest.param(lambda f, s: (f[::-1], s), id="reversed"),
+        ],
+    )
+    def test_native_rule_arrays_read_as_numpy_does(self, change: Any, monkeypatch: Any) -> None:
+        """The C reading of a file's rules (`rules_of_arrays`) builds the same rules as the
+        numpy passes, and refuses what they refuse with the same message."""
+        import structgen.grammar.earley as earley
+
+        if earley._RULES_OF_ARRAYS is None:
+            pytest.skip("the C extension is not built")
+        parser = EarleyGrammar(compile_schema(PERSON, options=_Options()))
+        flat, sizes = change(*parser.rule_arrays())
+        terminals = parser.num_terminals
+        symbols = terminals + len(parser.nonterminal_names)
+
+        def read() -> Any:
+            try:
+                return earley._rules_of_arrays(flat, sizes, terminals, symbols)
+            except ValueError as error:
+                return str(error)
+
+        native = read()
+        monkeypatch.setattr(earley, "_RULES_OF_ARRAYS", None)
+        assert native == read()
+
     def test_a_restored_dfa_matches_as_the_original(self) -> None:
         import re
 
