@@ -280,6 +280,47 @@ class TestRoundTrip:
         assert checked >= 2
         assert _walk(loaded, tokens) == expected
 
+    def test_composites_are_built_again_from_their_saved_parts(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An object's "any other key" (a difference) and a string with a pattern and a length
+        (a product) are saved with their parts: a loaded grammar that leaves their saved rows
+        builds them again over the restored parts, without reading their patterns."""
+        from structgen.automata.dfa import DifferenceSource, ProductSource
+
+        schema = {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "pattern": "^[a-f]+$", "minLength": 3, "maxLength": 9},
+                "name": {"type": "string"},
+            },
+        }
+        text = '{"id": "abcdef", "name": "y", "nickname": "x"}'
+        vocab = load_vocab("llama3_1")
+        case = _Case(vocab, lambda c: c.json_schema(schema, options=SchemaOptions(mode="accept")))
+        tokens = load_vocab_tokens("llama3_1", text)
+        expected = _walk(case(Compiler(vocab)), tokens)
+        structgen.clear_caches()
+        loaded = _loaded(case, tmp_path)
+        read: list[int] = []
+        decode = structgen.grammar.ir_codec.terminal_from_data
+
+        def counted(data: Any, position: int, nodes: Any) -> Any:
+            read.append(position)
+            return decode(data, position, nodes)
+
+        monkeypatch.setattr(structgen.grammar.ir_codec, "terminal_from_data", counted)
+        assert _walk(loaded, tokens) == expected
+        dfas = loaded._engine.terminal_dfas  # type: ignore[attr-defined]
+        rebuilt = [d._source._fresh for d in dfas if getattr(d._source, "rebuilt", False)]
+        kinds = {type(d._source) for d in rebuilt}
+        assert {DifferenceSource, ProductSource} <= kinds
+        for dfa in rebuilt:
+            if isinstance(dfa._source, (DifferenceSource, ProductSource)):
+                # (over the restored automata: the file's, or live ones shared by fingerprint)
+                assert all(isinstance(p._source, SnapshotSource) for p in dfa._source.parts)
+        assert read == []
+
     def test_a_rebuild_reads_only_its_own_terminal(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -556,6 +597,27 @@ class TestUntrustedFiles:
                 lambda h, t, p, r: t["dfas"].__setitem__("row_type", "<i4"), id="row-width"
             ),
             pytest.param(_bits_past_the_vocabulary, id="mask-bits"),
+            pytest.param(
+                lambda h, t, p, r: t["dfas"].__setitem__("composites", {}), id="composites"
+            ),
+            pytest.param(
+                lambda h, t, p, r: t["dfas"].__setitem__("composites", [[0, "union", [1, 2]]]),
+                id="composite-kind",
+            ),
+            pytest.param(
+                lambda h, t, p, r: t["dfas"].__setitem__("composites", [[0, "product", [0, 1]]]),
+                id="composite-of-itself",
+            ),
+            pytest.param(
+                lambda h, t, p, r: t["dfas"].__setitem__(
+                    "composites", [[0, "difference", [1, 10**6]]]
+                ),
+                id="composite-part",
+            ),
+            pytest.param(
+                lambda h, t, p, r: t["dfas"].__setitem__("composites", [[0, "difference", [1]]]),
+                id="composite-one-part",
+            ),
         ],
     )
     def test_tampered_files_with_a_valid_checksum_are_refused(
