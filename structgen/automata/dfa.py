@@ -281,6 +281,24 @@ _UNBUILT_ROWS_LOCK = threading.Lock()
 UNBUILT_SHARED_ROWS = 1024
 
 
+#: `{i: i for i in range(n)}` by `n`, copied for each automaton restored with `n` states (a
+#: copy of a dict takes a tenth of building it; a load restores ~18 automata)
+_IDENTITY_IDS: dict[int, dict[Hashable, int]] = {}
+
+
+def _identity_ids(n: int) -> dict[Hashable, int]:
+    """A new dict mapping each of `0..n-1` to itself (a restored automaton's key -> id map)."""
+    known = _IDENTITY_IDS.get(n)
+    if known is None:
+        known = dict(zip(range(n), range(n)))
+        if n > 4096:
+            return known
+        if len(_IDENTITY_IDS) >= 256:
+            _IDENTITY_IDS.clear()
+        _IDENTITY_IDS[n] = known
+    return known.copy()
+
+
 def unbuilt_rows(rows: int) -> IntArray | None:
     """A read-only ``int32 [rows, 256]`` table of unbuilt rows (-2) shared by every automaton
     restored with that capacity until it builds its first row (`ByteDFA._own_table`): a
@@ -639,7 +657,7 @@ class ByteDFA:
         dfa.num_byte_classes = class_count(byte_classes) if num_classes is None else num_classes
         dfa._retired = []
         keys: list[Hashable] = list(range(states))
-        dfa._ids = {} if ids_from_source else dict(zip(range(states), range(states)))
+        dfa._ids = {} if ids_from_source else _identity_ids(states)
         dfa._keys = keys
         dfa._table = table
         dfa._accepting = accepting

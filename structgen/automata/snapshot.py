@@ -328,6 +328,7 @@ def restore_dfa(
         table=table,
         accepting=accepting,
         states=n,
+        num_classes=snapshot.rows.shape[1],
         built=bytearray(n),
         start=snapshot.start,
         empty=snapshot.empty,
