@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["ENV_VAR", "CompileCache", "key_text"]
 
 ENV_VAR = "STRUCTGEN_COMPILE_CACHE"
-FORMAT = 7
+FORMAT = 8
 MAGIC = b"structgen-compiled\n"
 SUFFIX = ".sgc"
 #: files larger than this are not written (a grammar whose automata grew huge)
@@ -721,7 +721,7 @@ def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -
     if states and max(states) > limits.max_dfa_states:
         raise SnapshotError("an automaton has more states than the limits allow")
 
-    composites = _read_composites(entries.get("composites", []), len(states))
+    composites = _read_composites(entries["composites"], len(states))
     position_of: dict[int, int] = {}  # each terminal automaton's first terminal
     for position, at in enumerate(which):
         position_of.setdefault(at, position)
