@@ -9,6 +9,7 @@ import pickle
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from structgen import Compiler, Matcher, StructgenError, Vocabulary
@@ -22,6 +23,7 @@ from structgen.api.tools import (
     turn_schema,
 )
 from structgen.api.tools import _call_key as call_key
+from tests.conftest import load_vocab
 
 MULTI = [b'"}', b"}}", b"}},", b'"}},{"', b"]}", b"}]}", b'"}}]}', b'{"', b'":"', b"Lyon", b"ab"]
 TOKENS: list[bytes | None] = [bytes((b,)) for b in range(256)] + MULTI + [None]
@@ -286,3 +288,24 @@ class TestAnswerBudget:
     def test_without_a_budget_nothing_is_closed(self) -> None:
         m = matcher_after(grammar("none"), '{"answer":"' + "a" * 200)
         assert m.is_allowed(TOKEN_ID[b"a"])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mistral", "llama3_1"])
+def test_token_groups_match_their_definitions_token_by_token(name: str) -> None:
+    """The guard's per-vocabulary token groups (computed over the concatenated bytes) equal
+    their definitions applied to each token's bytes."""
+    from structgen.api.tools.guard import _CLOSING, _TokenGroups
+    from structgen.masks._bitmask import pack_bool_mask
+
+    vocab = load_vocab(name)
+    groups = _TokenGroups(vocab)
+    texts = [vocab.token_bytes(t) for t in range(vocab.size)]
+    braces = np.array([0x7D in d for d in texts], dtype=bool)
+    closing = np.array([bool(d) and all(b in _CLOSING for b in d) for d in texts], dtype=bool)
+    quote = np.array(
+        [bool(d) and d[0] == 0x22 and all(b in _CLOSING for b in d[1:]) for d in texts],
+        dtype=bool,
+    )
+    assert np.array_equal(groups.braces, pack_bool_mask(braces))
+    assert np.array_equal(groups.closing, pack_bool_mask(closing))
+    assert np.array_equal(groups.quote, pack_bool_mask(quote))

@@ -146,17 +146,27 @@ class _TokenGroups:
     a string and then only that (`"`, `"}`, ...: how an answer ends)."""
 
     def __init__(self, vocab: Any) -> None:
+        # Over the vocabulary's concatenated bytes (a loop over 128k tokens took ~150 ms of
+        # the first guard per vocabulary)
         size = vocab.size
-        braces = np.zeros(size, dtype=bool)
-        closing = np.zeros(size, dtype=bool)
-        quote = np.zeros(size, dtype=bool)
-        for token in range(size):
-            data = vocab.token_bytes(token)
-            if not data:
-                continue
-            braces[token] = 0x7D in data
-            closing[token] = all(byte in _CLOSING for byte in data)
-            quote[token] = data[0] == 0x22 and all(byte in _CLOSING for byte in data[1:])
+        blob, offsets = vocab.token_table()
+        data = np.frombuffer(blob, dtype=np.uint8)
+        lengths = np.diff(offsets)
+        owner = np.repeat(np.arange(size), lengths)  # the token of each byte
+        is_closing = np.zeros(256, dtype=bool)
+        is_closing[list(_CLOSING)] = True
+
+        def count(where: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+            return np.bincount(owner[where], minlength=size)
+
+        others = count(~is_closing[data])  # bytes that may not follow a call
+        nonempty = lengths > 0
+        starts = np.asarray(offsets[:-1])[nonempty]
+        opens_quote = np.zeros(size, dtype=bool)
+        opens_quote[nonempty] = data[starts] == 0x22
+        braces = count(data == 0x7D) > 0
+        closing = nonempty & (others == 0)
+        quote = opens_quote & (others == 1)  # (the quote itself is the one other byte)
         self.braces = pack_bool_mask(braces)
         self.closing = pack_bool_mask(closing)
         self.quote = pack_bool_mask(quote)
