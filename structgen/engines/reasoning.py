@@ -150,13 +150,15 @@ class ReasoningEngine(BeforeInner):
             return hit
         vocab = self.vocab
         first = self._separator[j]
-        candidates = np.zeros(vocab.size, dtype=bool)
+        blob, offsets = vocab.token_table()
+        lengths = np.diff(offsets)
+        firsts = np.full(vocab.size, -1, dtype=np.int16)  # (-1: an empty token)
+        nonempty = lengths > 0
+        firsts[nonempty] = np.frombuffer(blob, dtype=np.uint8)[offsets[:-1][nonempty]]
+        candidates = firsts == first
         ok = np.zeros(vocab.size, dtype=bool)
-        for token in range(vocab.size):
-            data = vocab.token_bytes(token)
-            if data and data[0] == first:
-                candidates[token] = True
-                ok[token] = self._gap(j, data) is not None
+        for token in np.flatnonzero(candidates).tolist():  # (a few hundred: one by one)
+            ok[token] = self._gap(j, vocab.token_bytes(token)) is not None
         if j == 0:
             inner: npt.NDArray[np.int32] = self.inner.token_mask(self.inner.initial_state)
             mask = (inner & ~pack_bool_mask(candidates)) | pack_bool_mask(ok)
@@ -181,13 +183,23 @@ class ReasoningEngine(BeforeInner):
             vocab = self.vocab
             end = self._end
             marks = {end[-1], end[0], end[k]}  # a token that can close or go on with the tag
-            verdict = np.zeros(vocab.size, dtype=bool)
-            for token in range(vocab.size):
-                data = vocab.token_bytes(token)
-                if data and any(b in data for b in marks):
-                    verdict[token] = self._think(k, data, 0 if not full else 1 << 40) is not None
-                elif data and not full:
-                    verdict[token] = True
+            blob, offsets = vocab.token_table()
+            lengths = np.diff(offsets)
+            is_mark = np.zeros(256, dtype=bool)
+            is_mark[list(marks)] = True
+            owner = np.repeat(np.arange(vocab.size), lengths)  # the token of each byte
+            marked = (
+                np.bincount(
+                    owner[is_mark[np.frombuffer(blob, dtype=np.uint8)]], minlength=vocab.size
+                )
+                > 0
+            )
+            # tokens without a mark byte: text inside the block (none once it is full); those
+            # with one are read one by one
+            verdict = (lengths > 0) & ~marked if not full else np.zeros(vocab.size, dtype=bool)
+            count = 0 if not full else 1 << 40
+            for token in np.flatnonzero(marked).tolist():
+                verdict[token] = self._think(k, vocab.token_bytes(token), count) is not None
             mask = pack_bool_mask(verdict)
         mask.setflags(write=False)
         self._think_masks[(k, full)] = mask
