@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import unicodedata
 
@@ -119,6 +120,36 @@ class TestRealTokenizers:
         for k in range(trie.max_length):
             assert np.all(trie.lengths[: trie.counts[k]] > k)
             assert np.all(trie.lengths[trie.counts[k] :] <= k)
+
+    def test_lexicographic_arrays_are_the_tokens_in_byte_order(self, name: str) -> None:
+        """The C walk's flat trie: every text token in byte order (a prefix before the tokens
+        it begins; equal bytes in trie order), each with the bytes it shares with the one
+        before, its bytes laid out in that order, and the end of its first byte's bucket —
+        checked against a plain sort of the tokens' bytes."""
+        vocab = load_vocab(name)
+        trie = vocab.trie
+        lex = trie.lexicographic_arrays()
+        texts = [vocab.token_bytes(int(t)) for t in trie.ids]
+        order = sorted(range(len(texts)), key=texts.__getitem__)  # (stable)
+        assert lex["ids"].tolist() == trie.ids[order].tolist()
+        ordered = [texts[i] for i in order]
+        assert lex["lengths"].tolist() == [len(t) for t in ordered]
+        lcp = [0]
+        for a, b in itertools.pairwise(ordered):
+            k = 0
+            while k < min(len(a), len(b)) and a[k] == b[k]:
+                k += 1
+            lcp.append(k)
+        assert lex["lcp"].tolist() == lcp
+        assert lex["blob"].tobytes() == b"".join(ordered)
+        starts = np.cumsum([0] + [len(t) for t in ordered[:-1]])
+        assert lex["offsets"].tolist() == starts.tolist()
+        firsts = [t[0] for t in ordered]
+        expected_skip = [len(firsts)] * len(firsts)  # the next token with another first byte
+        for i in range(len(firsts) - 2, -1, -1):
+            same = firsts[i + 1] == firsts[i]
+            expected_skip[i] = expected_skip[i + 1] if same else i + 1
+        assert lex["skip0"].tolist() == expected_skip
 
 
 def test_byte_fallback_tokens_are_single_bytes() -> None:
