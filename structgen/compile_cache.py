@@ -402,6 +402,7 @@ def _composites(
     from structgen.automata.dfa import DifferenceSource, ProductSource
 
     found: dict[int, list[Any] | None] = {}
+    own = {id(dfa) for dfa in dfas}  # (the terminals' automata: rebuilt from their patterns)
 
     def visit(dfa: ByteDFA) -> bool:
         source = dfa._source
@@ -413,7 +414,8 @@ def _composites(
             return found[at] is not None
         found[at] = None  # (a cycle cannot qualify)
         for part in source.parts:  # type: ignore[attr-defined]
-            _build_ahead(part, PART_STATES)  # (a no-op for a part saved already)
+            if id(part) not in own:
+                _build_ahead(part, PART_STATES)  # (a no-op for a part saved already)
         parts = [add(part) for part in source.parts]  # type: ignore[attr-defined]
         for part, part_at in zip(source.parts, parts):  # type: ignore[attr-defined]
             if not (part_at in terminals or visit(part) or _complete(snapshot_at(part_at))):
