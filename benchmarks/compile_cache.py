@@ -176,6 +176,28 @@ def main() -> None:
         " restores its automata here), p50 / p90 / mean (ms): "
         + "; ".join(f"{k} {fmt(v[0])} / {fmt(v[1])} / {fmt(v[3])}" for k, v in seconds.items())
     )
+    # what a restart saves over the first two masks: a load defers work to the next step
+    both = {
+        label: _stats(
+            [
+                run["times"][n] + run["second"][n]
+                for n in common
+                if n in run.get("second", {}) and n in runs["compile"].get("second", {})
+            ]
+        )
+        for label, run in runs.items()
+        if label in ("compile", "load")
+    }
+    two = {
+        k: both["compile"][i] / both["load"][i] for i, k in enumerate(("p50", "p90", "p99", "mean"))
+    }
+    print(
+        "the first two masks (compile or load + first mask, then the next step), p50 / p90 / mean"
+        f" (ms): compile {fmt(both['compile'][0])} / {fmt(both['compile'][1])} /"
+        f" {fmt(both['compile'][3])}; load {fmt(both['load'][0])} / {fmt(both['load'][1])} /"
+        f" {fmt(both['load'][3])}; compile / load: "
+        + ", ".join(f"{k} {v:.1f}x" for k, v in two.items())
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "compile_cache.json").write_text(
         json.dumps(
@@ -188,6 +210,11 @@ def main() -> None:
                     for k, v in seconds.items()
                 },
                 "ratio_compile_over_load": ratio,
+                "first_two_masks": {
+                    k: dict(zip(("p50_ms", "p90_ms", "p99_ms", "mean_ms"), v))
+                    for k, v in both.items()
+                },
+                "ratio_first_two_masks": two,
                 "loaded": loaded.get("hits", 0),
                 "rejected": loaded.get("rejected", 0),
                 "identical_first_masks": same,
