@@ -727,6 +727,7 @@ def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -
     position_of: dict[int, int] = {}  # each terminal automaton's first terminal
     for position, at in enumerate(which):
         position_of.setdefault(at, position)
+    fingerprints = batch.fingerprints
     restored: dict[int, ByteDFA] = {}
     buildable: dict[int, bool] = {}
 
@@ -762,8 +763,6 @@ def _unpack(payload: memoryview, tables_at: list[int], limits: AutomataLimits) -
 
             dfa = restored[at] = live_or_restored_dfa(fingerprints[at], limits, restore)
         return dfa
-
-    fingerprints = batch.fingerprints
 
     def restore_automata() -> tuple[ByteDFA, ...]:
         """The terminals' automata: live shared ones where there are, else the file's."""

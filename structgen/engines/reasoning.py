@@ -150,12 +150,7 @@ class ReasoningEngine(BeforeInner):
             return hit
         vocab = self.vocab
         first = self._separator[j]
-        blob, offsets = vocab.token_table()
-        lengths = np.diff(offsets)
-        firsts = np.full(vocab.size, -1, dtype=np.int16)  # (-1: an empty token)
-        nonempty = lengths > 0
-        firsts[nonempty] = np.frombuffer(blob, dtype=np.uint8)[offsets[:-1][nonempty]]
-        candidates = firsts == first
+        candidates = vocab.trie.first_byte_of_id == first  # (special ids: 256, never a byte)
         ok = np.zeros(vocab.size, dtype=bool)
         for token in np.flatnonzero(candidates).tolist():  # (a few hundred: one by one)
             ok[token] = self._gap(j, vocab.token_bytes(token)) is not None
@@ -183,20 +178,13 @@ class ReasoningEngine(BeforeInner):
             vocab = self.vocab
             end = self._end
             marks = {end[-1], end[0], end[k]}  # a token that can close or go on with the tag
-            blob, offsets = vocab.token_table()
-            lengths = np.diff(offsets)
             is_mark = np.zeros(256, dtype=bool)
             is_mark[list(marks)] = True
-            owner = np.repeat(np.arange(vocab.size), lengths)  # the token of each byte
-            marked = (
-                np.bincount(
-                    owner[is_mark[np.frombuffer(blob, dtype=np.uint8)]], minlength=vocab.size
-                )
-                > 0
-            )
+            marked = vocab.count_bytes(is_mark)[0] > 0
+            nonempty = np.diff(vocab.token_table()[1]) > 0
             # tokens without a mark byte: text inside the block (none once it is full); those
             # with one are read one by one
-            verdict = (lengths > 0) & ~marked if not full else np.zeros(vocab.size, dtype=bool)
+            verdict = nonempty & ~marked if not full else np.zeros(vocab.size, dtype=bool)
             count = 0 if not full else 1 << 40
             for token in np.flatnonzero(marked).tolist():
                 verdict[token] = self._think(k, vocab.token_bytes(token), count) is not None

@@ -214,6 +214,14 @@ class Vocabulary:
         `blob[offsets[i]:offsets[i + 1]]` (read-only; for vectorised scans)."""
         return self._blob, self._offsets
 
+    def count_bytes(self, *flags: npt.NDArray[np.bool_]) -> list[npt.NDArray[np.int64]]:
+        """For each `flags` (bool [256]: a set of byte values), how many of every token's bytes
+        are in it (int64 [size]), in a few array passes over `token_table` (a Python loop over
+        128k tokens took ~0.1 s)."""
+        data = np.frombuffer(self._blob, dtype=np.uint8)
+        owner = np.repeat(np.arange(self.size), np.diff(self._offsets))  # each byte's token
+        return [np.bincount(owner[f[data]], minlength=self.size) for f in flags]
+
     def is_special(self, token_id: int) -> bool:
         """True for special/control tokens, EOS and padding ids: they never match text."""
         return bool(self._special[token_id])
