@@ -18,10 +18,12 @@ on one engine and then on the next gave whichever ran second 20-30% longer tails
 outlines-core builds its whole index eagerly, so its time limit matters most.
 
 With `--freeze-gc` each worker freezes its heap after start-up, as vLLM's engine core does
-(`gc.freeze()`): what a serving process that freezes sees.
+(`gc.freeze()`): what a serving process that freezes sees. With `--keep-cache` structgen keeps
+its compiled grammars (up to 128) between schemas instead of clearing them before each compile,
+as a long-running process does: each compile is still cold, and also pays the cache's upkeep.
 
 Run: `python benchmarks/maskbench.py [--limit N] [--engines structgen,llguidance]
-[--timeout S] [--sample] [--freeze-gc] [--in-turn]`.
+[--timeout S] [--sample] [--freeze-gc] [--keep-cache] [--in-turn]`.
 Writes `benchmarks/results/maskbench.{json,png}`.
 """
 
@@ -60,17 +62,23 @@ CompileError = EngineError  # the engine refused the schema
 
 
 class _Structgen(StructgenPeer):
+    #: keep the compiled grammars between schemas, as a process serving many does
+    #: (`--keep-cache`; each schema still compiles cold: no two share a cache key)
+    keep_cache = False
+
     def release(self) -> None:
         import structgen.compiler
 
         super().release()
-        structgen.compiler._CACHE.clear()  # (the compiled grammars: each compile is cold)
+        if not self.keep_cache:
+            structgen.compiler._CACHE.clear()  # (the compiled grammars: each compile is cold)
 
     def compile(self, schema: Any) -> None:
         import structgen.compiler
         from structgen import Compiler, SchemaOptions, StructgenError
 
-        structgen.compiler._CACHE.clear()
+        if not self.keep_cache:
+            structgen.compiler._CACHE.clear()
         try:
             accept = SchemaOptions(mode="accept")
             self.use(Compiler(self.vocab).json_schema(schema, options=accept))
@@ -173,7 +181,7 @@ def run_schema(engine: Any, schema: Any, tests: list[tuple[list[int], bool]]) ->
     return out
 
 
-def _worker(conn: Any, name: str, freeze_gc: bool = False) -> None:
+def _worker(conn: Any, name: str, freeze_gc: bool = False, keep_cache: bool = False) -> None:
     import gc
     import os
     import resource
@@ -185,6 +193,8 @@ def _worker(conn: Any, name: str, freeze_gc: bool = False) -> None:
     from _common import load_tokenizer
 
     engine = _ADAPTERS[name](load_tokenizer("llama3_1"))
+    if keep_cache:
+        engine.keep_cache = True
     if freeze_gc:  # (as vLLM's engine core does after start-up: `freeze_gc_heap`)
         gc.collect()
         gc.freeze()
@@ -196,17 +206,22 @@ def _worker(conn: Any, name: str, freeze_gc: bool = False) -> None:
 class Runner:
     """One engine in a worker process; a schema over the time limit restarts the worker."""
 
-    def __init__(self, name: str, timeout_s: float, *, freeze_gc: bool = False) -> None:
+    def __init__(
+        self, name: str, timeout_s: float, *, freeze_gc: bool = False, keep_cache: bool = False
+    ) -> None:
         self.name = name
         self.timeout_s = timeout_s
         self.freeze_gc = freeze_gc
+        self.keep_cache = keep_cache
         self.process: Any = None
 
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.process = context.Process(
-            target=_worker, args=(child, self.name, self.freeze_gc), daemon=True
+            target=_worker,
+            args=(child, self.name, self.freeze_gc, self.keep_cache),
+            daemon=True,
         )
         self.process.start()
         if not self.conn.poll(300) or self.conn.recv() != "ready":
@@ -389,6 +404,13 @@ def main() -> None:
         action="store_true",
         help="each worker freezes its heap after start-up (gc.freeze(), as vLLM's engine core)",
     )
+    parser.add_argument(
+        "--keep-cache",
+        action="store_true",
+        help="structgen keeps its compiled grammars between schemas (default: cleared before"
+        " each compile), as a long-running process does: every compile then also pays the"
+        " cache's upkeep",
+    )
     args = parser.parse_args()
     from _common import load_tokenizer
 
@@ -413,7 +435,10 @@ def main() -> None:
             available.append(name)
         else:
             print(f"(peer {name} is not installed: pip install -e '.[bench]')")
-    runners = {name: Runner(name, args.timeout, freeze_gc=args.freeze_gc) for name in available}
+    runners = {
+        name: Runner(name, args.timeout, freeze_gc=args.freeze_gc, keep_cache=args.keep_cache)
+        for name in available
+    }
     elapsed = dict.fromkeys(available, 0.0)
 
     def run_one(name: str, stem: str, schema: Any, tests: Any) -> None:
@@ -463,6 +488,12 @@ def main() -> None:
         out["same_schemas"] = {"schemas": common[0]} | {
             n: _timing_summary(t["tbm_us"], t["ttfm_ms"]) for n, t in common[1].items()
         }
+    # every schema's time to first mask per engine (`None`: it did not compile), to find the
+    # schemas an engine trails on
+    out["ttfm_by_schema"] = {
+        n: {stem: r.get("ttfm_ms") if r["status"] == "ok" else None for stem, r in d.items()}
+        for n, d in details.items()
+    }
     (RESULTS / "maskbench.json").write_text(json.dumps(out, indent=1))
     plot(summaries, RESULTS / "maskbench.png")
 

@@ -3,7 +3,8 @@
 - Compiled grammars (`Compiler` results, by what was compiled): at most 128, and at most
   `cache_budget()` bytes (default 512 MiB, or `STRUCTGEN_CACHE_BYTES`) of what they hold —
   their automata, mask caches and recent parse states, estimated, shared parts counted once.
-  The least recently used go first, checked when a compile adds one.
+  The least recently used go first, down to three quarters of the budget, measured when a
+  compile adds one: every time near the budget, one compile in 32 far below it.
 - Terminal automata and lexers, shared between grammars: weakly, so they live only while a
   grammar uses them (inside the budget above, or held by the caller); besides, the terminal
   automata built or used last are held, up to 32 MiB of them (`recent_terminal_bytes`).
@@ -37,7 +38,7 @@ def set_cache_budget(nbytes: int) -> None:
     """Bound the compiled-grammar cache by `nbytes` (estimated; see the module docstring). A
     smaller budget takes effect at the next compile."""
     _compiler._BUDGET["bytes"] = expect_int(nbytes, "nbytes", minimum=0)
-    _compiler._TRIM["since"] = _compiler._TRIM_EVERY  # measure at the next insertion
+    _compiler._TRIM["next"] = 0  # measure at the next insertion
 
 
 def cache_usage() -> dict[str, int]:

@@ -54,5 +54,7 @@ class Engine(Protocol):
     def shortest_completion(self, state: Any, *, spaced: bool = False) -> bytes | None:
         """A short text that completes the output (b"": complete; None: none found)."""
 
-    def memory_parts(self) -> dict[int, int]:
-        """Estimated bytes held, by object id (shared parts under the same id everywhere)."""
+    def memory_parts(self, known: dict[int, int] | None = None) -> dict[int, int]:
+        """Estimated bytes held, by object id (shared parts under the same id everywhere).
+        `known`: the sizes measured so far in one measurement of many grammars, by id — read
+        and added to, so an automaton shared by many grammars is measured once."""

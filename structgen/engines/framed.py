@@ -68,9 +68,9 @@ class FramedEngine(BeforeInner):
         rest = self.inner_completion(None, spaced=spaced)
         return None if frame is None or rest is None else frame + rest
 
-    def memory_parts(self) -> dict[int, int]:
-        parts: dict[int, int] = dict(self.inner.memory_parts())
-        parts.update(self.prefix.memory_parts())
+    def memory_parts(self, known: dict[int, int] | None = None) -> dict[int, int]:
+        parts: dict[int, int] = dict(self.inner.memory_parts(known))
+        parts.update(self.prefix.memory_parts(known))
         return parts
 
     def to_text(self) -> str:

@@ -19,7 +19,7 @@ import heapq
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -81,6 +81,11 @@ class _SharedUnion:
     def memory_bytes(self) -> int:
         """The union DFA and its mask caches (the component automata are counted apart)."""
         return self.dfa.memory_bytes() + self.walker.memory_bytes() + len(self._accepted) * 100
+
+    def growth_stamp(self) -> tuple[int, ...]:
+        """What changes whenever this lexer (or a component automaton through it) grows: its
+        states, cached masks and walks, memos (`GrammarEngine.memory_parts`)."""
+        return (self.dfa.num_states, *self.walker.growth_stamp(), len(self._accepted))
 
     def start(self, components: frozenset[int]) -> int:
         """The state where exactly `components` (live ones) are at their start."""
@@ -266,6 +271,7 @@ class GrammarEngine:
         # next steps of a generation find their masks and children still cached.
         self._recent: deque[EarleySet] = deque(maxlen=2048)
         self._shortest: _ShortestTexts | None = None  # built on the first completion asked for
+        self._parts_memo: tuple[Hashable, dict[int, int]] | None = None  # see `memory_parts`
 
     @property
     def parser(self) -> EarleyGrammar:
@@ -403,18 +409,54 @@ class GrammarEngine:
     def to_text(self) -> str:
         return self.grammar.to_text()
 
-    def memory_parts(self) -> dict[int, int]:
+    def memory_parts(self, known: dict[int, int] | None = None) -> dict[int, int]:
         """Estimated bytes of what this engine holds, by object id (shared automata appear in
-        several grammars' parts and are counted once by the cache budget)."""
+        several grammars' parts and are counted once by the cache budget; with `known`, they
+        are measured once: a cache of 128 schemas' grammars refers to ~4x as many terminal
+        automata as there are).
+
+        Memoised until the grammar's lexer grows (a new state, mask or memo) or it keeps more
+        parse states: its terminal automata grow only as a lexer made of them does. One shared
+        with another grammar may have grown through that grammar's lexer: the cache budget
+        counts each automaton at the largest size any grammar reports."""
+        union = self._union
+        stamp = (
+            self._terminal_dfas is None,
+            len(self._recent),
+            len(self._lexers),
+            None if union is None else union.growth_stamp(),
+        )
+        memo = self._parts_memo
+        if memo is not None and memo[0] == stamp:
+            return dict(memo[1])
+        parts = self._measured_parts(known)
+        self._parts_memo = (stamp, parts)
+        return dict(parts)
+
+    def _measured_parts(self, known: dict[int, int] | None) -> dict[int, int]:
         mask = ((self.vocab.size + 31) // 32) * 4
         dfas = self._terminal_dfas
         if dfas is None:  # (not restored yet: estimated from the file)
             parts = {id(self._pending): self._restored_bytes}
-        else:
+        elif known is None:
             parts = {id(d): d.memory_bytes() for d in dfas}
+        else:
+            parts = {}
+            for d in dfas:
+                key = id(d)
+                size = known.get(key)
+                if size is None:
+                    size = known[key] = d.memory_bytes()
+                parts[key] = size
         union = self._union  # every lexer of the grammar is a start state of this one DFA
         if union is not None:
-            parts[id(union)] = union.memory_bytes()
+            key = id(union)
+            size = None if known is None else known.get(key)
+            if size is None:
+                size = union.memory_bytes()
+                if known is not None:
+                    known[key] = size
+            parts[key] = size
         # the recent parse states: their masks and memo (estimated: one mask and 2 kB each)
         parts[id(self)] = len(self._recent) * (mask + 2048) + len(self._lexers) * 200
         return parts

@@ -206,8 +206,8 @@ class ReasoningEngine(BeforeInner):
         end = self._end
         return end[state[1] :] + rest if not self._end_is_token or state[1] == 0 else None
 
-    def memory_parts(self) -> dict[int, int]:
-        parts: dict[int, int] = dict(self.inner.memory_parts())
+    def memory_parts(self, known: dict[int, int] | None = None) -> dict[int, int]:
+        parts: dict[int, int] = dict(self.inner.memory_parts(known))
         parts[id(self)] = len(self._think_masks) * len(self._text_words) * 4
         return parts
 

@@ -84,7 +84,7 @@ class RegexEngine:
             out.append(bytes(text))
         return out
 
-    def memory_parts(self) -> dict[int, int]:
+    def memory_parts(self, known: dict[int, int] | None = None) -> dict[int, int]:
         return {id(self._dfa): self._dfa.memory_bytes() + self._walker.memory_bytes()}
 
     def forced_bytes(self, state: int, limit: int = 4096) -> bytes:

@@ -353,8 +353,8 @@ class UniqueItemsEngine:
         self.groups = groups
         self.fingerprint = f"{inner.fingerprint}:unique:{arrays!r}"
 
-    def memory_parts(self) -> dict[int, int]:
-        parts: dict[int, int] = self.inner.memory_parts()
+    def memory_parts(self, known: dict[int, int] | None = None) -> dict[int, int]:
+        parts: dict[int, int] = self.inner.memory_parts(known)
         return parts
 
     def to_text(self) -> str:

@@ -322,6 +322,11 @@ class TokenMaskWalker:
         with self._lock:
             return len(self._cache) * mask + self._extra_bytes
 
+    def growth_stamp(self) -> tuple[int, int]:
+        """Changes whenever `memory_bytes` does (cheaper: no lock; a racing read is only an
+        older stamp)."""
+        return (len(self._cache), self._extra_bytes)
+
     def mask(self, state: int) -> npt.NDArray[np.int32]:
         """Read-only packed mask [ceil(size/32)] of the tokens allowed in `state` (no EOS)."""
         with self._lock:

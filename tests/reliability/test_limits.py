@@ -139,6 +139,86 @@ def test_the_compiled_grammar_cache_stays_within_its_byte_budget() -> None:
         sg.set_cache_budget(-1)
 
 
+def _small_schema(i: int) -> dict[str, Any]:
+    return {"type": "object", "properties": {f"k{i}_{j}": {"type": "integer"} for j in range(3)}}
+
+
+def test_the_cache_is_measured_rarely_far_below_its_budget(monkeypatch: Any) -> None:
+    """A measurement reads every cached grammar: far below the budget it runs once per 32
+    insertions (it ran every eighth, inside one compile in eight), at the budget every time."""
+    from structgen import compiler
+
+    vocab = byte_vocab_for_limits()
+    old = sg.cache_budget()
+    sg.clear_caches()
+    calls = []
+    measure = compiler.CompiledGrammar.memory_parts
+
+    def counted(self: Any, known: Any = None) -> dict[int, int]:
+        calls.append(1)
+        return measure(self, known)
+
+    monkeypatch.setattr(compiler.CompiledGrammar, "memory_parts", counted)
+    try:
+        sg.set_cache_budget(2**30)
+        for i in range(64):
+            sg.Compiler(vocab).json_schema(_small_schema(i))
+        # measured at the first insertion (set_cache_budget asks for it: one grammar read)
+        # and the 33rd (33 read); every eighth insertion would have read 288
+        assert len(calls) == 1 + 33, len(calls)
+        assert compiler._next_measurement(2**30, 2**20, 64) == 32
+        assert compiler._next_measurement(2**30, 2**30 - 2**20, 64) == 1  # room for < 1 more
+        assert compiler._next_measurement(2**30, 2**30 - 5 * 2**24, 64) == 5  # 16 MiB average
+        assert compiler._next_measurement(2**30, 2**31, 64) == 1  # over: every insertion
+    finally:
+        sg.set_cache_budget(old)
+        sg.clear_caches()
+
+
+def test_the_budget_counts_a_shared_automaton_at_its_largest() -> None:
+    """A grammar's measured parts are memoised until its lexer grows; an automaton it shares
+    with another grammar may have grown through the other's lexer: the cache counts it at
+    the largest size any grammar reports, and a grammar's own growth shows at once."""
+    from structgen import compiler
+
+    vocab = byte_vocab_for_limits()
+    sg.clear_caches()
+    text = "[a-z]{1,40}@[a-z]+\\.com"
+    grammar = sg.Compiler(vocab).grammar(f"start: WORD\nWORD: /{text}/\n")
+    other = sg.Compiler(vocab).grammar(f'start: WORD ";"\nWORD: /{text}/\n')
+    before = grammar.memory_parts()
+    assert before == grammar.memory_parts()  # (memoised: equal, and a copy)
+    matcher = sg.Matcher(other)
+    mask = sg.allocate_bitmask(1, vocab.size)
+    for byte in b"abcdefghij@example.com":
+        matcher.fill_bitmask(mask, 0)
+        assert matcher.accept_token(byte)
+    shared = set(before) & set(other.memory_parts())
+    assert shared  # the terminal automaton of WORD
+    grown = {pid: other.memory_parts()[pid] for pid in shared}
+    assert any(grown[pid] > before[pid] for pid in shared)
+    with compiler._CACHE_LOCK:  # (the stale memo last: the last size read is not the one)
+        compiler._CACHE.clear()
+        for key, g in enumerate((other, grammar)):
+            compiler._CACHE[(key,)] = g
+    a, b = other.memory_parts(), grammar.memory_parts()
+    assert any(b[pid] < a[pid] for pid in shared)  # grammar's memo predates the growth
+    assert compiler.cached_bytes() == sum(max(a.get(p, 0), b.get(p, 0)) for p in {*a, *b})
+    own = grammar.memory_bytes()
+    matcher = sg.Matcher(grammar)
+    for byte in b"xyz":
+        matcher.fill_bitmask(mask, 0)
+        assert matcher.accept_token(byte)
+    assert grammar.memory_bytes() > own  # its own growth is measured again
+    sg.clear_caches()
+
+
+def byte_vocab_for_limits() -> Any:
+    from tests.reliability.fuzzing import byte_vocab
+
+    return byte_vocab()
+
+
 def test_clear_caches_empties_every_module_memo() -> None:
     """`clear_caches` forgets the memos of every structgen module loaded — the schema
     compiler's encoded strings and the chains' blocks too, not only the regex and NFA ones

@@ -193,8 +193,8 @@ class _TurnGuard:
         repeats = "allowed" if seen is None else json.dumps(sorted(repr(k) for k in seen))
         self.fingerprint = f"{inner.fingerprint}:turn-guard:{repeats}:{budget}"
 
-    def memory_parts(self) -> dict[int, int]:
-        return self.inner.memory_parts()
+    def memory_parts(self, known: dict[int, int] | None = None) -> dict[int, int]:
+        return self.inner.memory_parts(known)
 
     @property
     def initial_state(self) -> tuple[Any, _TurnScan]:
