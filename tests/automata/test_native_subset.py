@@ -315,6 +315,7 @@ def test_a_context_is_freed_by_its_owner(monkeypatch: pytest.MonkeyPatch) -> Non
         real_free(ctx)
 
     monkeypatch.setattr(_native_subset, "_CONTEXT_CAPSULE", None)
+    monkeypatch.setattr(_native_subset, "_SUBSET_STARTED", None)  # (nor a started context)
     monkeypatch.setattr(_native_subset._LIB, "sg_subset_free", free)
     d = _compile(r"[a-z]{2,9}@x", True)
     native = d._native

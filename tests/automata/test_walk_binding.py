@@ -138,14 +138,19 @@ def test_a_trie_past_the_packed_limits_takes_the_numpy_walk() -> None:
     assert allowed == {0, 1, 3}
 
 
-def test_a_whole_walk_builds_its_start_row() -> None:
+def test_a_whole_walk_builds_its_start_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole-vocabulary walk reads its start's row to skip dead first bytes: C builds it
-    first — through Python for an automaton still in Python mode (its first row moves it to
-    C), in C for one there already — and the mask is exact either way."""
+    first — through Python for an automaton still in Python mode (its NFA built in Python:
+    its first row moves it to C), in C for one there already (an NFA built in C starts
+    there) — and the mask is exact either way."""
+    from structgen.automata import nfa as nfa_module
+
     vocab = load_vocab("gpt2")
     native = native_walk(vocab)
     assert native is not None
-    dfa = compile_regex("(tr|te|t)[a-z]{0,3}|nil")
+    with monkeypatch.context() as patch:
+        patch.setattr(nfa_module, "NATIVE_ABOVE", 1 << 30)  # (the NFA built in Python)
+        dfa = compile_regex("(tr|te|t)[a-z]{0,3}|nil")
     assert dfa._native is None and dfa.table[dfa.start, 0] == -2
     words, _ = native.walk(dfa, dfa.start)
     assert np.array_equal(words, brute_mask(vocab, dfa, dfa.start))
