@@ -421,7 +421,8 @@ class GrammarEngine:
         counts each automaton at the largest size any grammar reports."""
         union = self._union
         stamp = (
-            self._terminal_dfas is None,
+            id(self._terminal_dfas),  # (None until a loaded grammar's first step)
+            id(union),
             len(self._recent),
             len(self._lexers),
             None if union is None else union.growth_stamp(),
