@@ -916,6 +916,9 @@ def _build_native(
         kind, node_ids, nxt, live, eps_off, eps = (
             np.frombuffer(data, dtype=t) for data, t in zip(made, _NFA_TYPES, strict=True)
         )
+        # (the build is one uninterruptible call, tens of ms for a big NFA: the budget is
+        # checked after it as well, so a compile that it took past its limit stops here)
+        check_budget()
         return ByteNFA(
             None, None, None, None, b.pool, start, 0, leaves.ranges,
             arrays=(kind, live, node_ids, nxt, eps_off, eps),
@@ -945,6 +948,7 @@ def _build_native(
         lib.sg_nfa_copy(handle, *_native_subset.addresses(kind, node_ids, nxt, live, eps_off, eps))
     finally:
         lib.sg_nfa_free(handle)
+    check_budget()  # (after the uninterruptible build too, as above)
     ranges = leaves.ranges
     # (the lists are made from the arrays only if Python asks: `ByteNFA`)
     return ByteNFA(
