@@ -441,13 +441,23 @@ def cached_bytes() -> int:
     """The estimated bytes the compiled-grammar cache holds (shared parts counted once)."""
     with _CACHE_LOCK:
         grammars = list(_CACHE.values())
-    sizes: dict[int, int] = {}
-    known: dict[int, int] = {}
-    for grammar in grammars:
-        for pid, size in grammar.memory_parts(known).items():
-            if size > sizes.get(pid, -1):  # (the largest: a grammar's memo may be older)
-                sizes[pid] = size
+    _, sizes = _measured(grammars)
     return sum(sizes.values())
+
+
+def _measured(
+    grammars: list[CompiledGrammar],
+) -> tuple[list[dict[int, int]], dict[int, int]]:
+    """Every grammar's parts, and each part's bytes across them: shared parts read once, each
+    counted at the largest size any grammar reports (a grammar's memo may be older)."""
+    known: dict[int, int] = {}
+    owned = [grammar.memory_parts(known) for grammar in grammars]
+    sizes: dict[int, int] = {}
+    for parts in owned:
+        for pid, size in parts.items():
+            if size > sizes.get(pid, -1):
+                sizes[pid] = size
+    return owned, sizes
 
 
 def _trim_cache() -> None:
@@ -467,15 +477,12 @@ def _trim_cache() -> None:
     _TRIM["since"] = 0
     with _CACHE_LOCK:
         entries = list(_CACHE.items())  # oldest first
-    known: dict[int, int] = {}
-    owned = [(key, grammar.memory_parts(known)) for key, grammar in entries]
+    parts_of, sizes = _measured([grammar for _, grammar in entries])
+    owned = [(key, parts) for (key, _), parts in zip(entries, parts_of)]
     users: dict[int, int] = {}
-    sizes: dict[int, int] = {}
-    for _, parts in owned:
-        for pid, size in parts.items():
+    for parts in parts_of:
+        for pid in parts:
             users[pid] = users.get(pid, 0) + 1
-            if size > sizes.get(pid, -1):  # (the largest: a grammar's memo may be older)
-                sizes[pid] = size
     total = sum(sizes.values())
     evict = []
     if total > budget:

@@ -963,9 +963,10 @@ class ByteDFA:
         return True
 
     def _native_start(self, source: NFASource) -> bool:
-        """Hand the materialized automaton straight to a C context whose start C makes from
-        the NFA (no closure in Python, no lists read from the NFA's arrays); False where there
-        is no C context (then Python takes the start, as before)."""
+        """Hand the automaton (materialized, or new: `__init__`) straight to a C context whose
+        start C makes from the NFA (no closure in Python, no lists read from the NFA's
+        arrays); False where there is no C context or the start is empty (then Python takes
+        the start)."""
         if source.nfa.arrays is None:
             return False
         started = source.make_native_started(

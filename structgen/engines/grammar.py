@@ -436,28 +436,24 @@ class GrammarEngine:
 
     def _measured_parts(self, known: dict[int, int] | None) -> dict[int, int]:
         mask = ((self.vocab.size + 31) // 32) * 4
+
+        def size_of(part: ByteDFA | _SharedUnion) -> int:
+            """`part`'s bytes, read once per measurement (`known`)."""
+            if known is None:
+                return part.memory_bytes()
+            size = known.get(id(part))
+            if size is None:
+                size = known[id(part)] = part.memory_bytes()
+            return size
+
         dfas = self._terminal_dfas
         if dfas is None:  # (not restored yet: estimated from the file)
             parts = {id(self._pending): self._restored_bytes}
-        elif known is None:
-            parts = {id(d): d.memory_bytes() for d in dfas}
         else:
-            parts = {}
-            for d in dfas:
-                key = id(d)
-                size = known.get(key)
-                if size is None:
-                    size = known[key] = d.memory_bytes()
-                parts[key] = size
+            parts = {id(d): size_of(d) for d in dfas}
         union = self._union  # every lexer of the grammar is a start state of this one DFA
         if union is not None:
-            key = id(union)
-            size = None if known is None else known.get(key)
-            if size is None:
-                size = union.memory_bytes()
-                if known is not None:
-                    known[key] = size
-            parts[key] = size
+            parts[id(union)] = size_of(union)
         # the recent parse states: their masks and memo (estimated: one mask and 2 kB each)
         parts[id(self)] = len(self._recent) * (mask + 2048) + len(self._lexers) * 200
         return parts
